@@ -1,0 +1,60 @@
+"""The one exception hierarchy of trainguard.
+
+    TrainguardError                 root: catch this at the CLI edge
+    +-- ConfigError                 bad configuration or rule file (names the key / line)
+    +-- LogParseError               evidence input that cannot be read at all
+    +-- StoreError                  the event store: connect, schema, write
+    |   +-- SchemaVersionError      the database was written by a newer trainguard
+    +-- TelemetryError              metrics sources (Prometheus, OpenMetrics, Parquet)
+    +-- LaunchError                 starting or supervising training processes
+    +-- CheckpointError             checkpoint save / load / validation
+
+A user mistake raises one of these with a message that reads as one clear line; the CLI prints it
+and exits non-zero without a traceback.
+"""
+
+from __future__ import annotations
+
+
+class TrainguardError(Exception):
+    """Root of every error trainguard raises on purpose."""
+
+
+class ConfigError(TrainguardError):
+    """A configuration value or rule file is invalid."""
+
+
+class LogParseError(TrainguardError):
+    """Evidence input could not be read."""
+
+
+class StoreError(TrainguardError):
+    """The event store could not be opened, read or written."""
+
+
+class SchemaVersionError(StoreError):
+    """The store's schema is newer (or otherwise incompatible) than this trainguard."""
+
+
+class TelemetryError(TrainguardError):
+    """A telemetry source could not be read."""
+
+
+class LaunchError(TrainguardError):
+    """Training processes could not be launched or supervised."""
+
+
+class CheckpointError(TrainguardError):
+    """A checkpoint could not be saved, loaded or validated."""
+
+
+__all__ = [
+    "CheckpointError",
+    "ConfigError",
+    "LaunchError",
+    "LogParseError",
+    "SchemaVersionError",
+    "StoreError",
+    "TelemetryError",
+    "TrainguardError",
+]

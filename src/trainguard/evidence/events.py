@@ -1,0 +1,94 @@
+"""Failure evidence as typed, immutable events.
+
+A :class:`FailureEvent` is one piece of evidence (an XID line, an NCCL watchdog timeout, an OOM
+kill...) with where it came from and what it means. Every later stage (incidents, the store, the
+supervisor's decisions, the detector's ground truth) consumes these.
+
+    >>> ev = FailureEvent(category=Category.GPU_HARDWARE, action=Action.REBOOT_NODE,
+    ...                   severity=Severity.FATAL, signature="xid", summary="XID 79", xid=79)
+    >>> ev.to_dict()["xid"]
+    79
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from trainguard.taxonomy import Action, Category, Severity
+
+
+class TimeKind(StrEnum):
+    """How an event's time should be read."""
+
+    ABSOLUTE = "absolute"  # unix seconds (UTC)
+    RELATIVE = "relative"  # seconds since boot (`dmesg` without -T); not comparable across hosts
+    NONE = "none"
+
+
+@dataclass(frozen=True, slots=True)
+class EvidenceLine:
+    """One raw log line that supports an event."""
+
+    path: str
+    line_no: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class FailureEvent:
+    """One classified piece of failure evidence."""
+
+    category: Category
+    action: Action
+    severity: Severity
+    signature: str
+    """Id of the rule that matched (``xid``, ``nccl_watchdog_timeout``...)."""
+    summary: str
+    time: float | None = None
+    """Unix seconds when ``time_kind`` is absolute, seconds since boot when relative."""
+    time_kind: TimeKind = TimeKind.NONE
+    host: str | None = None
+    gpu_pci: str | None = None
+    """PCI bus id as written by the driver, normalized to ``0000:3b:00.0``."""
+    gpu_index: int | None = None
+    rank: int | None = None
+    xid: int | None = None
+    caused_by_xid: int | None = None
+    """For XID 43/45-style follow-ups: the primary XID the driver names."""
+    confidence: float = 1.0
+    fields: tuple[tuple[str, str], ...] = ()
+    """Named values the rule extracted (op type, sequence number, exit code...)."""
+    evidence: tuple[EvidenceLine, ...] = field(default_factory=tuple)
+
+    def field_value(self, name: str) -> str | None:
+        for key, value in self.fields:
+            if key == name:
+                return value
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "category": self.category.value,
+            "action": self.action.value,
+            "severity": self.severity.value,
+            "signature": self.signature,
+            "summary": self.summary,
+            "time": self.time,
+            "time_kind": self.time_kind.value,
+            "host": self.host,
+            "gpu": self.gpu_pci,
+            "gpu_index": self.gpu_index,
+            "rank": self.rank,
+            "xid": self.xid,
+            "caused_by_xid": self.caused_by_xid,
+            "confidence": round(self.confidence, 3),
+            "fields": dict(self.fields),
+            "evidence": [
+                {"path": e.path, "line": e.line_no, "text": e.text} for e in self.evidence
+            ],
+        }
+
+
+__all__ = ["EvidenceLine", "FailureEvent", "TimeKind"]
