@@ -1,0 +1,109 @@
+"""`trainguard logs ...`: classify failure evidence in log files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+from rich.table import Table
+
+from trainguard.cli.console import err, fail, out, stderr_is_tty, warn
+from trainguard.errors import TrainguardError
+from trainguard.evidence import Incident, ScanOptions, correlate, load_rules, scan_paths
+from trainguard.evidence.incidents import DEFAULT_WINDOW_S
+
+app = typer.Typer(help="Classify failure evidence in logs.", no_args_is_help=True)
+
+_PROGRESS_MIN_BYTES = 64 << 20
+
+
+@app.command("classify")
+def classify(
+    paths: Annotated[list[str], typer.Argument(
+        help="Log files, directories (recursive), .gz files, or - for stdin.")],
+    json_out: Annotated[bool, typer.Option("--json", help="One JSON object per incident.")] = False,
+    rules: Annotated[list[Path] | None, typer.Option(
+        "--rules", help="Extra signature file (TOML); tried before the built-in rules.")] = None,
+    host_from_path: Annotated[bool, typer.Option(
+        "--host-from-path", help="Name hosts after the file or its directory "
+        "(node17.log, node17/kern.log) when lines carry none.")] = False,
+    window: Annotated[float, typer.Option(
+        help="Seconds between events that still belong to one incident.", min=1.0)
+    ] = DEFAULT_WINDOW_S,
+    year: Annotated[int | None, typer.Option(
+        help="Year for timestamps that carry none (syslog, glog); default: file mtime year.",
+        min=1970, max=9999)] = None,
+    show_all: Annotated[bool, typer.Option(
+        "--all", help="Also list informational incidents (benign look-alikes).")] = False,
+    limit: Annotated[int, typer.Option(help="Rows in the terminal table (0 = all).", min=0)] = 20,
+) -> None:
+    """Classify failure logs into incidents (root cause, culprit, action), most important first.
+
+    Exit status: 0 when input was read (incidents found or not), 1 when no input could be read,
+    2 on usage errors.
+    """
+    try:
+        ruleset = load_rules(rules or [])
+    except TrainguardError as exc:
+        fail(str(exc), 2)
+    options = ScanOptions(host_from_path=host_from_path, default_year=year)
+    total = sum(Path(p).stat().st_size for p in paths if p != "-" and Path(p).is_file())
+    show_progress = stderr_is_tty() and total >= _PROGRESS_MIN_BYTES
+    if show_progress:
+        with Progress(TextColumn("[bold]scanning[/] {task.fields[file]}"), BarColumn(),
+                      DownloadColumn(), TransferSpeedColumn(), console=err,
+                      transient=True) as progress:
+            task = progress.add_task("scan", total=total, file="")
+            events, stats = scan_paths(
+                paths, ruleset, options,
+                on_file=lambda name, _size: progress.update(task, file=name),
+                on_progress=lambda n: progress.advance(task, n))
+    else:
+        events, stats = scan_paths(paths, ruleset, options)
+    for w in stats.warnings:
+        warn(f"{escape(w.path)}: {escape(w.message)}")
+    if stats.files_read == 0:
+        fail("no input could be read", 1)
+    incidents = correlate(events, ruleset, window_s=window, include_info=show_all)
+    if json_out:
+        for inc in incidents:
+            out.out(json.dumps(inc.to_dict(), ensure_ascii=False), highlight=False)
+        return
+    _print_table(incidents, limit)
+    mb = stats.bytes_read / 1e6
+    rate = mb / stats.seconds if stats.seconds > 0 else 0.0
+    err.print(f"{stats.files_read} file(s), {stats.lines_read:,} lines, {mb:,.1f} MB in "
+              f"{stats.seconds:.2f}s ({rate:,.0f} MB/s); {len(events)} event(s) -> "
+              f"{len(incidents)} incident(s)", highlight=False)
+
+
+def _print_table(incidents: list[Incident], limit: int) -> None:
+    if not incidents:
+        out.print("No failure incidents found.")
+        return
+    table = Table(title="Failure incidents (most important first)", show_lines=True)
+    for col in ("#", "category", "action", "sev", "where", "root cause", "related"):
+        table.add_column(col, overflow="fold")
+    shown = incidents if limit == 0 else incidents[:limit]
+    for n, inc in enumerate(shown, 1):
+        where = " ".join(x for x in (
+            inc.host or "",
+            f"gpu {inc.gpu}" if inc.gpu else (f"gpu {inc.gpu_index}"
+                                              if inc.gpu_index is not None else ""),
+            f"rank {inc.rank}" if inc.rank is not None else "",
+        ) if x) or "-"
+        ev = inc.root_cause.evidence[0] if inc.root_cause.evidence else None
+        root = escape(inc.root_cause.summary)
+        if ev is not None:
+            root += f"\n[dim]{escape(ev.path)}:{ev.line_no}[/]"
+        table.add_row(str(n), inc.category.value, inc.action.value, inc.severity.value,
+                      escape(where), root,
+                      f"{len(inc.related)} events, {len(inc.hosts)} hosts, "
+                      f"{len(inc.ranks)} ranks")
+    out.print(table)
+    if len(shown) < len(incidents):
+        out.print(f"... {len(incidents) - len(shown)} more (use --limit 0 or --json)")

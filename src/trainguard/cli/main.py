@@ -1,0 +1,57 @@
+"""The `trainguard` command."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Annotated
+
+import typer
+
+from trainguard import __version__
+from trainguard.cli import logs, xid
+from trainguard.cli.console import fail
+from trainguard.errors import TrainguardError
+
+app = typer.Typer(
+    name="trainguard",
+    help="Keep large multi-node training runs alive: detect, localize, recover, report.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.add_typer(logs.app, name="logs")
+app.add_typer(xid.app, name="xid")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"trainguard {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
+    version: Annotated[bool | None, typer.Option(
+        "--version", callback=_version, is_eager=True, help="Print the version.")] = None,
+) -> None:
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+
+
+def main() -> None:
+    """Console-script entry point: user errors become one line, never a traceback."""
+    try:
+        app()
+    except TrainguardError as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,157 @@
+"""Turn one candidate log line (plus context) into a :class:`FailureEvent`.
+
+Order of evidence for one line:
+1. NVRM Xid / NVSwitch SXid / fallen-off-the-bus reports (catalog-driven, ``xid.py``);
+2. the signature rules in precedence order (``rules.py``);
+3. nothing: the prefilter's keyword was a false alarm.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from trainguard.evidence.events import EvidenceLine, FailureEvent, TimeKind
+from trainguard.evidence.lineparse import LinePrefix
+from trainguard.evidence.rules import RuleMatch, RuleSet, render_summary
+from trainguard.evidence.xid import (
+    XidMatch,
+    normalize_pci,
+    parse_xid_line,
+    recovery_action_to_action,
+    xid_info,
+)
+from trainguard.taxonomy import Action, Category, Severity
+
+# XIDs that the driver logs *because* something else already failed (a killed context, a reset
+# channel): they are consequences and must not outrank the real cause in an incident.
+_CONSEQUENCE_XIDS = frozenset({43, 45})
+_APP_FAULT_XIDS = frozenset({13, 31})
+
+
+@dataclass(frozen=True, slots=True)
+class LineContext:
+    """Where a line came from and what its prefix said."""
+
+    path: str
+    line_no: int
+    prefix: LinePrefix
+    host_hint: str | None = None
+
+
+def _int(value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
+
+def _base_kwargs(ctx: LineContext, text: str) -> dict[str, object]:
+    p = ctx.prefix
+    return {
+        "time": p.time,
+        "time_kind": p.time_kind if p.time is not None else TimeKind.NONE,
+        "host": p.host or ctx.host_hint,
+        "rank": p.rank,
+        "gpu_index": p.gpu_index,
+        "evidence": (EvidenceLine(ctx.path, ctx.line_no, text[:2000]),),
+    }
+
+
+def event_from_xid(m: XidMatch, text: str, ctx: LineContext) -> FailureEvent:
+    kw = _base_kwargs(ctx, text)
+    fields: list[tuple[str, str]] = []
+    if m.switch:
+        fatal = m.switch_fatal is not False
+        return FailureEvent(
+            category=Category.NVLINK_INTERCONNECT,
+            action=Action.REBOOT_NODE if fatal else Action.NONE,
+            severity=Severity.FATAL if fatal else Severity.NON_FATAL,
+            signature="nvswitch_sxid", summary=f"NVSwitch SXid {m.xid}: {m.message}"[:300],
+            gpu_pci=m.pci, xid=None, confidence=0.9 if fatal else 0.6,
+            fields=(("sxid", str(m.xid)), ("switch_pci", m.pci)), **kw,  # type: ignore[arg-type]
+        )
+    info = xid_info(m.xid)
+    category, action, severity = info.category, info.action, info.severity
+    confidence = 0.95
+    if m.recovery_action is not None:  # XID 154 says what the GPU needs
+        action, severity = recovery_action_to_action(m.recovery_action)
+        fields.append(("recovery_action", m.recovery_action))
+    if m.xid in _CONSEQUENCE_XIDS:
+        confidence = 0.4
+    elif m.xid in _APP_FAULT_XIDS:
+        confidence = 0.7
+    if m.inferred:
+        confidence = 0.9
+        fields.append(("inferred_from", "fallen-off-the-bus message"))
+    if m.pid:
+        fields.append(("pid", m.pid))
+    if m.process:
+        fields.append(("process", m.process))
+    caused = f" (after XID {m.caused_by})" if m.caused_by else ""
+    msg = f": {m.message}" if m.message else ""
+    return FailureEvent(
+        category=category, action=action, severity=severity,
+        signature="xid_fallen_off_bus" if m.inferred else "xid",
+        summary=f"XID {m.xid} {info.name}{caused}{msg}"[:300],
+        gpu_pci=m.pci, xid=m.xid, caused_by_xid=m.caused_by, confidence=confidence,
+        fields=tuple(fields), **kw,  # type: ignore[arg-type]
+    )
+
+
+def event_from_rule(m: RuleMatch, text: str, ctx: LineContext,
+                    extra_fields: Sequence[tuple[str, str]] = ()) -> FailureEvent:
+    kw = _base_kwargs(ctx, text)
+    g = m.groups
+    rule = m.rule
+    if "host" in g:
+        kw["host"] = g["host"]
+    if (rank := _int(g.get("rank"))) is not None:
+        kw["rank"] = rank
+    if (gi := _int(g.get("gpu_index"))) is not None:
+        kw["gpu_index"] = gi
+    gpu_pci = normalize_pci(g["gpu_pci"]) if g.get("gpu_pci", "").count(":") >= 2 else None
+    category, action, severity, confidence = rule.category, rule.action, rule.severity, \
+        rule.confidence
+    exit_code = _int(g.get("exit_code"))
+    if rule.category is Category.UNKNOWN and exit_code is not None:
+        category, action, confidence = _category_from_exit_code(exit_code, category, action,
+                                                                confidence)
+    fields = tuple((k, v[:500]) for k, v in g.items()
+                   if k not in ("rank", "host", "gpu_pci", "gpu_index")) + tuple(extra_fields)
+    return FailureEvent(
+        category=category, action=action, severity=severity, signature=rule.id,
+        summary=render_summary(rule.summary, g)[:300], gpu_pci=gpu_pci,
+        xid=_int(g.get("xid")), confidence=confidence, fields=fields,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def _category_from_exit_code(code: int, category: Category, action: Action,
+                             confidence: float) -> tuple[Category, Action, float]:
+    """A launcher's exit code hints at the cause when nothing better is in the log."""
+    if code in (-9, 137):
+        return Category.OOM_HOST, Action.FIX_CONFIG, 0.35
+    if code in (-11, 139, -6, 134, -7, 135):
+        return Category.CUDA_SOFTWARE_BUG, Action.FIX_CODE, 0.25
+    if code in (1, 2):
+        return Category.USER_CODE_ERROR, Action.FIX_CODE, 0.2
+    return category, action, confidence
+
+
+def classify_line(rules: RuleSet, text: str, ctx: LineContext,
+                  following: Sequence[str] = ()) -> FailureEvent | None:
+    """Classify one line; ``None`` when no signature matches."""
+    if "Xid" in text or "fallen off the bus" in text:
+        xm = parse_xid_line(text)
+        if xm is not None:
+            return event_from_xid(xm, text, ctx)
+    rm = rules.match(text, following)
+    if rm is None:
+        return None
+    return event_from_rule(rm, text, ctx)
+
+
+__all__ = ["LineContext", "classify_line", "event_from_rule", "event_from_xid"]

@@ -1,0 +1,44 @@
+"""The event store: sessions, attempts, failure events, alerts, exclusions and checkpoints.
+
+SQLite by default (``--db PATH`` / ``$TRAINGUARD_DB`` / ``./trainguard.db``), PostgreSQL by URL
+for shared deployments (``pip install 'trainguard[postgres]'``).
+
+    >>> from trainguard.store import Store
+    >>> with Store.open(":memory:") as store:
+    ...     store.add_exclusion("node-7", reason="XID 79", created=0.0)
+    ...     sorted(store.active_excluded_nodes())
+    1
+    ['node-7']
+"""
+
+from __future__ import annotations
+
+from trainguard.store.connect import DB_ENV, DEFAULT_DB, resolve_db_url
+from trainguard.store.records import (
+    ALERT_KINDS,
+    AlertRecord,
+    AttemptRecord,
+    CheckpointRecord,
+    ExclusionRecord,
+    NodeRecord,
+    SessionRecord,
+)
+from trainguard.store.runs import RUNNING
+from trainguard.store.schema import SCHEMA_VERSION
+from trainguard.store.store import Store
+
+__all__ = [
+    "ALERT_KINDS",
+    "DB_ENV",
+    "DEFAULT_DB",
+    "RUNNING",
+    "SCHEMA_VERSION",
+    "AlertRecord",
+    "AttemptRecord",
+    "CheckpointRecord",
+    "ExclusionRecord",
+    "NodeRecord",
+    "SessionRecord",
+    "Store",
+    "resolve_db_url",
+]

@@ -1,0 +1,142 @@
+"""Immutable rows returned by :class:`~trainguard.store.Store` queries.
+
+Payload mappings (``attrs``, ``config``, ``exit_codes``...) are the decoded JSON columns; treat them
+as read-only. Times are unix seconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+ALERT_KINDS: tuple[str, ...] = ("predictive", "hard")
+"""Allowed values of :attr:`AlertRecord.kind`."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    """A node and its last known health."""
+
+    name: str
+    state: str | None
+    attrs: Mapping[str, Any]
+    first_seen: float | None
+    last_seen: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRecord:
+    """A training job, across all its launches."""
+
+    id: int
+    name: str
+    backend: str
+    """Launch backend (``local``, ``slurm``...)."""
+    external_id: str | None
+    """The scheduler's id for the job, when there is one."""
+    status: str
+    """``running`` until :meth:`Store.finish_session` records the final status."""
+    started: float
+    ended: float | None
+    config: Mapping[str, Any]
+
+    @property
+    def duration_s(self) -> float | None:
+        return None if self.ended is None else self.ended - self.started
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRecord:
+    """One launch of a session: who ran, how it ended and what the supervisor decided."""
+
+    id: int
+    session_id: int
+    index: int
+    """0 for the first launch, then 1, 2... within the session."""
+    nodes: tuple[str, ...]
+    started: float
+    ended: float | None
+    status: str
+    """``running`` until :meth:`Store.finish_attempt` records the outcome."""
+    automatic: bool
+    """False when an operator relaunched by hand (matters for MTTR)."""
+    resumed_from_step: int | None
+    failure_category: str | None
+    decision: str | None
+    excluded_nodes: tuple[str, ...]
+    exit_codes: Mapping[str, int | None]
+    """Per rank (or per node) exit status; None where the process never reported one."""
+    startup_phases: Mapping[str, float]
+    """Seconds spent in each startup phase (``rendezvous``, ``ckpt_load``...), in order."""
+    evidence: tuple[str, ...]
+    detail: Mapping[str, Any]
+
+    @property
+    def duration_s(self) -> float | None:
+        return None if self.ended is None else self.ended - self.started
+
+
+@dataclass(frozen=True, slots=True)
+class AlertRecord:
+    """A detector alert episode on one node."""
+
+    id: int
+    node: str
+    start: float
+    end: float | None
+    """None while the episode is still open."""
+    peak_score: float
+    kind: str
+    """One of :data:`ALERT_KINDS`."""
+    signals: tuple[Mapping[str, Any], ...]
+    """The metrics that drove the score: ``{"metric": ..., "gpu": ..., "deviation": ...}``."""
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class ExclusionRecord:
+    """A node taken out of scheduling, and when (if ever) it was put back."""
+
+    id: int
+    node: str
+    reason: str
+    source: str
+    created: float
+    released: float | None
+    evidence: tuple[str, ...]
+    session_id: int | None
+    attempt_id: int | None
+
+    @property
+    def active(self) -> bool:
+        return self.released is None
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointRecord:
+    """One checkpoint save and what it cost the training loop."""
+
+    id: int
+    session_id: int | None
+    attempt_id: int | None
+    step: int
+    path: str
+    created: float
+    size_bytes: int | None
+    save_s: float | None
+    """Wall time of the whole save, including background upload."""
+    blocking_s: float | None
+    """Time training was stalled by the save."""
+    ok: bool
+
+
+__all__ = [
+    "ALERT_KINDS",
+    "AlertRecord",
+    "AttemptRecord",
+    "CheckpointRecord",
+    "ExclusionRecord",
+    "NodeRecord",
+    "SessionRecord",
+]

@@ -1,0 +1,213 @@
+"""The event store's tables (SQLAlchemy Core) and their version.
+
+Conventions, so analytics can be written as plain SQL on either backend:
+
+- times are unix seconds as ``DOUBLE`` (``started``/``ended``/``created``/``released``/``time``);
+- everything a later query filters, groups or joins on is a real column (node, category, status,
+  step, durations); attempt membership and per-attempt exclusions are rows of
+  ``attempt_nodes``, not JSON;
+- ``JSON`` columns hold only open-ended payloads (per-rank exit codes, startup phases, alert
+  signals, evidence lines, rule-extracted fields, free-form config/detail/attrs).
+
+Bump :data:`SCHEMA_VERSION` on any change to these tables; a store refuses to open a database whose
+recorded version is newer than the one it was built with.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    Double,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+SCHEMA_VERSION = 1
+"""Version of the tables below, recorded in ``schema_version`` when a database is created."""
+
+# 64-bit ids on PostgreSQL; SQLite only auto-increments a column declared exactly INTEGER.
+_Id = BigInteger().with_variant(Integer(), "sqlite")
+# ``none_as_null``: a Python None is SQL NULL, not the JSON text 'null'.
+_Json = JSON(none_as_null=True)
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+
+def _fk(target: str) -> ForeignKey:
+    return ForeignKey(target, ondelete="CASCADE")
+
+
+schema_version = Table(
+    "schema_version",
+    metadata,
+    # A single row (id = 1) so concurrent openers cannot record two versions.
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("version", Integer, nullable=False),
+    Column("written", Double, nullable=False),
+    Column("written_by", String(64), nullable=False),
+    CheckConstraint("id = 1", name="single_row"),
+)
+
+nodes = Table(
+    "nodes",
+    metadata,
+    Column("name", String(255), primary_key=True),
+    Column("state", String(64)),
+    Column("attrs", _Json),
+    Column("first_seen", Double),
+    Column("last_seen", Double),
+)
+
+sessions = Table(
+    "sessions",
+    metadata,
+    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("name", String(255), nullable=False),
+    Column("backend", String(64), nullable=False),
+    Column("external_id", String(255)),
+    Column("status", String(64), nullable=False),
+    Column("started", Double, nullable=False),
+    Column("ended", Double),
+    Column("config", _Json),
+    Index(None, "started"),
+    Index(None, "external_id"),
+)
+
+attempts = Table(
+    "attempts",
+    metadata,
+    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("session_id", _Id, _fk("sessions.id"), nullable=False),
+    Column("attempt_index", Integer, nullable=False),
+    Column("automatic", Boolean, nullable=False),
+    Column("status", String(64), nullable=False),
+    Column("started", Double, nullable=False),
+    Column("ended", Double),
+    Column("resumed_from_step", BigInteger),
+    Column("failure_category", String(64)),
+    Column("decision", String(64)),
+    Column("exit_codes", _Json),
+    Column("startup_phases", _Json),
+    Column("evidence", _Json),
+    Column("detail", _Json),
+    UniqueConstraint("session_id", "attempt_index"),
+    Index(None, "started"),
+    Index(None, "failure_category"),
+)
+
+attempt_nodes = Table(
+    "attempt_nodes",
+    metadata,
+    Column("attempt_id", _Id, _fk("attempts.id"), primary_key=True),
+    # 'member': the attempt ran on the node; 'excluded': the attempt's outcome excluded it.
+    Column("role", String(16), primary_key=True),
+    Column("position", Integer, primary_key=True, autoincrement=False),
+    Column("node", String(255), nullable=False),
+    Index(None, "node"),
+)
+
+events = Table(
+    "events",
+    metadata,
+    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("session_id", _Id, _fk("sessions.id")),
+    Column("attempt_id", _Id, _fk("attempts.id")),
+    Column("category", String(64), nullable=False),
+    Column("action", String(64), nullable=False),
+    Column("severity", String(32), nullable=False),
+    Column("signature", String(255), nullable=False),
+    Column("summary", Text, nullable=False),
+    Column("time", Double),
+    Column("time_kind", String(16), nullable=False),
+    Column("host", String(255)),
+    Column("gpu_pci", String(32)),
+    Column("gpu_index", Integer),
+    Column("rank", Integer),
+    Column("xid", Integer),
+    Column("caused_by_xid", Integer),
+    Column("confidence", Double, nullable=False),
+    Column("fields", _Json),
+    Column("evidence", _Json),
+    Index(None, "host", "time"),
+    Index(None, "time"),
+    Index(None, "category"),
+    Index(None, "session_id"),
+)
+
+alerts = Table(
+    "alerts",
+    metadata,
+    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("node", String(255), nullable=False),
+    Column("kind", String(32), nullable=False),
+    Column("source", String(64), nullable=False),
+    Column("started", Double, nullable=False),
+    Column("ended", Double),
+    Column("peak_score", Double, nullable=False),
+    Column("signals", _Json),
+    Index(None, "node", "started"),
+    Index(None, "started"),
+)
+
+exclusions = Table(
+    "exclusions",
+    metadata,
+    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("node", String(255), nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("source", String(64), nullable=False),
+    Column("created", Double, nullable=False),
+    Column("released", Double),
+    Column("session_id", _Id, _fk("sessions.id")),
+    Column("attempt_id", _Id, _fk("attempts.id")),
+    Column("evidence", _Json),
+    Index(None, "node", "released"),
+)
+
+checkpoints = Table(
+    "checkpoints",
+    metadata,
+    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("session_id", _Id, _fk("sessions.id")),
+    Column("attempt_id", _Id, _fk("attempts.id")),
+    Column("step", BigInteger, nullable=False),
+    Column("path", Text, nullable=False),
+    Column("created", Double, nullable=False),
+    Column("size_bytes", BigInteger),
+    Column("save_s", Double),
+    Column("blocking_s", Double),
+    Column("ok", Boolean, nullable=False),
+    Index(None, "session_id", "step"),
+)
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "alerts",
+    "attempt_nodes",
+    "attempts",
+    "checkpoints",
+    "events",
+    "exclusions",
+    "metadata",
+    "nodes",
+    "schema_version",
+    "sessions",
+]

@@ -1,0 +1,201 @@
+"""Real servers for integration tests.
+
+``postgres_url`` starts a private PostgreSQL (Debian's ``postgresql`` package; install it with
+``scripts/sysdeps.sh``) on a loopback port and a temporary socket directory, once per test session.
+Without the server binaries the tests skip, except under ``CI=true`` where they fail so that CI
+cannot pass without having run them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import itertools
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NoReturn
+
+import pytest
+
+_PG_USER = "postgres"  # OS user to run the server as when tests run as root; also the DB superuser
+
+
+def _unavailable(reason: str) -> NoReturn:
+    if os.environ.get("CI", "").strip().lower() in ("true", "1", "yes"):
+        pytest.fail(f"{reason} (CI=true: integration servers are required)", pytrace=False)
+    pytest.skip(reason)
+
+
+def _find_pg_bindir() -> Path | None:
+    """The newest Debian PostgreSQL bin dir, else wherever initdb is on PATH."""
+
+    def major(path: str) -> float:
+        try:
+            return float(Path(path).parts[-3])
+        except ValueError:
+            return 0.0
+
+    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=major, reverse=True)
+    on_path = shutil.which("initdb")
+    for initdb in [*candidates, *([on_path] if on_path else [])]:
+        bindir = Path(initdb).parent
+        if (bindir / "pg_ctl").is_file() and os.access(bindir / "pg_ctl", os.X_OK):
+            return bindir
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass(frozen=True, slots=True)
+class PostgresServer:
+    """A running throwaway PostgreSQL server."""
+
+    host: str
+    port: int
+    user: str
+
+    def url(self, database: str) -> str:
+        return f"postgresql://{self.user}@{self.host}:{self.port}/{database}"
+
+    def create_database(self, name: str) -> str:
+        import psycopg
+
+        dsn = f"host={self.host} port={self.port} user={self.user} dbname=postgres"
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return self.url(name)
+
+
+def _run(cmd: list[str], *, as_user: list[str], what: str, log: Path | None = None) -> None:
+    proc = subprocess.run(
+        [*as_user, *cmd], capture_output=True, text=True, timeout=120, check=False
+    )
+    if proc.returncode != 0:
+        tail = log.read_text(errors="replace")[-2000:] if log and log.exists() else ""
+        pytest.fail(
+            f"{what} failed ({proc.returncode}): {proc.stdout}{proc.stderr}{tail}", pytrace=False
+        )
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    bindir = _find_pg_bindir()
+    if bindir is None:
+        _unavailable("PostgreSQL server binaries (initdb, pg_ctl) not found; run scripts/sysdeps.sh")
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        _unavailable("psycopg is not installed; pip install 'trainguard[postgres]'")
+
+    as_user: list[str] = []
+    owner: pwd.struct_passwd | None = None
+    if os.geteuid() == 0:  # initdb refuses to run as root
+        runuser = shutil.which("runuser")
+        try:
+            owner = pwd.getpwnam(_PG_USER)
+        except KeyError:
+            owner = None
+        if runuser is None or owner is None:
+            _unavailable(f"running as root needs runuser and an OS user {_PG_USER!r} for initdb")
+        as_user = [runuser, "-u", _PG_USER, "--"]
+
+    # Not pytest's tmp_path: its parents are mode 0700 for root, so the postgres user could not
+    # reach the data directory.
+    base = Path(tempfile.mkdtemp(prefix="trainguard-pg-"))
+    data, sockdir, log = base / "data", base / "sock", base / "server.log"
+    sockdir.mkdir()
+    if owner is not None:
+        for path in (base, sockdir):
+            os.chown(path, owner.pw_uid, owner.pw_gid)
+    pid: int | None = None
+    try:
+        _run(
+            [str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", _PG_USER,
+             "-E", "UTF8", "--locale=C", "--no-sync"],
+            as_user=as_user,
+            what="initdb",
+        )
+        port = 0
+        for attempt in itertools.count(1):
+            # fsync off etc.: a throwaway server, durability is irrelevant and slow.
+            port = _free_port()
+            options = (
+                f"-c listen_addresses=127.0.0.1 -p {port} -k {sockdir} "
+                "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+            )
+            proc = subprocess.run(
+                [*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-l", str(log),
+                 "-o", options, "-w", "-t", "60", "start"],
+                capture_output=True, text=True, timeout=120, check=False,
+            )
+            if proc.returncode == 0:
+                break
+            if attempt == 3:  # a port race is the only expected transient failure
+                tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+                pytest.fail(f"pg_ctl start failed: {proc.stdout}{proc.stderr}{tail}", pytrace=False)
+        pid = int((data / "postmaster.pid").read_text().split("\n", 1)[0])
+        yield PostgresServer(host="127.0.0.1", port=port, user=_PG_USER)
+    finally:
+        if pid is None:
+            with contextlib.suppress(ValueError, OSError):
+                pid = int((data / "postmaster.pid").read_text().split("\n", 1)[0])
+        if pid is not None:
+            subprocess.run(
+                [*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "-t",
+                 "30", "stop"],
+                capture_output=True, timeout=60, check=False,
+            )
+            _kill_if_alive(pid)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # the pid now belongs to someone else's process
+        return False
+    try:  # an exited server nobody has reaped yet is not alive
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _kill_if_alive(pid: int) -> None:
+    """Last resort after ``pg_ctl stop``: give the postmaster 5 s, then SIGKILL it."""
+    deadline = time.monotonic() + 5
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if _alive(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="session")
+def postgres_url(postgres_server: PostgresServer) -> str:
+    """``postgresql://postgres@127.0.0.1:<port>/trainguard_test`` on the private server."""
+    return postgres_server.create_database("trainguard_test")
+
+
+_fresh_db_numbers = itertools.count()
+
+
+@pytest.fixture
+def fresh_postgres_url(postgres_server: PostgresServer) -> str:
+    """A new, empty database on the private server for each test."""
+    return postgres_server.create_database(f"trainguard_t{next(_fresh_db_numbers)}")
