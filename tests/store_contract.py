@@ -7,6 +7,7 @@ assertions run in ``tests/unit/store`` (SQLite) and ``tests/integration`` (a rea
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -50,7 +51,9 @@ def full_event(**overrides: object) -> FailureEvent:
         # order and a repeated key must survive
         "fields": (("op", "ALLREDUCE"), ("seq", "1234"), ("op", "BROADCAST"), ("empty", "")),
         "evidence": (
-            EvidenceLine(path="/var/log/kern.log", line_no=42, text="NVRM: Xid (PCI:0000:3b:00): 79"),
+            EvidenceLine(
+                path="/var/log/kern.log", line_no=42, text="NVRM: Xid (PCI:0000:3b:00): 79"
+            ),
             EvidenceLine(path="rank17.log", line_no=7, text="ünïcode ✓ 'quotes' \"dq\""),
         ),
     }
@@ -100,7 +103,10 @@ def check_sessions(url: str) -> None:
         old = store.create_session("old", backend="local", started=T0 - 100)
         store.finish_session(old, status="succeeded", ended=T0 - 50)
         sid = store.create_session(
-            "llama-70b", backend="slurm", started=T0, config={"nodes": 4, "tags": ["a"]},
+            "llama-70b",
+            backend="slurm",
+            started=T0,
+            config={"nodes": 4, "tags": ["a"]},
             external_id="812345",
         )
         assert store.sessions()[1] == SessionRecord(
@@ -120,7 +126,11 @@ def check_attempts(url: str) -> None:
         sid = store.create_session("job", backend="slurm", started=T0)
         first = store.create_attempt(sid, index=0, nodes=["n3", "n1", "n2"], started=T0)
         second = store.create_attempt(
-            sid, index=1, nodes=["n1", "n2", "n4"], started=T0 + 100, automatic=False,
+            sid,
+            index=1,
+            nodes=["n1", "n2", "n4"],
+            started=T0 + 100,
+            automatic=False,
             resumed_from_step=1200,
         )
         store.finish_attempt(
@@ -137,10 +147,19 @@ def check_attempts(url: str) -> None:
         )
         records = store.attempts(sid)
         assert records[0] == AttemptRecord(
-            id=first, session_id=sid, index=0, nodes=("n3", "n1", "n2"), started=T0,
-            ended=T0 + 90, status="failed", automatic=True, resumed_from_step=None,
-            failure_category="gpu_hardware", decision="exclude_and_restart",
-            excluded_nodes=("n3",), exit_codes={"0": 0, "1": -9, "2": None},
+            id=first,
+            session_id=sid,
+            index=0,
+            nodes=("n3", "n1", "n2"),
+            started=T0,
+            ended=T0 + 90,
+            status="failed",
+            automatic=True,
+            resumed_from_step=None,
+            failure_category="gpu_hardware",
+            decision="exclude_and_restart",
+            excluded_nodes=("n3",),
+            exit_codes={"0": 0, "1": -9, "2": None},
             startup_phases={"rendezvous": 4.5, "ckpt_load": 12.25, "first_step": 30.0},
             evidence=("n3: XID 79", "rank 2: NCCL watchdog timeout"),
             detail={"policy": "xid-fatal", "retry": 1},
@@ -148,10 +167,22 @@ def check_attempts(url: str) -> None:
         assert list(records[0].startup_phases) == ["rendezvous", "ckpt_load", "first_step"]
         assert records[0].duration_s == 90
         assert records[1] == AttemptRecord(
-            id=second, session_id=sid, index=1, nodes=("n1", "n2", "n4"), started=T0 + 100,
-            ended=None, status="running", automatic=False, resumed_from_step=1200,
-            failure_category=None, decision=None, excluded_nodes=(), exit_codes={},
-            startup_phases={}, evidence=(), detail={},
+            id=second,
+            session_id=sid,
+            index=1,
+            nodes=("n1", "n2", "n4"),
+            started=T0 + 100,
+            ended=None,
+            status="running",
+            automatic=False,
+            resumed_from_step=1200,
+            failure_category=None,
+            decision=None,
+            excluded_nodes=(),
+            exit_codes={},
+            startup_phases={},
+            evidence=(),
+            detail={},
         )
         other = store.create_session("other", backend="local", started=T0)
         store.create_attempt(other, index=0, nodes=[], started=T0)
@@ -175,12 +206,17 @@ def check_attempts(url: str) -> None:
 def check_events(url: str) -> None:
     full = full_event()
     minimal = FailureEvent(
-        category=Category.UNKNOWN, action=Action.NONE, severity=Severity.INFO,
-        signature="s", summary="",
+        category=Category.UNKNOWN,
+        action=Action.NONE,
+        severity=Severity.INFO,
+        signature="s",
+        summary="",
     )
     relative = full_event(time=12.5, time_kind=TimeKind.RELATIVE, host="node-4")
     late = full_event(
-        time=T0 + 500, category=Category.NCCL_TIMEOUT_HANG, action=Action.RESTART_JOB,
+        time=T0 + 500,
+        category=Category.NCCL_TIMEOUT_HANG,
+        action=Action.RESTART_JOB,
         severity=Severity.NON_FATAL,
     )
     with Store.open(url) as store:
@@ -201,7 +237,7 @@ def check_events(url: str) -> None:
 
 
 def check_alerts(url: str) -> None:
-    signals = [
+    signals: list[dict[str, Any]] = [
         {"metric": "gpu_temp", "gpu": 3, "deviation": 4.25},
         {"metric": "xid_count", "gpu": None, "deviation": 12.0},
     ]
@@ -209,8 +245,9 @@ def check_alerts(url: str) -> None:
         closed = store.add_alert(
             node="n1", start=T0, end=T0 + 300, peak_score=0.93, kind="predictive", signals=signals
         )
-        open_ = store.add_alert(node="n2", start=T0 + 10, end=None, peak_score=1.0, kind="hard",
-                                source="xid-watch")
+        open_ = store.add_alert(
+            node="n2", start=T0 + 10, end=None, peak_score=1.0, kind="hard", source="xid-watch"
+        )
         assert store.alerts() == [
             AlertRecord(closed, "n1", T0, T0 + 300, 0.93, "predictive", tuple(signals), "detector"),
             AlertRecord(open_, "n2", T0 + 10, None, 1.0, "hard", (), "xid-watch"),
@@ -227,7 +264,11 @@ def check_exclusions(url: str) -> None:
         sid = store.create_session("job", backend="slurm", started=T0)
         aid = store.create_attempt(sid, index=0, nodes=["n1", "n2"], started=T0)
         first = store.add_exclusion(
-            "n1", reason="XID 79", created=T0, evidence=["kern.log:42 Xid 79"], session_id=sid,
+            "n1",
+            reason="XID 79",
+            created=T0,
+            evidence=["kern.log:42 Xid 79"],
+            session_id=sid,
             attempt_id=aid,
         )
         store.add_exclusion("n1", reason="ECC", created=T0 + 1, source="operator")
@@ -241,11 +282,15 @@ def check_exclusions(url: str) -> None:
 
         rows = store.exclusions()
         assert [(e.node, e.released, e.active) for e in rows] == [
-            ("n1", T0 + 100, False), ("n1", T0 + 100, False), ("n2", None, True),
+            ("n1", T0 + 100, False),
+            ("n1", T0 + 100, False),
+            ("n2", None, True),
         ]
         assert rows[0].id == first
         assert (rows[0].evidence, rows[0].session_id, rows[0].attempt_id) == (
-            ("kern.log:42 Xid 79",), sid, aid,
+            ("kern.log:42 Xid 79",),
+            sid,
+            aid,
         )
         assert (rows[1].source, rows[1].evidence, rows[1].session_id) == ("operator", (), None)
 
@@ -260,16 +305,23 @@ def check_checkpoints(url: str) -> None:
         aid = store.create_attempt(sid, index=0, nodes=["n1"], started=T0)
         big = 5 * 2**40  # bytes beyond 32 bits
         c1 = store.add_checkpoint(
-            session_id=sid, attempt_id=aid, step=3_000_000_000, path="s3://b/ckpt/step-1",
-            created=T0 + 10, size_bytes=big, save_s=41.5, blocking_s=2.25,
+            session_id=sid,
+            attempt_id=aid,
+            step=3_000_000_000,
+            path="s3://b/ckpt/step-1",
+            created=T0 + 10,
+            size_bytes=big,
+            save_s=41.5,
+            blocking_s=2.25,
         )
         c2 = store.add_checkpoint(
             session_id=None, attempt_id=None, step=0, path="/tmp/c", created=T0, ok=False
         )
         assert store.checkpoints() == [
             CheckpointRecord(c2, None, None, 0, "/tmp/c", T0, None, None, None, False),
-            CheckpointRecord(c1, sid, aid, 3_000_000_000, "s3://b/ckpt/step-1", T0 + 10, big,
-                             41.5, 2.25, True),
+            CheckpointRecord(
+                c1, sid, aid, 3_000_000_000, "s3://b/ckpt/step-1", T0 + 10, big, 41.5, 2.25, True
+            ),
         ]
         assert [c.id for c in store.checkpoints(sid)] == [c1]
 

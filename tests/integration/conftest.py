@@ -80,35 +80,42 @@ class PostgresServer:
         return self.url(name)
 
 
-def _run(cmd: list[str], *, as_user: list[str], what: str, log: Path | None = None) -> None:
-    proc = subprocess.run(
-        [*as_user, *cmd], capture_output=True, text=True, timeout=120, check=False
-    )
-    if proc.returncode != 0:
-        tail = log.read_text(errors="replace")[-2000:] if log and log.exists() else ""
-        pytest.fail(
-            f"{what} failed ({proc.returncode}): {proc.stdout}{proc.stderr}{tail}", pytrace=False
-        )
+def _run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+
+
+def _failed(what: str, proc: subprocess.CompletedProcess[str], log: Path) -> NoReturn:
+    tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+    output = f"{proc.stdout}{proc.stderr}{tail}"
+    pytest.fail(f"{what} failed ({proc.returncode}):\n{output}", pytrace=False)
+
+
+def _postmaster_pid(data: Path) -> int | None:
+    try:
+        return int((data / "postmaster.pid").read_text().split("\n", 1)[0])
+    except (OSError, ValueError):
+        return None
 
 
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer]:
+    """Start a private PostgreSQL on 127.0.0.1:<free port>; stop it (by PID) at the end."""
     bindir = _find_pg_bindir()
     if bindir is None:
-        _unavailable("PostgreSQL server binaries (initdb, pg_ctl) not found; run scripts/sysdeps.sh")
+        _unavailable(
+            "PostgreSQL server binaries (initdb, pg_ctl) not found: run scripts/sysdeps.sh"
+        )
     try:
         import psycopg  # noqa: F401
     except ImportError:
-        _unavailable("psycopg is not installed; pip install 'trainguard[postgres]'")
+        _unavailable("psycopg is not installed: pip install 'trainguard[postgres]'")
 
     as_user: list[str] = []
     owner: pwd.struct_passwd | None = None
     if os.geteuid() == 0:  # initdb refuses to run as root
         runuser = shutil.which("runuser")
-        try:
+        with contextlib.suppress(KeyError):
             owner = pwd.getpwnam(_PG_USER)
-        except KeyError:
-            owner = None
         if runuser is None or owner is None:
             _unavailable(f"running as root needs runuser and an OS user {_PG_USER!r} for initdb")
         as_user = [runuser, "-u", _PG_USER, "--"]
@@ -121,44 +128,29 @@ def postgres_server() -> Iterator[PostgresServer]:
     if owner is not None:
         for path in (base, sockdir):
             os.chown(path, owner.pw_uid, owner.pw_gid)
-    pid: int | None = None
+    initdb = [*as_user, str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", _PG_USER]
+    pg_ctl = [*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-w", "-t", "60"]
     try:
-        _run(
-            [str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", _PG_USER,
-             "-E", "UTF8", "--locale=C", "--no-sync"],
-            as_user=as_user,
-            what="initdb",
-        )
-        port = 0
-        for attempt in itertools.count(1):
-            # fsync off etc.: a throwaway server, durability is irrelevant and slow.
+        proc = _run([*initdb, "-E", "UTF8", "--locale=C", "--no-sync"])
+        if proc.returncode != 0:
+            _failed("initdb", proc, log)
+        for attempt in range(3):  # a port taken between probing and binding is worth a retry
             port = _free_port()
+            # A throwaway server: durability is irrelevant, and fsync is slow.
             options = (
                 f"-c listen_addresses=127.0.0.1 -p {port} -k {sockdir} "
                 "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
             )
-            proc = subprocess.run(
-                [*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-l", str(log),
-                 "-o", options, "-w", "-t", "60", "start"],
-                capture_output=True, text=True, timeout=120, check=False,
-            )
+            proc = _run([*pg_ctl, "-l", str(log), "-o", options, "start"])
             if proc.returncode == 0:
                 break
-            if attempt == 3:  # a port race is the only expected transient failure
-                tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
-                pytest.fail(f"pg_ctl start failed: {proc.stdout}{proc.stderr}{tail}", pytrace=False)
-        pid = int((data / "postmaster.pid").read_text().split("\n", 1)[0])
+            if attempt == 2:
+                _failed("pg_ctl start", proc, log)
         yield PostgresServer(host="127.0.0.1", port=port, user=_PG_USER)
     finally:
-        if pid is None:
-            with contextlib.suppress(ValueError, OSError):
-                pid = int((data / "postmaster.pid").read_text().split("\n", 1)[0])
+        pid = _postmaster_pid(data)
         if pid is not None:
-            subprocess.run(
-                [*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "-t",
-                 "30", "stop"],
-                capture_output=True, timeout=60, check=False,
-            )
+            _run([*pg_ctl, "-m", "fast", "stop"])
             _kill_if_alive(pid)
         shutil.rmtree(base, ignore_errors=True)
 

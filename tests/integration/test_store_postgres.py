@@ -58,5 +58,7 @@ def test_concurrent_first_open_creates_schema_once(fresh_postgres_url: str) -> N
 
 def test_missing_database_is_one_line_store_error(postgres_url: str) -> None:
     url = postgres_url.rsplit("/", 1)[0] + "/no_such_db"
-    with pytest.raises(StoreError, match='cannot open store .*database "no_such_db" does not'):
+    with pytest.raises(
+        StoreError, match=r'cannot open store .*database "no_such_db" does not exist'
+    ):
         Store.open(url)

@@ -15,13 +15,14 @@ from trainguard.evidence.events import EvidenceLine, FailureEvent, TimeKind
 from trainguard.evidence.lineparse import LinePrefix
 from trainguard.evidence.rules import RuleMatch, RuleSet, render_summary
 from trainguard.evidence.xid import (
+    FALLEN_OFF_START,
     XidMatch,
     normalize_pci,
     parse_xid_line,
     recovery_action_to_action,
     xid_info,
 )
-from trainguard.taxonomy import Action, Category, Severity
+from trainguard.taxonomy import SEVERITY_RANK, Action, Category, Severity
 
 # XIDs that the driver logs *because* something else already failed (a killed context, a reset
 # channel): they are consequences and must not outrank the real cause in an incident.
@@ -79,7 +80,14 @@ def event_from_xid(m: XidMatch, text: str, ctx: LineContext) -> FailureEvent:
     if m.recovery_action is not None:  # XID 154 says what the GPU needs
         action, severity = recovery_action_to_action(m.recovery_action)
         fields.append(("recovery_action", m.recovery_action))
-    if m.xid in _CONSEQUENCE_XIDS:
+    if m.caused_by is not None and m.caused_by not in _CONSEQUENCE_XIDS:
+        # "45 ... caused by previous Xid 149": the primary XID says what actually broke.
+        primary = xid_info(m.caused_by)
+        if primary.severity is not Severity.INFO or severity is Severity.INFO:
+            category, action = primary.category, primary.action
+            severity = max(severity, primary.severity, key=lambda s: SEVERITY_RANK[s])
+        confidence = 0.75
+    elif m.xid in _CONSEQUENCE_XIDS:
         confidence = 0.4
     elif m.xid in _APP_FAULT_XIDS:
         confidence = 0.7
@@ -96,7 +104,7 @@ def event_from_xid(m: XidMatch, text: str, ctx: LineContext) -> FailureEvent:
         category=category, action=action, severity=severity,
         signature="xid_fallen_off_bus" if m.inferred else "xid",
         summary=f"XID {m.xid} {info.name}{caused}{msg}"[:300],
-        gpu_pci=m.pci, xid=m.xid, caused_by_xid=m.caused_by, confidence=confidence,
+        gpu_pci=m.pci or None, xid=m.xid, caused_by_xid=m.caused_by, confidence=confidence,
         fields=tuple(fields), **kw,  # type: ignore[arg-type]
     )
 
@@ -144,7 +152,13 @@ def _category_from_exit_code(code: int, category: Category, action: Action,
 def classify_line(rules: RuleSet, text: str, ctx: LineContext,
                   following: Sequence[str] = ()) -> FailureEvent | None:
     """Classify one line; ``None`` when no signature matches."""
-    if "Xid" in text or "fallen off the bus" in text:
+    if "Xid" in text or "XID" in text or "fallen off the bus" in text \
+            or FALLEN_OFF_START in text:
+        if FALLEN_OFF_START in text and "fallen off" not in text:
+            text_joined = " ".join((text, *following[:3]))
+            xm = parse_xid_line(text_joined)
+            if xm is not None and xm.inferred:
+                return event_from_xid(xm, text, ctx)
         xm = parse_xid_line(text)
         if xm is not None:
             return event_from_xid(xm, text, ctx)

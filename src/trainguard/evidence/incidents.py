@@ -114,9 +114,9 @@ def event_priority(ev: FailureEvent, rules: RuleSet | None = None) -> int:
     """How likely this event is to be a cause rather than a consequence."""
     if ev.xid is not None and ev.signature.startswith("xid") and ev.confidence <= 0.4:
         return _CONSEQUENCE_XID_PRIORITY
-    if rules is not None and (rule := rules.by_id.get(ev.signature)) is not None:
-        if rule.category is ev.category:
-            return rule.priority
+    rule = rules.by_id.get(ev.signature) if rules is not None else None
+    if rule is not None and rule.category is ev.category:
+        return rule.priority
     return CATEGORY_PRIORITY[ev.category]
 
 

@@ -53,7 +53,8 @@ _DMESG_T = re.compile(
     r"(?P<hms>\d\d:\d\d:\d\d) (?P<year>\d{4})\]")
 _DMESG_REL = re.compile(r"^\[ *(?P<sec>\d+\.\d+)\]")
 _GLOG = re.compile(
-    r"\[?[IWEF](?P<mon>\d\d)(?P<day>\d\d) (?P<hms>\d\d:\d\d:\d\d)(?:\.(?P<frac>\d+))? +\d+ [\w./-]+:\d+\]")
+    r"\[?[IWEF](?P<mon>\d\d)(?P<day>\d\d) (?P<hms>\d\d:\d\d:\d\d)(?:\.(?P<frac>\d+))?"
+    r" +\d+ [\w./-]+:\d+\]")
 
 _RANK_PREFIXES = (
     re.compile(r"^\[(?:rank|Rank |RANK )(?P<rank>\d+)\]:?"),

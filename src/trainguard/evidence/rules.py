@@ -33,7 +33,8 @@ except ImportError:  # pragma: no cover - exercised only where the wheel is miss
     _re2 = None
 
 # Built-in, code-driven signatures (see xid.py); listed so keywords reach the prefilter.
-XID_KEYWORDS: tuple[str, ...] = ("NVRM: Xid", "SXid", "fallen off the bus", "NVRM: GPU at PCI")
+XID_KEYWORDS: tuple[str, ...] = ("NVRM: Xid", "SXid", "fallen off the bus", "NVRM: GPU at PCI",
+                                 "The NVIDIA GPU", "Xid=", "XID error")
 TRACEBACK_KEYWORD = "Traceback (most recent call last)"
 _KNOWN_GROUPS = frozenset({"rank", "host", "gpu_pci", "gpu_index", "xid", "exit_code"})
 
@@ -98,7 +99,8 @@ def _parse_rule(raw: dict[str, Any], where: str) -> Rule:
         raise ConfigError(f"{where}: each [[rule]] must be a table")
     rid = raw.get("id")
     if not isinstance(rid, str) or not re.fullmatch(r"[a-z0-9_.-]+", rid):
-        raise ConfigError(f"{where}: rule id must be lowercase letters, digits, _ . - (got {rid!r})")
+        raise ConfigError(
+            f"{where}: rule id must be lowercase letters, digits, _ . - (got {rid!r})")
     where = f"{where}: rule {rid!r}"
     unknown = set(raw) - {"id", "category", "action", "severity", "confidence", "priority",
                           "keywords", "keywords_case", "pattern", "ignore_case", "lines_after",

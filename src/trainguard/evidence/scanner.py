@@ -30,6 +30,7 @@ from trainguard.evidence.classify import LineContext, classify_line, event_from_
 from trainguard.evidence.events import EvidenceLine, FailureEvent
 from trainguard.evidence.lineparse import parse_prefix, shift_year_if_future, utc_year_of
 from trainguard.evidence.rules import TRACEBACK_KEYWORD, RuleSet
+from trainguard.evidence.xid import FALLEN_OFF_START
 from trainguard.taxonomy import Action, Category, Severity
 
 CHUNK_BYTES = 4 << 20
@@ -184,7 +185,8 @@ class _FileScan:
                              else ())
 
     def _needs_after(self, text: str) -> bool:
-        return any(r.lines_after and r.keyword_rx.search(text) for r in self.rules.rules)
+        return FALLEN_OFF_START in text or any(
+            r.lines_after and r.keyword_rx.search(text) for r in self.rules.rules)
 
     def traceback(self, line_no: int, header: str, after: list[str]) -> FailureEvent | None:
         """Read a traceback forward to its exception line and classify that line."""
@@ -406,7 +408,7 @@ def _peek(stream: BinaryIO) -> tuple[BinaryIO, bytes] | None:
     first = stream.read(8192)
     if b"\x00" in first:
         return None
-    return _Prepend(first, stream), first
+    return _Prepend(first, stream), first  # type: ignore[return-value]
 
 
 class _Prepend(io.RawIOBase):

@@ -39,6 +39,9 @@ class XidInfo:
 _MEMORY_XIDS = frozenset({48, 63, 64, 92, 94, 95, 140, 156, 157})
 _NVLINK_XIDS = frozenset({74, *range(144, 151), 155})
 _APP_XIDS = frozenset({8, 11, 13, 31, 32, 43, 45, 68, 69})
+# 13 (graphics engine exception) and 31 (MMU fault) are bad addresses in the application's own
+# kernels: restarting reproduces them, the code (or the library it calls) needs fixing.
+_APP_FAULT_XIDS = frozenset({13, 31})
 _GSP_XIDS = frozenset({119, 120, 62, 143, 158})
 
 _ACTION_FROM_NVIDIA: dict[str, Action] = {
@@ -83,6 +86,8 @@ def _classify(xid: int, nvidia_action: str, fatal: bool) -> tuple[Category, Acti
         return Category.NVLINK_INTERCONNECT, action, severity
     if xid in _APP_XIDS:
         # 13/31/43/45 are most often the application's own fault (bad address, killed context).
+        if xid in _APP_FAULT_XIDS:
+            action = Action.FIX_CODE
         return Category.CUDA_SOFTWARE_BUG, action, severity
     if xid in _GSP_XIDS or nvidia_action in ("RESTART_BM", "RESET_GPU", "CHECK_MECHANICALS"):
         return Category.GPU_HARDWARE, action, severity
@@ -126,22 +131,30 @@ def xid_info(xid: int) -> XidInfo:
 # "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus."
 # Variants: ".0" function suffix, no "PCI:" prefix, pid='<unknown>', no pid/name at all.
 XID_LINE = re.compile(
-    r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)\):"
-    r" *(?P<xid>\d+)(?:,(?P<msg>.*))?")
+    r"NVRM: Xid \((?:PCI:)?(?P<pci>[^)]{0,40})\): *(?P<xid>\d+)(?:,(?P<msg>.*))?")
+# Other tools quote the XID: k8s-device-plugin "XidCriticalError: Xid=94 on Device=GPU-...",
+# DCGM / health checkers "Xid=79", "XID error 79".
+XID_OTHER = re.compile(
+    r"\bXid=(?P<xid>\d+)(?: on Device=(?P<dev>\S+?);?(?:\s|$))?|\bXID (?:error|Error) (?P<xid2>\d+)")
+_PCI_OK = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?$")
 _PID = re.compile(r"^\s*pid=(?P<pid>'?<?[\w]*>?'?|\d+)\s*(?:,\s*name=(?P<name>[^,]*))?,?\s*")
 _PREVIOUS = re.compile(r"(?:caused by|due to) previous Xid[ :]*(?P<prev>\d+)", re.IGNORECASE)
 _RECOVERY = re.compile(
-    r"recovery action changed from 0x[0-9a-f]+ \((?P<old>[^)]*)\) to 0x[0-9a-f]+ \((?P<new>[^)]*)\)",
+    r"recovery action changed from 0x[0-9a-f]+ \((?P<old>[^)]*)\)"
+    r" to 0x[0-9a-f]+ \((?P<new>[^)]*)\)",
     re.IGNORECASE)
 SXID_LINE = re.compile(
     r"nvidia-nvswitch(?P<sw>\d+): SXid \((?:PCI:)?(?P<pci>[0-9A-Fa-f:.]+)\): *(?P<sxid>\d+),"
     r" *(?P<sev>Non-fatal|Fatal)?,?\s*(?P<msg>.*)", re.IGNORECASE)
 # The multi-line fallen-off-the-bus report carries no Xid number.
 FALLEN_OFF = re.compile(
-    r"NVRM: (?:GPU (?P<pci1>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?): GPU"
+    r"(?:GPU (?P<pci1>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?): GPU"
     r"|The NVIDIA GPU (?P<pci2>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)"
-    r"(?: \(PCI ID: [0-9a-f:]+\))? installed in this system)"
-    r" has fallen off the bus")
+    r"\s*(?:NVRM:\s*)?(?:\(PCI ID: [0-9a-fA-F:]+\))?\s*installed in this system)"
+    r"\s*(?:NVRM:\s*)?has\s*(?:NVRM:\s*)?fallen off the bus"
+    r"|NVRM: (?:GPU has )?fallen off the bus")
+# The driver splits this report over several lines; the scanner joins them before matching.
+FALLEN_OFF_START = "The NVIDIA GPU"
 GPU_UUID_LINE = re.compile(
     r"NVRM: GPU at PCI:(?P<pci>[0-9A-Fa-f:.]+): (?P<uuid>GPU-[0-9a-f-]{36})")
 
@@ -176,6 +189,8 @@ class XidMatch:
 def parse_xid_line(line: str) -> XidMatch | None:
     """Parse one line; ``None`` when it is not an XID report."""
     if m := XID_LINE.search(line):
+        pci_text = m.group("pci").strip()
+        pci = normalize_pci(pci_text) if _PCI_OK.match(pci_text) else ""
         msg = (m.group("msg") or "").strip()
         pid = name = None
         if pm := _PID.match(msg):
@@ -183,7 +198,7 @@ def parse_xid_line(line: str) -> XidMatch | None:
             msg = msg[pm.end():].strip()
         prev = _PREVIOUS.search(msg)
         rec = _RECOVERY.search(msg)
-        return XidMatch(int(m.group("xid")), normalize_pci(m.group("pci")), msg, pid, name,
+        return XidMatch(int(m.group("xid")), pci, msg, pid, name,
                         int(prev.group("prev")) if prev else None,
                         rec.group("new").strip() if rec else None)
     if s := SXID_LINE.search(line):
@@ -193,7 +208,11 @@ def parse_xid_line(line: str) -> XidMatch | None:
                         switch_fatal=None if not sev else sev == "fatal")
     if f := FALLEN_OFF.search(line):
         pci = f.group("pci1") or f.group("pci2")
-        return XidMatch(79, normalize_pci(pci), "GPU has fallen off the bus", inferred=True)
+        return XidMatch(79, normalize_pci(pci) if pci else "", "GPU has fallen off the bus",
+                        inferred=True)
+    if o := XID_OTHER.search(line):
+        return XidMatch(int(o.group("xid") or o.group("xid2")), "", line.strip()[:200],
+                        process=o.group("dev"))
     return None
 
 

@@ -117,7 +117,7 @@ def test_unwritable_directory_is_a_store_error(tmp_path: Path) -> None:
     else:
         locked = tmp_path / "locked"
         locked.mkdir(mode=0o500)
-    with pytest.raises(StoreError, match="cannot open store .*: unable to open database file"):
+    with pytest.raises(StoreError, match=r"cannot open store .*: unable to open database file"):
         Store.open(str(locked / "trainguard-test.db"))
 
 
