@@ -96,6 +96,9 @@ def check_nodes(url: str) -> None:
             NodeRecord("node-a", None, {"gpus": 4}, None, None),
             NodeRecord("node-b", "suspect", {"gpus": 8, "driver": "550.54"}, T0, T0 + 60),
         ]
+        long = "x" * 1000  # no length limits: both backends keep long names and states
+        store.upsert_node(long, state=long)
+        assert store.nodes()[-1] == NodeRecord(long, long, {}, None, None)
 
 
 def check_sessions(url: str) -> None:

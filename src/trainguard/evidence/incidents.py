@@ -236,7 +236,8 @@ def _build(cluster: list[FailureEvent], rules: RuleSet | None) -> Incident:
                               ("elastic_child_failed", "slurm_task_exit")), None)
     rank = root.rank if root.rank is not None else next(
         (e.rank for e in ranked if e.rank is not None and e.signature in
-         ("elastic_child_failed", "slurm_task_exit")), None)
+         ("elastic_child_failed", "slurm_task_exit") and (host is None or e.host == host)),
+        None)
     if host is None and len(hosts) == 1:
         host = hosts[0]
     return Incident(root, related, min(times) if times else None, max(times) if times else None,

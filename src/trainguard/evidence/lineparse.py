@@ -132,7 +132,7 @@ def parse_prefix(line: str, year: int) -> LinePrefix:
                                mt.group("hms"), None)
     elif mr := _DMESG_REL.match(rest):
         return LinePrefix(float(mr.group("sec")), TimeKind.RELATIVE, None, rank, None)
-    if time is None and (mg := _GLOG.search(rest[:64])):
+    if time is None and (mg := _GLOG.search(rest[:200])):
         time = _from_parts(year, int(mg.group("mon")), int(mg.group("day")),
                            mg.group("hms"), mg.group("frac"))
     if time is not None:

@@ -8,7 +8,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from trainguard.evidence.events import FailureEvent
+from trainguard.evidence.events import FailureEvent, TimeKind
 from trainguard.store import schema
 from trainguard.store.codec import (
     attempt_from_row,
@@ -183,7 +183,7 @@ class RunsMixin(StoreCore):
         if host is not None:
             query = query.where(t.c.host == host)
         if since is not None:
-            query = query.where(t.c.time_kind == "absolute", t.c.time >= since)
+            query = query.where(t.c.time_kind == TimeKind.ABSOLUTE.value, t.c.time >= since)
         if session_id is not None:
             query = query.where(t.c.session_id == session_id)
         if attempt_id is not None:
