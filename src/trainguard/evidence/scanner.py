@@ -89,9 +89,11 @@ def host_from_path(path: str, root: str | None = None) -> str | None:
             name = name[: -len(suffix)]
     if name and not _GENERIC_NAMES.match(name):
         return name
+    # The directory names the host for generic file names (node17/kern.log), except for files
+    # lying directly in a directory argument (its name is the collection, not a host).
     parent = p.parent.name
-    if parent and parent not in (".", "/") and (root is None or Path(root).name != parent
-                                                 or Path(root) == p.parent):
+    if parent and parent not in (".", "/", "..") and (root is None or
+                                                      Path(root).resolve() != p.parent.resolve()):
         return parent
     return None
 

@@ -1,0 +1,112 @@
+"""Benchmark: `trainguard logs classify` vs `grep -E -c` over the same pattern set.
+
+Issue #2's target: >= 100 MB/s and >= 1/3 of grep's speed on one core; memory flat as the file
+grows (streaming). Every tool runs pinned to one core (taskset) on a page-cache-warm file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks.genlog import generate
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "bench-data"
+
+
+@dataclass(frozen=True)
+class Run:
+    name: str
+    seconds: float
+    max_rss_mb: float
+    output: str
+
+
+def _run(name: str, argv: list[str]) -> Run:
+    pin = ["taskset", "-c", "0"] if shutil.which("taskset") else []
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([*pin, *argv], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    out = b""
+    assert proc.stdout is not None
+    for chunk in iter(lambda: proc.stdout.read(1 << 20), b""):  # type: ignore[union-attr]
+        out += chunk[-4096:] if len(out) > 1 << 20 else chunk
+    _, status, usage = os.wait4(proc.pid, 0)
+    dt = time.perf_counter() - t0
+    if os.waitstatus_to_exitcode(status) not in (0, 1):
+        raise SystemExit(f"{name} failed with status {status}")
+    return Run(name, dt, usage.ru_maxrss / 1024, out.decode(errors="replace"))
+
+
+def _ere(keyword: str) -> str:
+    """Our prefilter keywords are RE2 syntax; GNU ERE understands them after small rewrites."""
+    return keyword.replace("(?:", "(").replace("\\d", "[0-9]")
+
+
+def pattern_files(tmp: Path) -> tuple[Path, Path]:
+    """The combined pattern set, for grep -E (keywords) and grep -P (full rule regexes)."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from trainguard.evidence.rules import TRACEBACK_KEYWORD, XID_KEYWORDS, load_rules
+
+    rules = load_rules()
+    kws = [k for r in rules.rules for k in r.keywords]
+    kws += [re.escape(k) for k in (*XID_KEYWORDS, TRACEBACK_KEYWORD)]
+    ere = tmp / "keywords.ere"
+    ere.write_text("\n".join(_ere(k) for k in kws) + "\n")
+    full = [re.sub(r"\(\?P<\w+>", "(?:", r.pattern.pattern) for r in rules.rules]
+    pcre = tmp / "patterns.pcre"
+    pcre.write_text("|".join(f"(?:{p})" for p in full))
+    return ere, pcre
+
+
+def bench(size_gb: float) -> list[dict[str, object]]:
+    path = DATA / f"mixed-{size_gb:g}g.log"
+    size = int(size_gb * (1 << 30))
+    if not path.exists() or path.stat().st_size < size:
+        print(f"generating {path} ({size_gb:g} GiB)...", file=sys.stderr)
+        generate(path, size)
+    actual = path.stat().st_size
+    ere, pcre = pattern_files(DATA)
+    subprocess.run(["cat", str(path)], stdout=subprocess.DEVNULL, check=True)  # warm the cache
+    tg = ROOT / ".venv" / "bin" / "trainguard"
+    env_c = {"LC_ALL": "C"}
+    runs = [
+        _run("trainguard logs classify --json", [str(tg), "logs", "classify", "--json",
+                                                 str(path)]),
+        _run("grep -E -i -c -f keywords (same prefilter set)",
+             ["env", *(f"{k}={v}" for k, v in env_c.items()), "grep", "-E", "-i", "-c", "-f",
+              str(ere), str(path)]),
+        _run("grep -P -c (full rule regexes, one alternation)",
+             ["env", *(f"{k}={v}" for k, v in env_c.items()), "grep", "-P", "-c", "-f",
+              str(pcre), str(path)]),
+    ]
+    lines = int(subprocess.run(["wc", "-l", str(path)], capture_output=True, text=True,
+                               check=True).stdout.split()[0])
+    base = runs[1].seconds
+    rows = []
+    for r in runs:
+        rows.append({"tool": r.name, "size_mb": actual / 1e6, "seconds": r.seconds,
+                     "mb_s": actual / 1e6 / r.seconds, "lines_s": lines / r.seconds,
+                     "max_rss_mb": r.max_rss_mb, "speed_vs_grep_E": base / r.seconds})
+    return rows
+
+
+def main() -> None:
+    sizes = [float(x) for x in os.environ.get("BENCH_SIZES_GB", "0.5,2").split(",")]
+    print(f"{'file':>7} {'tool':<50} {'MB/s':>8} {'lines/s':>12} {'peak RSS MB':>12} "
+          f"{'vs grep -E':>10}")
+    for size in sizes:
+        for row in bench(size):
+            print(f"{size:>6g}G {row['tool']!s:<50} {row['mb_s']:>8.0f} {row['lines_s']:>12,.0f}"
+                  f" {row['max_rss_mb']:>12.0f} {row['speed_vs_grep_E']:>10.2f}")
+    print("targets: trainguard >= 100 MB/s and >= 0.33 x grep -E; peak RSS flat across sizes")
+
+
+if __name__ == "__main__":
+    main()
