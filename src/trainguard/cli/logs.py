@@ -13,7 +13,15 @@ from rich.table import Table
 
 from trainguard.cli.console import err, fail, out, stderr_is_tty, warn
 from trainguard.errors import TrainguardError
-from trainguard.evidence import Incident, ScanOptions, correlate, load_rules, scan_paths
+from trainguard.evidence import (
+    FailureEvent,
+    Incident,
+    ScanOptions,
+    TimeKind,
+    correlate,
+    load_rules,
+    scan_paths,
+)
 from trainguard.evidence.incidents import DEFAULT_WINDOW_S
 
 app = typer.Typer(help="Classify failure evidence in logs.", no_args_is_help=True)
@@ -40,6 +48,9 @@ def classify(
     show_all: Annotated[bool, typer.Option(
         "--all", help="Also list informational incidents (benign look-alikes).")] = False,
     limit: Annotated[int, typer.Option(help="Rows in the terminal table (0 = all).", min=0)] = 20,
+    db: Annotated[str | None, typer.Option(
+        "--db", help="Also record the events (and their hosts) in this store: a SQLite path or "
+        "a postgresql:// URL. Without it nothing is written.")] = None,
 ) -> None:
     """Classify failure logs into incidents (root cause, culprit, action), most important first.
 
@@ -69,6 +80,8 @@ def classify(
     if stats.files_read == 0:
         fail("no input could be read", 1)
     incidents = correlate(events, ruleset, window_s=window, include_info=show_all)
+    if db is not None:
+        _record(db, events)
     if json_out:
         for inc in incidents:
             out.out(json.dumps(inc.to_dict(), ensure_ascii=False), highlight=False)
@@ -79,6 +92,21 @@ def classify(
     err.print(f"{stats.files_read} file(s), {stats.lines_read:,} lines, {mb:,.1f} MB in "
               f"{stats.seconds:.2f}s ({rate:,.0f} MB/s); {len(events)} event(s) -> "
               f"{len(incidents)} incident(s)", highlight=False)
+
+
+def _record(db: str, events: list[FailureEvent]) -> None:
+    from trainguard.store import Store
+
+    try:
+        with Store.open(db) as store:
+            for host in sorted({e.host for e in events if e.host}):
+                last = max((e.time for e in events if e.host == host and e.time is not None
+                            and e.time_kind is TimeKind.ABSOLUTE), default=None)
+                store.upsert_node(host, seen=last)
+            n = store.add_events(events)
+            err.print(f"recorded {n} event(s) in {store.url}", highlight=False)
+    except TrainguardError as exc:
+        fail(str(exc), 1)
 
 
 def _print_table(incidents: list[Incident], limit: int) -> None:

@@ -1,0 +1,75 @@
+"""Acceptance: the classifier on real log excerpts from public GitHub issues.
+
+tests/data/realworld/ holds ~120 excerpts people pasted into issue threads (PyTorch, NCCL,
+DeepSpeed, vLLM, NVIDIA driver/operator trackers, Slurm sites) labelled with the thread's
+diagnosis (see its README). The first incident must agree with the diagnosis for >= 85% of the
+cases (category) and >= 75% (action); every NVRM Xid line must yield its XID number.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainguard.evidence import correlate, load_rules, scan_paths
+
+CORPUS = Path(__file__).resolve().parents[2] / "data" / "realworld"
+LABELS = [json.loads(line) for line in (CORPUS / "labels.jsonl").read_text().splitlines()
+          if line.strip()]
+
+
+def _first_incident(path: Path) -> tuple[str, str, set[int]]:
+    rules = load_rules()
+    events, _ = scan_paths([str(path)], rules)
+    incidents = correlate(events, rules)
+    xids = {e.xid for e in events if e.signature == "xid" and e.xid is not None}
+    if not incidents:
+        return "unknown", "none", xids
+    return incidents[0].category.value, incidents[0].action.value, xids
+
+
+@pytest.fixture(scope="module")
+def results() -> list[tuple[dict[str, object], tuple[str, str, set[int]]]]:
+    return [(lab, _first_incident(CORPUS / str(lab["file"]))) for lab in LABELS]
+
+
+def test_corpus_is_substantial() -> None:
+    assert len(LABELS) >= 100
+    assert len({lab["category"] for lab in LABELS}) >= 13
+
+
+def test_category_agreement(results: list[tuple[dict[str, object], tuple[str, str, set[int]]]]
+                            ) -> None:
+    misses = [f"{lab['file']}: want {lab['category']} got {got[0]}" for lab, got in results
+              if got[0] != lab["category"]]
+    rate = 1 - len(misses) / len(results)
+    assert rate >= 0.85, f"category agreement {rate:.1%}:\n" + "\n".join(misses)
+
+
+def test_action_agreement(results: list[tuple[dict[str, object], tuple[str, str, set[int]]]]
+                          ) -> None:
+    misses = [f"{lab['file']}: want {lab['action']} got {got[1]}" for lab, got in results
+              if got[1] != lab["action"]]
+    rate = 1 - len(misses) / len(results)
+    assert rate >= 0.75, f"action agreement {rate:.1%}:\n" + "\n".join(misses)
+
+
+def test_every_nvrm_xid_line_yields_its_number(
+        results: list[tuple[dict[str, object], tuple[str, str, set[int]]]]) -> None:
+    for lab, (_, _, xids) in results:
+        want = set(lab.get("xids", []))  # type: ignore[arg-type]
+        assert want <= xids, f"{lab['file']}: XIDs {sorted(want - xids)} not extracted"
+
+
+def test_cli_does_not_crash_on_any_case() -> None:
+    proc = subprocess.run([sys.executable, "-m", "trainguard.cli.main", "logs", "classify",
+                           "--json", str(CORPUS / "cases")], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    for line in proc.stdout.splitlines():
+        json.loads(line)
