@@ -188,23 +188,23 @@ def test_classify_without_paths_is_a_usage_error() -> None:
 
 
 @pytest.mark.parametrize(
-    ("name", "text", "expected"),
+    ("text", "expected"),
     [
-        ("invalid TOML", "[[rule]\nid = 'x'\n", "not valid TOML"),
-        ("unknown category",
-         "[[rule]]\nid = 'x'\ncategory = 'gremlins'\nkeywords = ['x']\npattern = 'x'\n",
-         "category"),
-        ("bad regex",
-         "[[rule]]\nid = 'x'\ncategory = 'storage_io'\nkeywords = ['x']\npattern = 'x(('\n",
-         "not a valid regex"),
-        ("missing keywords",
-         "[[rule]]\nid = 'x'\ncategory = 'storage_io'\npattern = 'x'\n", "keywords"),
-        ("unknown key",
-         "[[rule]]\nid = 'x'\ncategory = 'storage_io'\nkeywords = ['x']\npattern = 'x'\n"
-         "severty = 'info'\n", "severty"),
+        pytest.param("[[rule]\nid = 'x'\n", "not valid TOML", id="invalid-toml"),
+        pytest.param(
+            "[[rule]]\nid = 'x'\ncategory = 'gremlins'\nkeywords = ['x']\npattern = 'x'\n",
+            "category", id="unknown-category"),
+        pytest.param(
+            "[[rule]]\nid = 'x'\ncategory = 'storage_io'\nkeywords = ['x']\npattern = 'x(('\n",
+            "not a valid regex", id="bad-regex"),
+        pytest.param("[[rule]]\nid = 'x'\ncategory = 'storage_io'\npattern = 'x'\n", "keywords",
+                     id="missing-keywords"),
+        pytest.param(
+            "[[rule]]\nid = 'x'\ncategory = 'storage_io'\nkeywords = ['x']\npattern = 'x'\n"
+            "severty = 'info'\n", "severty", id="unknown-key"),
     ],
 )
-def test_bad_rules_file_is_one_error_line_and_exit_2(tmp_path: Path, name: str, text: str,
+def test_bad_rules_file_is_one_error_line_and_exit_2(tmp_path: Path, text: str,
                                                      expected: str) -> None:
     rules = tmp_path / "site-rules.toml"
     rules.write_text(text)

@@ -15,8 +15,7 @@ from typing import Any
 
 import pytest
 
-from trainguard.evidence import ScanOptions, ScanWarning, load_rules, scan_paths
-from trainguard.evidence import scanner
+from trainguard.evidence import ScanOptions, ScanWarning, load_rules, scan_paths, scanner
 from trainguard.evidence.scanner import host_from_path
 from trainguard.taxonomy import Category
 
