@@ -7,7 +7,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import bench_classify  # noqa: E402
+from benchmarks import bench_classify
 
 if __name__ == "__main__":
     print("== log classification (issue #2) ==")

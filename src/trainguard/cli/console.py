@@ -8,21 +8,28 @@ from typing import NoReturn
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 # Rich falls back to 80 columns when stdout is not a terminal; tables of log lines need more.
 _WIDTH = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "160"))
 out = Console(highlight=False, soft_wrap=False, width=_WIDTH)
-err = Console(stderr=True, highlight=False)
+# soft_wrap: an error or warning stays one line however narrow the (non-)terminal is.
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _one_line(message: str) -> str:
+    return "; ".join(part.strip() for part in message.splitlines() if part.strip())
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
     """One clear line on stderr and a non-zero exit, never a traceback."""
-    err.print(f"[bold red]error:[/] {message}", markup=True, highlight=False)
+    err.print(Text.assemble(("error: ", "bold red"), _one_line(message)))
     raise typer.Exit(code)
 
 
 def warn(message: str) -> None:
-    err.print(f"[yellow]warning:[/] {message}", markup=True, highlight=False)
+    """One warning line on stderr; ``message`` is plain text (no markup)."""
+    err.print(Text.assemble(("warning: ", "yellow"), _one_line(message)))
 
 
 def stderr_is_tty() -> bool:

@@ -76,7 +76,7 @@ def classify(
     else:
         events, stats = scan_paths(paths, ruleset, options)
     for w in stats.warnings:
-        warn(f"{escape(w.path)}: {escape(w.message)}")
+        warn(f"{w.path}: {w.message}")
     if stats.files_read == 0:
         fail("no input could be read", 1)
     incidents = correlate(events, ruleset, window_s=window, include_info=show_all)

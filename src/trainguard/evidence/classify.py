@@ -8,6 +8,7 @@ Order of evidence for one line:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -28,6 +29,8 @@ from trainguard.taxonomy import SEVERITY_RANK, Action, Category, Severity
 # channel): they are consequences and must not outrank the real cause in an incident.
 _CONSEQUENCE_XIDS = frozenset({43, 45})
 _APP_FAULT_XIDS = frozenset({13, 31})
+_SELF_GRADED_XIDS = frozenset(range(144, 151))
+_NONFATAL_WORD = re.compile(r"\bNon-?fatal\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,11 +68,15 @@ def event_from_xid(m: XidMatch, text: str, ctx: LineContext) -> FailureEvent:
     kw = _base_kwargs(ctx, text)
     fields: list[tuple[str, str]] = []
     if m.switch:
-        fatal = m.switch_fatal is not False
+        # The driver prints each SXid as a "Fatal"/"Non-fatal" line plus "Data {...}" and
+        # "Severity N ..." companions that name no severity: those are details, not new errors.
+        fatal = m.switch_fatal is True
+        companion = m.switch_fatal is None
         return FailureEvent(
             category=Category.NVLINK_INTERCONNECT,
             action=Action.REBOOT_NODE if fatal else Action.NONE,
-            severity=Severity.FATAL if fatal else Severity.NON_FATAL,
+            severity=Severity.FATAL if fatal else (Severity.INFO if companion
+                                                   else Severity.NON_FATAL),
             signature="nvswitch_sxid", summary=f"NVSwitch SXid {m.xid}: {m.message}"[:300],
             gpu_pci=m.pci, xid=None, confidence=0.9 if fatal else 0.6,
             fields=(("sxid", str(m.xid)), ("switch_pci", m.pci)), **kw,  # type: ignore[arg-type]
@@ -77,6 +84,9 @@ def event_from_xid(m: XidMatch, text: str, ctx: LineContext) -> FailureEvent:
     info = xid_info(m.xid)
     category, action, severity = info.category, info.action, info.severity
     confidence = 0.95
+    if info.xid in _SELF_GRADED_XIDS and _NONFATAL_WORD.search(m.message):
+        # NVLink5 XIDs grade themselves in the message: a corrected link error needs no reboot.
+        action, severity = Action.NONE, Severity.NON_FATAL
     if m.recovery_action is not None:  # XID 154 says what the GPU needs
         action, severity = recovery_action_to_action(m.recovery_action)
         fields.append(("recovery_action", m.recovery_action))

@@ -52,9 +52,11 @@ _DMESG_T = re.compile(
     r"^\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?P<mon>\w{3}) +(?P<day>\d{1,2}) "
     r"(?P<hms>\d\d:\d\d:\d\d) (?P<year>\d{4})\]")
 _DMESG_REL = re.compile(r"^\[ *(?P<sec>\d+\.\d+)\]")
+# glog / c10 logging: "E1121 12:01:02.123456 1234 file.cpp:10]"; PyTorch >= 2.4 prints
+# "E321 02:07:08.408271257 file.cpp:607]" (unpadded month, nanoseconds, no thread id).
 _GLOG = re.compile(
-    r"\[?[IWEF](?P<mon>\d\d)(?P<day>\d\d) (?P<hms>\d\d:\d\d:\d\d)(?:\.(?P<frac>\d+))?"
-    r" +\d+ [\w./-]+:\d+\]")
+    r"\[?[IWEF](?P<md>\d{3,4}) (?P<hms>\d\d:\d\d:\d\d)(?:\.(?P<frac>\d+))?"
+    r"(?: +\d+)? [\w./-]+:\d+\]")
 
 _RANK_PREFIXES = (
     re.compile(r"^\[(?:rank|Rank |RANK )(?P<rank>\d+)\]:?"),
@@ -62,12 +64,19 @@ _RANK_PREFIXES = (
     re.compile(r"^\[\d+,(?P<rank>\d+)\]<std(?:out|err)>:"),
     re.compile(r"^(?P<rank>\d{1,5}): "),
 )
-_NCCL_HOST = re.compile(r"(?:^|\s|\])(?P<host>[A-Za-z][\w.-]*):\d+:\d+ \[(?P<dev>\d+)\] NCCL ")
+_NCCL_HOST = re.compile(
+    r"(?:^|\s|\]:?)(?P<host>[A-Za-z][\w.-]*):\d+:\d+ \[(?P<dev>\d+)\] (?:[\w/.-]+:\d+ )?NCCL ")
+# torchrun's prefix after a collector's timestamp: "2026-...Z [rank5]: ..."
+_RANK_PREFIX_INNER = re.compile(r"(?:^|\s)\[(?:rank|default)(?P<rank>\d+)\]:")
 _RANK_ANYWHERE = re.compile(r"\[(?:Rank|rank) (?P<rank>\d+)\]|\brank(?:=| )(?P<rank2>\d+)\b")
+
+
+_FRACTION = re.compile(r"(\.\d{6})\d+")
 
 
 def _tz_or_utc(ts: str) -> str:
     ts = ts.replace(",", ".").replace(" ", "T", 1)
+    ts = _FRACTION.sub(r"\1", ts)  # nanoseconds (kubectl, journald) -> microseconds
     if ts.endswith("Z"):
         return ts[:-1] + "+00:00"
     # "+0000" -> "+00:00" for fromisoformat on 3.11
@@ -133,13 +142,16 @@ def parse_prefix(line: str, year: int) -> LinePrefix:
     elif mr := _DMESG_REL.match(rest):
         return LinePrefix(float(mr.group("sec")), TimeKind.RELATIVE, None, rank, None)
     if time is None and (mg := _GLOG.search(rest[:200])):
-        time = _from_parts(year, int(mg.group("mon")), int(mg.group("day")),
-                           mg.group("hms"), mg.group("frac"))
+        md = mg.group("md")
+        time = _from_parts(year, int(md[:-2]), int(md[-2:]), mg.group("hms"),
+                           (mg.group("frac") or "")[:6] or None)
     if time is not None:
         kind = TimeKind.ABSOLUTE
     if host is not None and (host.endswith(":") or not _valid_host(host)):
         host = None
 
+    if rank is None and (mp := _RANK_PREFIX_INNER.search(line[:160])):
+        rank = int(mp.group("rank"))
     if mn := _NCCL_HOST.search(line):
         host = host or mn.group("host")
         gpu_index = int(mn.group("dev"))

@@ -45,6 +45,7 @@ _GENERIC_NAMES = re.compile(
     re.IGNORECASE)
 _RANK_PREFIX = re.compile(r"^(?:\[(?:rank|default)\d+\]:|\[\d+,\d+\]<std(?:out|err)>:|\d{1,5}: )")
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
+_EXC_NAME = re.compile(r"(?:Error|Exception|Exit|Interrupt|Failure|Warning)$")
 _EXC_LINE = re.compile(r"^(?P<exc_type>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*)(?::\s?(?P<message>.*))?$")
 
 
@@ -134,11 +135,19 @@ def _open(path: str) -> tuple[BinaryIO, float | None]:
     return f, mtime
 
 
-def _strip_rank_prefix(line: str) -> tuple[str, str]:
+def _strip_rank_prefix(line: str, indent: int | None = None) -> tuple[str, str, int]:
+    """Split a launcher's rank prefix off; keep the body's own indentation.
+
+    ``indent`` is how many spaces the launcher put after its prefix (taken from the traceback
+    header); only those are removed, so frame lines stay indented relative to the header.
+    """
     m = _RANK_PREFIX.match(line)
     if not m:
-        return "", line
-    return m.group(0), line[m.end():].lstrip()
+        return "", line, 0
+    body = line[m.end():]
+    pad = len(body) - len(body.lstrip(" ")) if indent is None else indent
+    cut = min(pad, len(body) - len(body.lstrip(" ")))
+    return m.group(0), body[cut:], pad
 
 
 class _FileScan:
@@ -183,8 +192,15 @@ class _FileScan:
         if TRACEBACK_KEYWORD in text:
             return self.traceback(line_no, text, following(_TRACEBACK_MAX_LINES))
         ctx = self.context(line_no, text)
-        return classify_line(self.rules, text, ctx, following(200) if self._needs_after(text)
-                             else ())
+        after = following(200) if self._needs_after(text) else []
+        ev = classify_line(self.rules, text, ctx, after)
+        if ev is not None and FALLEN_OFF_START in text and "fallen off" not in text:
+            # The driver's report continues on the next lines; they are part of this event.
+            for offset, cont in enumerate(after[:3], start=1):
+                self.consumed.add(line_no + offset)
+                if "fallen off" in cont:
+                    break
+        return ev
 
     def _needs_after(self, text: str) -> bool:
         return FALLEN_OFF_START in text or any(
@@ -192,10 +208,10 @@ class _FileScan:
 
     def traceback(self, line_no: int, header: str, after: list[str]) -> FailureEvent | None:
         """Read a traceback forward to its exception line and classify that line."""
-        prefix, _ = _strip_rank_prefix(header)
+        prefix, _, pad = _strip_rank_prefix(header)
         last_frame: str | None = None
         for offset, raw in enumerate(after, start=1):
-            p, body = _strip_rank_prefix(raw)
+            p, body, _ = _strip_rank_prefix(raw, pad)
             if p != prefix:
                 continue  # another rank's interleaved output
             if not body.strip() or body.startswith((" ", "\t")) or body.startswith("^"):
@@ -205,7 +221,8 @@ class _FileScan:
             if body.startswith(("Traceback", "During handling", "The above exception")):
                 continue
             exc = _EXC_LINE.match(body.strip())
-            if exc is None:
+            if exc is None or (exc.group("message") is None
+                               and not _EXC_NAME.search(exc.group("exc_type"))):
                 continue
             exc_no = line_no + offset
             self.consumed.add(exc_no)
@@ -249,15 +266,18 @@ def scan_stream(stream: BinaryIO, fs: _FileScan, on_progress: Callable[[int], No
     carry = b""
     line_base = 1  # line number of carry[0]
     skipping_long = False
+    failed = False
     while True:
-        try:
-            data = stream.read(CHUNK_BYTES)
-        except (EOFError, OSError, zlib.error, gzip.BadGzipFile) as exc:
-            fs.warn(f"read error after line {line_base}: {exc}; the rest of the file is skipped")
-            data = b""
-            eof = True
+        if failed:
+            data, error = b"", None
         else:
-            eof = len(data) == 0
+            data, error = _read_chunk(stream, CHUNK_BYTES)
+        if error is not None:
+            # A truncated .gz or a failing disk: keep what was read, report the rest as lost.
+            near = line_base + carry.count(b"\n")
+            fs.warn(f"read error near line {near}: {error}; the rest of the file is skipped")
+            failed = True
+        eof = len(data) == 0
         stats.bytes_read += len(data)
         if on_progress is not None and data:
             on_progress(len(data))
@@ -267,6 +287,7 @@ def scan_stream(stream: BinaryIO, fs: _FileScan, on_progress: Callable[[int], No
                 continue
             data = data[nl + 1:] if nl >= 0 else b""
             line_base += 1
+            stats.lines_read += 1
             skipping_long = False
         buf = carry + data if carry else data
         if not buf:
@@ -292,6 +313,7 @@ def scan_stream(stream: BinaryIO, fs: _FileScan, on_progress: Callable[[int], No
                         continue
                     buf = buf[nl + 1:]
                     line_base += 1
+                    stats.lines_read += 1
                 cut = buf.rfind(b"\n", 0, max(0, len(buf) - LOOKAHEAD_BYTES)) + 1
                 if cut == 0:
                     carry = buf
@@ -303,6 +325,22 @@ def scan_stream(stream: BinaryIO, fs: _FileScan, on_progress: Callable[[int], No
         carry = buf[cut:]
         if eof:
             break
+
+
+def _read_chunk(stream: BinaryIO, size: int) -> tuple[bytes, Exception | None]:
+    """Read up to ``size`` bytes in 64 KiB pieces so a failure loses at most one piece."""
+    parts: list[bytes] = []
+    got = 0
+    while got < size:
+        try:
+            piece = stream.read(min(1 << 16, size - got))
+        except (EOFError, OSError, zlib.error, gzip.BadGzipFile) as exc:
+            return b"".join(parts), exc
+        if not piece:
+            break
+        parts.append(piece)
+        got += len(piece)
+    return b"".join(parts), None
 
 
 def _scan_region(fs: _FileScan, prefilter: object, buf: bytes, cut: int, line_base: int

@@ -70,6 +70,9 @@ _ADVICE: dict[Action, str] = {
     Action.RESTART_JOB: "Usually caused by the application: restart the job. If it repeats on the "
     "same GPU with different jobs, treat it as hardware.",
     Action.EXCLUDE_NODE: "Exclude the node from scheduling and have it inspected.",
+    Action.FIX_CODE: "Almost always the application's own fault (a bad address in a kernel): fix "
+    "the code or the library version; restarting repeats it. If different jobs hit it on the "
+    "same GPU, treat it as hardware.",
     Action.FIX_CONFIG: "Update the driver/firmware or fix the configuration named in the message.",
     Action.NONE: "Informational or a consequence of an earlier XID: look for the primary error.",
 }
@@ -135,7 +138,8 @@ XID_LINE = re.compile(
 # Other tools quote the XID: k8s-device-plugin "XidCriticalError: Xid=94 on Device=GPU-...",
 # DCGM / health checkers "Xid=79", "XID error 79".
 XID_OTHER = re.compile(
-    r"\bXid=(?P<xid>\d+)(?: on Device=(?P<dev>\S+?);?(?:\s|$))?|\bXID (?:error|Error) (?P<xid2>\d+)")
+    r"\bXid=(?P<xid>\d+)(?: on Device=(?P<dev>\S+?);?(?:\s|$))?"
+    r"|\bXID (?:error|Error) (?P<xid2>\d+)")
 _PCI_OK = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?$")
 _PID = re.compile(r"^\s*pid=(?P<pid>'?<?[\w]*>?'?|\d+)\s*(?:,\s*name=(?P<name>[^,]*))?,?\s*")
 _PREVIOUS = re.compile(r"(?:caused by|due to) previous Xid[ :]*(?P<prev>\d+)", re.IGNORECASE)

@@ -52,7 +52,7 @@ def _assert_one_error_line(result: Result) -> None:
 
 
 def test_command_walk_finds_the_known_commands() -> None:
-    assert {("logs", "classify"), ("xid", "explain"), ("xid", "list")} <= set(COMMANDS)
+    assert set(COMMANDS) >= {("logs", "classify"), ("xid", "explain"), ("xid", "list")}
 
 
 @pytest.mark.parametrize("path", COMMANDS, ids=[" ".join(p) or "trainguard" for p in COMMANDS])
@@ -102,7 +102,7 @@ def test_classify_json_is_one_object_per_incident(tmp_path: Path) -> None:
     rows = [json.loads(line) for line in result.stdout.splitlines()]
     assert len(rows) == 2
     for row in rows:
-        assert JSON_KEYS <= set(row)
+        assert set(row) >= JSON_KEYS
         assert isinstance(row["related"], list)
         assert isinstance(row["root_cause"], dict)
     assert [r["category"] for r in rows] == ["gpu_hardware", "oom_gpu"]
@@ -328,7 +328,7 @@ def test_xid_list_json() -> None:
     assert result.exit_code == 0
     rows = [json.loads(line) for line in result.stdout.splitlines()]
     assert [r["xid"] for r in rows] == list(xid_catalog())
-    assert {"xid", "name", "category", "action", "severity"} <= set(rows[0])
+    assert set(rows[0]) >= {"xid", "name", "category", "action", "severity"}
 
 
 # --- the installed entry point -----------------------------------------------------------------

@@ -15,7 +15,14 @@ from typing import Any
 
 import pytest
 
-from trainguard.evidence import ScanOptions, ScanWarning, load_rules, scan_paths, scanner
+from trainguard.evidence import (
+    FailureEvent,
+    ScanOptions,
+    ScanWarning,
+    load_rules,
+    scan_paths,
+    scanner,
+)
 from trainguard.evidence.scanner import host_from_path
 from trainguard.taxonomy import Category
 
@@ -51,8 +58,9 @@ CHILD_FAILED = [
 ]
 
 
-def _scan(*paths: Path | str, options: ScanOptions = ScanOptions()) -> tuple[list, list]:
-    events, stats = scan_paths([str(p) for p in paths], load_rules(), options)
+def _scan(*paths: Path | str, options: ScanOptions | None = None
+          ) -> tuple[list[FailureEvent], list[ScanWarning]]:
+    events, stats = scan_paths([str(p) for p in paths], load_rules(), options or ScanOptions())
     return events, stats.warnings
 
 
@@ -187,7 +195,7 @@ def test_line_count_includes_overlong_lines(tmp_path: Path) -> None:
 # --- multi-line blocks across chunk boundaries -------------------------------------------------
 
 
-def _assert_block_parsed(events: list, first_block_line: int) -> None:
+def _assert_block_parsed(events: list[FailureEvent], first_block_line: int) -> None:
     by_sig = {e.signature: e for e in events}
     exc = by_sig["python_exception"]
     assert exc.field_value("exc_type") == "ValueError"
