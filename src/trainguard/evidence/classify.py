@@ -104,9 +104,9 @@ def event_from_xid(m: XidMatch, text: str, ctx: LineContext) -> FailureEvent:
     if m.inferred:
         confidence = 0.9
         fields.append(("inferred_from", "fallen-off-the-bus message"))
-    if m.pid:
+    if m.pid and m.pid != "<unknown>":
         fields.append(("pid", m.pid))
-    if m.process:
+    if m.process and m.process != "<unknown>":
         fields.append(("process", m.process))
     caused = f" (after XID {m.caused_by})" if m.caused_by else ""
     msg = f": {m.message}" if m.message else ""

@@ -165,7 +165,9 @@ GPU_UUID_LINE = re.compile(
 
 def normalize_pci(pci: str) -> str:
     """``0000:3b:00`` and ``00000000:3B:00.0`` both become ``0000:3b:00.0``."""
-    pci = pci.lower()
+    pci = pci.lower().rstrip(":")
+    if pci.count(":") == 1:  # lspci's short form "3b:00.0" has no PCI domain
+        pci = "0000:" + pci
     dom, _, rest = pci.partition(":")
     if len(dom) > 4:
         dom = dom[-4:]

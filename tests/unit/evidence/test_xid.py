@@ -368,3 +368,16 @@ def test_xid_79_line_beats_its_fallen_off_the_bus_companion(tmp_path: Path) -> N
 )
 def test_normalize_pci(raw: str, expected: str) -> None:
     assert normalize_pci(raw) == expected
+
+
+@pytest.mark.parametrize(("raw", "want"), [("3b:00.0", "0000:3b:00.0"),
+                                           ("0000:3B:00:", "0000:3b:00.0")])
+def test_normalize_pci_short_and_trailing_colon(raw: str, want: str) -> None:
+    assert normalize_pci(raw) == want
+
+
+def test_unknown_pid_and_name_are_not_kept_as_values() -> None:
+    ev = _classify("NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has "
+                   "fallen off the bus.")
+    assert ev.field_value("pid") is None
+    assert ev.field_value("process") is None
