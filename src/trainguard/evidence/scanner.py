@@ -22,14 +22,14 @@ import sys
 import time as _time
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import BinaryIO
 
 from trainguard.evidence.classify import LineContext, classify_line, event_from_rule
 from trainguard.evidence.events import EvidenceLine, FailureEvent
 from trainguard.evidence.lineparse import parse_prefix, shift_year_if_future, utc_year_of
-from trainguard.evidence.rules import TRACEBACK_KEYWORD, RuleSet
+from trainguard.evidence.rules import TRACEBACK_KEYWORD, RuleMatch, RuleSet
 from trainguard.evidence.xid import FALLEN_OFF_START
 from trainguard.taxonomy import Action, Category, Severity
 
@@ -235,7 +235,6 @@ class _FileScan:
                 rule = self.rules.by_id.get("python_exception")
                 m = rule.pattern.search(body) if rule else None
                 if rule is not None and m is not None:
-                    from trainguard.evidence.rules import RuleMatch
                     groups = {k: v for k, v in m.groupdict().items() if v is not None}
                     ev = event_from_rule(RuleMatch(rule, groups, m.group(0)), raw, ctx)
                 else:
@@ -249,13 +248,8 @@ class _FileScan:
             known = {k for k, _ in ev.fields}
             fields = ev.fields + tuple(kv for kv in extra if kv[0] not in known)
             evidence = (EvidenceLine(self.path, line_no, header[:2000]), *ev.evidence)
-            return _replace(ev, fields=fields, evidence=evidence)
+            return replace(ev, fields=fields, evidence=evidence)
         return None
-
-
-def _replace(ev: FailureEvent, **changes: object) -> FailureEvent:
-    from dataclasses import replace
-    return replace(ev, **changes)  # type: ignore[arg-type]
 
 
 def scan_stream(stream: BinaryIO, fs: _FileScan, on_progress: Callable[[int], None] | None = None
