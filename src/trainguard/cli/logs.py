@@ -98,11 +98,15 @@ def _record(db: str, events: list[FailureEvent]) -> None:
     from trainguard.store import Store
 
     try:
+        last_seen: dict[str, float | None] = {}
+        for e in events:
+            if e.host:
+                t = e.time if e.time_kind is TimeKind.ABSOLUTE else None
+                prev = last_seen.get(e.host)
+                last_seen[e.host] = t if prev is None else max(prev, t or prev)
         with Store.open(db) as store:
-            for host in sorted({e.host for e in events if e.host}):
-                last = max((e.time for e in events if e.host == host and e.time is not None
-                            and e.time_kind is TimeKind.ABSOLUTE), default=None)
-                store.upsert_node(host, seen=last)
+            for host in sorted(last_seen):
+                store.upsert_node(host, seen=last_seen[host])
             n = store.add_events(events)
             err.print(f"recorded {n} event(s) in {store.url}", highlight=False)
     except TrainguardError as exc:

@@ -16,6 +16,8 @@ from trainguard.evidence.events import EvidenceLine, FailureEvent, TimeKind
 from trainguard.evidence.lineparse import LinePrefix
 from trainguard.evidence.rules import RuleMatch, RuleSet, render_summary
 from trainguard.evidence.xid import (
+    APP_FAULT_XIDS,
+    CONSEQUENCE_XIDS,
     FALLEN_OFF_START,
     XidMatch,
     normalize_pci,
@@ -25,10 +27,6 @@ from trainguard.evidence.xid import (
 )
 from trainguard.taxonomy import SEVERITY_RANK, Action, Category, Severity
 
-# XIDs that the driver logs *because* something else already failed (a killed context, a reset
-# channel): they are consequences and must not outrank the real cause in an incident.
-_CONSEQUENCE_XIDS = frozenset({43, 45})
-_APP_FAULT_XIDS = frozenset({13, 31})
 _SELF_GRADED_XIDS = frozenset(range(144, 151))
 _NONFATAL_WORD = re.compile(r"\bNon-?fatal\b", re.IGNORECASE)
 
@@ -90,16 +88,16 @@ def event_from_xid(m: XidMatch, text: str, ctx: LineContext) -> FailureEvent:
     if m.recovery_action is not None:  # XID 154 says what the GPU needs
         action, severity = recovery_action_to_action(m.recovery_action)
         fields.append(("recovery_action", m.recovery_action))
-    if m.caused_by is not None and m.caused_by not in _CONSEQUENCE_XIDS:
+    if m.caused_by is not None and m.caused_by not in CONSEQUENCE_XIDS:
         # "45 ... caused by previous Xid 149": the primary XID says what actually broke.
         primary = xid_info(m.caused_by)
         if primary.severity is not Severity.INFO or severity is Severity.INFO:
             category, action = primary.category, primary.action
             severity = max(severity, primary.severity, key=lambda s: SEVERITY_RANK[s])
         confidence = 0.75
-    elif m.xid in _CONSEQUENCE_XIDS:
+    elif m.xid in CONSEQUENCE_XIDS:
         confidence = 0.4
-    elif m.xid in _APP_FAULT_XIDS:
+    elif m.xid in APP_FAULT_XIDS:
         confidence = 0.7
     if m.inferred:
         confidence = 0.9

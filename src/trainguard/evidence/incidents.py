@@ -27,6 +27,7 @@ from typing import Any
 
 from trainguard.evidence.events import FailureEvent, TimeKind
 from trainguard.evidence.rules import RuleSet
+from trainguard.evidence.xid import is_consequence
 from trainguard.taxonomy import CATEGORY_PRIORITY, SEVERITY_RANK, Action, Category, Severity
 
 DEFAULT_WINDOW_S = 900.0
@@ -112,7 +113,7 @@ class Incident:
 
 def event_priority(ev: FailureEvent, rules: RuleSet | None = None) -> int:
     """How likely this event is to be a cause rather than a consequence."""
-    if ev.xid is not None and ev.signature.startswith("xid") and ev.confidence <= 0.4:
+    if ev.signature.startswith("xid") and is_consequence(ev.xid, ev.caused_by_xid):
         return _CONSEQUENCE_XID_PRIORITY
     rule = rules.by_id.get(ev.signature) if rules is not None else None
     if rule is not None and rule.category is ev.category:

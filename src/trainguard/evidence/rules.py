@@ -178,6 +178,11 @@ class RuleSet:
         if cs:
             parts.append("|".join(f"(?:{k})" for k in cs))
         self.prefilter_source = "|".join(parts)
+        # Lines that may start a multi-line report need their following lines read; each rule
+        # keeps its own case sensitivity through a scoped flag.
+        multi = [f"(?{'' if r.keywords_case else 'i'}:{r.keyword_rx.pattern})"
+                 for r in self.rules if r.lines_after]
+        self.multiline_start = re.compile("|".join(multi)) if multi else None
         self.prefilter: Any
         if _re2 is not None:
             opts = _re2.Options()
@@ -210,7 +215,7 @@ class RuleSet:
                 # Alternatives may name one value twice (host2, gpu_index2...): fold them back.
                 for key in list(groups):
                     base = key.rstrip("0123456789")
-                    if base != key and base in _KNOWN_GROUPS | {"exit_code"}:
+                    if base != key and base in _KNOWN_GROUPS:
                         groups.setdefault(base, groups.pop(key))
                 return RuleMatch(rule, groups, m.group(0))
         return None

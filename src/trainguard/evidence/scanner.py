@@ -203,8 +203,8 @@ class _FileScan:
         return ev
 
     def _needs_after(self, text: str) -> bool:
-        return FALLEN_OFF_START in text or any(
-            r.lines_after and r.keyword_rx.search(text) for r in self.rules.rules)
+        multi = self.rules.multiline_start
+        return FALLEN_OFF_START in text or (multi is not None and multi.search(text) is not None)
 
     def traceback(self, line_no: int, header: str, after: list[str]) -> FailureEvent | None:
         """Read a traceback forward to its exception line and classify that line."""

@@ -41,7 +41,15 @@ _NVLINK_XIDS = frozenset({74, *range(144, 151), 155})
 _APP_XIDS = frozenset({8, 11, 13, 31, 32, 43, 45, 68, 69})
 # 13 (graphics engine exception) and 31 (MMU fault) are bad addresses in the application's own
 # kernels: restarting reproduces them, the code (or the library it calls) needs fixing.
-_APP_FAULT_XIDS = frozenset({13, 31})
+APP_FAULT_XIDS = frozenset({13, 31})
+# XIDs the driver logs *because* something else already failed (a killed context, a reset
+# channel): consequences that must not outrank the real cause in an incident.
+CONSEQUENCE_XIDS = frozenset({43, 45})
+
+
+def is_consequence(xid: int | None, caused_by: int | None) -> bool:
+    """An XID that only reports an earlier failure and names no primary XID worth more."""
+    return xid in CONSEQUENCE_XIDS and (caused_by is None or caused_by in CONSEQUENCE_XIDS)
 _GSP_XIDS = frozenset({119, 120, 62, 143, 158})
 
 _ACTION_FROM_NVIDIA: dict[str, Action] = {
@@ -89,15 +97,11 @@ def _classify(xid: int, nvidia_action: str, fatal: bool) -> tuple[Category, Acti
         return Category.NVLINK_INTERCONNECT, action, severity
     if xid in _APP_XIDS:
         # 13/31/43/45 are most often the application's own fault (bad address, killed context).
-        if xid in _APP_FAULT_XIDS:
+        if xid in APP_FAULT_XIDS:
             action = Action.FIX_CODE
         return Category.CUDA_SOFTWARE_BUG, action, severity
-    if xid in _GSP_XIDS or nvidia_action in ("RESTART_BM", "RESET_GPU", "CHECK_MECHANICALS"):
-        return Category.GPU_HARDWARE, action, severity
-    if nvidia_action in ("RESTART_APP", "CHECK_UVM"):
+    if xid not in _GSP_XIDS and nvidia_action in ("RESTART_APP", "CHECK_UVM"):
         return Category.CUDA_SOFTWARE_BUG, action, severity
-    if nvidia_action == "IGNORE":
-        return Category.GPU_HARDWARE, action, severity
     return Category.GPU_HARDWARE, action, severity
 
 
@@ -235,8 +239,11 @@ def recovery_action_to_action(text: str) -> tuple[Action, Severity]:
 
 
 __all__ = [
+    "APP_FAULT_XIDS",
+    "CONSEQUENCE_XIDS",
     "XidInfo",
     "XidMatch",
+    "is_consequence",
     "normalize_pci",
     "parse_xid_line",
     "recovery_action_to_action",
