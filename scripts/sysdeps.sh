@@ -13,13 +13,15 @@ set -euo pipefail
 # One package per line; append here (e.g. prometheus) when a test needs another server.
 PACKAGES=(
   postgresql   # tests/integration/conftest.py: postgres_url fixture (initdb, pg_ctl)
+  prometheus   # tests/integration/prometheus_server.py: prometheus_factory fixture (prometheus, promtool)
 )
 
 warn() { printf 'sysdeps: warning: %s\n' "$*" >&2; }
 info() { printf 'sysdeps: %s\n' "$*"; }
 
 installed() {
-  dpkg -s "$1" 2>/dev/null | grep -q '^Status: install ok installed$'
+  # dpkg-query prints one short line: no early-exit grep + SIGPIPE under pipefail.
+  [[ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" == "install ok installed" ]]
 }
 
 if ! command -v dpkg >/dev/null 2>&1; then

@@ -6,7 +6,8 @@ import importlib
 
 import pytest
 
-PACKAGES = ["trainguard", "trainguard.evidence", "trainguard.store", "trainguard.cli"]
+PACKAGES = ["trainguard", "trainguard.evidence", "trainguard.store", "trainguard.cli",
+            "trainguard.telemetry", "trainguard.detect", "trainguard.simulate"]
 
 
 def _exports() -> list[tuple[str, str]]:

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from trainguard import __version__
-from trainguard.cli import logs, xid
+from trainguard.cli import detect, logs, simulate, xid
 from trainguard.cli.console import fail
 from trainguard.errors import TrainguardError
 
@@ -22,6 +22,9 @@ app = typer.Typer(
 )
 app.add_typer(logs.app, name="logs")
 app.add_typer(xid.app, name="xid")
+app.command("simulate")(simulate.simulate)
+app.command("detect")(detect.detect)
+app.command("backtest")(detect.backtest)
 
 
 def _version(value: bool) -> None:

@@ -1,0 +1,298 @@
+"""`trainguard detect` and `trainguard backtest`: node failure detection on telemetry."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from trainguard.cli.console import err, fail, out, stderr_is_tty, warn
+from trainguard.detect.alerts import AlertEpisode
+from trainguard.detect.backtest import BASELINES, run_backtest
+from trainguard.detect.config import DetectorConfig
+from trainguard.detect.detector import detect as run_detect
+from trainguard.detect.scorecard import Scorecard, compare
+from trainguard.detect.truth import (
+    GroundTruth,
+    truth_from_jsonl,
+    truth_from_kernel_logs,
+    truth_from_xid_gauge,
+)
+from trainguard.errors import ConfigError, TrainguardError
+from trainguard.telemetry.frame import Telemetry
+
+Sources = Annotated[list[str] | None, typer.Argument(
+    help="OpenMetrics/Prometheus text files (.om/.prom/.txt, .gz), directories of them, or "
+    "long-format Parquet files.")]
+PromUrl = Annotated[str | None, typer.Option(
+    "--prometheus", help="Read from this Prometheus server's HTTP API instead of (or besides) "
+    "files, e.g. http://127.0.0.1:9090.")]
+Start = Annotated[str | None, typer.Option(
+    help="Start of the range to read from Prometheus: unix seconds or ISO-8601.")]
+End = Annotated[str | None, typer.Option(
+    help="End of the range to read from Prometheus (default: now).")]
+Step = Annotated[int | None, typer.Option(
+    help="Sample spacing in seconds (default: inferred from files; 30 for Prometheus).", min=1)]
+Metrics = Annotated[list[str] | None, typer.Option(
+    "--metric", help="Only these metrics from Prometheus (repeatable; default: every series).")]
+Token = Annotated[Path | None, typer.Option(
+    "--bearer-token-file", help="File holding a bearer token for Prometheus.")]
+BasicAuth = Annotated[str | None, typer.Option(
+    "--basic-auth", help="USER:PASSWORD for Prometheus (or set TRAINGUARD_PROM_BASIC_AUTH).",
+    envvar="TRAINGUARD_PROM_BASIC_AUTH")]
+
+
+def _need_input(ctx: typer.Context, sources: list[str] | None, prometheus: str | None) -> None:
+    if not sources and not prometheus:
+        err.print(ctx.get_usage())
+        fail("give telemetry files/directories, or --prometheus URL", 2)
+
+
+def _parse_time(value: str | None, name: str, default: float | None = None) -> float | None:
+    if value is None:
+        return default
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise ConfigError(f"--{name}: {value!r} is neither unix seconds nor ISO-8601") from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return dt.timestamp()
+
+
+@contextmanager
+def _progress(label: str) -> Iterator[Callable[[int, int], None]]:
+    """A progress bar on stderr (only on a terminal); yields callback(done, total)."""
+    if not stderr_is_tty():
+        yield lambda done, total: None
+        return
+    with Progress(TextColumn(f"[bold]{label}[/]"), BarColumn(), TaskProgressColumn(),
+                  TimeElapsedColumn(), console=err, transient=True) as bar:
+        task = bar.add_task(label, total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)
+
+
+def load_telemetry(sources: list[str] | None, prometheus: str | None, start: str | None,
+                   end: str | None, step: int | None, metrics: list[str] | None,
+                   token_file: Path | None, basic_auth: str | None) -> Telemetry:
+    """Files and/or a Prometheus range into one Telemetry; warnings go to stderr."""
+    from trainguard.telemetry import (
+        PrometheusClient,
+        TelemetryBuilder,
+        load_sources,
+        read_prometheus,
+    )
+
+    if not sources and not prometheus:
+        raise ConfigError("give telemetry files/directories, or --prometheus URL")
+    if prometheus is None:
+        with _progress("reading telemetry") as prog:
+            tel, warnings = load_sources(sources or [], step_s=step, progress=prog)
+        for w in warnings:
+            warn(w)
+        return tel
+    if sources:
+        raise ConfigError("read either files or --prometheus, not both")
+    t_end = _parse_time(end, "end", time.time())
+    t_start = _parse_time(start, "start")
+    assert t_end is not None
+    if t_start is None:
+        raise ConfigError("--start is required with --prometheus (unix seconds or ISO-8601)")
+    if t_start >= t_end:
+        raise ConfigError("--start must be before --end")
+    token = None
+    if token_file is not None:
+        try:
+            token = token_file.read_text().strip()
+        except OSError as exc:
+            raise ConfigError(f"cannot read {token_file}: {exc.strerror}") from exc
+    auth = None
+    if basic_auth:
+        user, sep, password = basic_auth.partition(":")
+        if not sep:
+            raise ConfigError("--basic-auth must be USER:PASSWORD")
+        auth = (user, password)
+    client = PrometheusClient(prometheus, bearer_token=token, basic_auth=auth)
+    builder = TelemetryBuilder(step_s=step or 30)
+    with _progress("querying Prometheus") as prog:
+        read_prometheus(client, builder, metrics=metrics, start=t_start, end=t_end,
+                        step_s=step or 30, progress=prog)
+    return builder.build()
+
+
+def _fmt_t(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M")
+
+
+def _alerts_table(alerts: list[AlertEpisode], limit: int) -> Table:
+    table = Table(title=f"{len(alerts)} alert episodes", title_justify="left")
+    for col in ("node", "start (UTC)", "min", "kind", "peak", "top signals"):
+        table.add_column(col)
+    shown = alerts if limit == 0 else alerts[:limit]
+    for a in shown:
+        sig = ", ".join(
+            f"{s.metric}{'' if s.gpu is None else f' gpu{s.gpu}'} "
+            f"{'' if a.kind.value == 'hard' else f'{s.deviation:+.1f}σ'}".strip()
+            for s in a.signals[:3])
+        table.add_row(a.node, _fmt_t(a.start), f"{(a.end - a.start) / 60:.0f}", a.kind.value,
+                      f"{a.peak_score:.1f}", escape(sig))
+    if len(shown) < len(alerts):
+        table.caption = f"first {len(shown)} of {len(alerts)}; --limit 0 shows all"
+    return table
+
+
+def detect(
+    ctx: typer.Context,
+    sources: Sources = None,
+    prometheus: PromUrl = None,
+    start: Start = None,
+    end: End = None,
+    step: Step = None,
+    metric: Metrics = None,
+    bearer_token_file: Token = None,
+    basic_auth: BasicAuth = None,
+    out_file: Annotated[Path | None, typer.Option(
+        "--out", help="Write one JSON object per alert episode (JSON lines) to this file.")
+    ] = None,
+    json_out: Annotated[bool, typer.Option(
+        "--json", help="Print the alert episodes as JSON lines on stdout (no table).")] = False,
+    limit: Annotated[int, typer.Option(help="Rows in the terminal table (0 = all).", min=0)] = 30,
+) -> None:
+    """Find failing nodes and GPUs in telemetry: predictive and hard alert episodes."""
+    _need_input(ctx, sources, prometheus)
+    try:
+        tel = load_telemetry(sources, prometheus, start, end, step, metric, bearer_token_file,
+                             basic_auth)
+        with _progress("detecting") as prog:
+            alerts = run_detect(tel, DetectorConfig(), progress=prog)
+    except TrainguardError as exc:
+        fail(str(exc))
+    lines = [json.dumps(a.to_dict()) for a in alerts]
+    if out_file is not None:
+        try:
+            out_file.write_text("".join(line + "\n" for line in lines))
+        except OSError as exc:
+            fail(f"cannot write {out_file}: {exc.strerror}")
+    if json_out:
+        for line in lines:
+            typer.echo(line)
+        return
+    days = tel.times.size * tel.step_s / 86400
+    out.print(f"{len(tel.nodes)} nodes, {len(tel.metrics)} metrics, {tel.n_samples:,} samples, "
+              f"{days:.1f} days at {tel.step_s}s")
+    out.print(_alerts_table(alerts, limit))
+    if out_file is not None:
+        out.print(f"wrote {len(alerts)} episodes to {out_file}")
+
+
+def _load_truth(tel: Telemetry, sources: list[str] | None, failures: Path | None,
+                kernel_logs: list[Path] | None) -> tuple[GroundTruth, str]:
+    if failures is not None:
+        if not failures.is_file():
+            raise ConfigError(f"--failures: no such file: {failures}")
+        return truth_from_jsonl(failures), str(failures)
+    if kernel_logs:
+        for p in kernel_logs:
+            if not p.exists():
+                raise ConfigError(f"--kernel-logs: no such file or directory: {p}")
+        return truth_from_kernel_logs(kernel_logs), "kernel logs"
+    for s in sources or []:
+        for cand in (Path(s) / "labels.jsonl", Path(s).parent / "labels.jsonl"):
+            if cand.is_file():
+                return truth_from_jsonl(cand), f"{cand} (found next to the telemetry)"
+    return truth_from_xid_gauge(tel), "the XID gauge in the telemetry"
+
+
+def _print_cards(cards: tuple[Scorecard, ...]) -> None:
+    cmp = compare(cards)
+    table = Table(title="Backtest (matching on alert onsets: detected = onset on the failed node "
+                  "in [XID-3h, XID+5min]; FP = onset outside every [XID-3h, XID+2h] window and "
+                  "maintenance)", title_justify="left")
+    for h in cmp.header:
+        table.add_column(h)
+    for row in cmp.rows:
+        table.add_row(*row)
+    out.print(table)
+    main = cards[0]
+    t = Table(title=f"{main.name}: per failure type", title_justify="left")
+    for col in ("type", "n", "detected", "pre-XID", "lead median (min)", "lead p25-p75",
+                "top contributing metrics"):
+        t.add_column(col)
+    for ts in (*main.by_type, main.total):
+        lead = ts.lead
+        mets = ", ".join(f"{m} ({c})" for m, c in ts.metrics[:4])
+        t.add_row(ts.failure_type, str(ts.n), f"{ts.detected} ({ts.rate:.0%})",
+                  f"{ts.pre_xid} ({ts.pre_xid_rate:.0%})",
+                  "-" if lead is None else f"{lead.median:.0f}",
+                  "-" if lead is None else f"{lead.p25:.0f}-{lead.p75:.0f}", escape(mets))
+    out.print(t)
+
+
+def backtest(
+    ctx: typer.Context,
+    sources: Sources = None,
+    prometheus: PromUrl = None,
+    start: Start = None,
+    end: End = None,
+    step: Step = None,
+    metric: Metrics = None,
+    bearer_token_file: Token = None,
+    basic_auth: BasicAuth = None,
+    failures: Annotated[Path | None, typer.Option(
+        help="Ground truth as JSON lines (node, time, xid[, type]); default: labels.jsonl next "
+        "to the telemetry, else --kernel-logs, else the XID gauge.")] = None,
+    kernel_logs: Annotated[list[Path] | None, typer.Option(
+        "--kernel-logs", help="Take the failures from NVRM XID lines in these kernel logs.")
+    ] = None,
+    baseline: Annotated[list[str] | None, typer.Option(
+        help=f"Baselines to compare with (repeatable): {', '.join(BASELINES)}; "
+        "default: static and ecod. 'none' for no baseline.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the scorecards as JSON.")
+                        ] = False,
+    alerts_out: Annotated[Path | None, typer.Option(
+        "--alerts-out", help="Also write every detector's alerts (JSON lines) to this file.")
+    ] = None,
+) -> None:
+    """Score trainguard and the baselines against known failures (the report's Analysis 1)."""
+    _need_input(ctx, sources, prometheus)
+    chosen = ["static", "ecod"] if baseline is None else [b for b in baseline if b != "none"]
+    try:
+        tel = load_telemetry(sources, prometheus, start, end, step, metric, bearer_token_file,
+                             basic_auth)
+        truth, truth_from = _load_truth(tel, sources, failures, kernel_logs)
+        with _progress("backtesting") as prog:
+            result = run_backtest(tel, truth, baselines=chosen,
+                                  progress=lambda _name, done, total: prog(done, total))
+    except TrainguardError as exc:
+        fail(str(exc))
+    for s in result.skipped:
+        warn(f"baseline skipped: {s}")
+    if alerts_out is not None:
+        try:
+            with alerts_out.open("w") as fh:
+                for name, alerts in result.alerts.items():
+                    for a in alerts:
+                        fh.write(json.dumps({**a.to_dict(), "detector": name}) + "\n")
+        except OSError as exc:
+            fail(f"cannot write {alerts_out}: {exc.strerror}")
+    if json_out:
+        typer.echo(json.dumps({"truth": truth_from, "n_failures": len(truth.failures),
+                               "cards": [c.to_dict() for c in result.cards]}, indent=2))
+        return
+    days = tel.times.size * tel.step_s / 86400
+    out.print(f"{len(tel.nodes)} nodes, {len(tel.metrics)} metrics, {days:.1f} days; "
+              f"{len(truth.failures)} failures from {escape(truth_from)}")
+    _print_cards(result.cards)

@@ -1,0 +1,62 @@
+"""Alert episodes: what the detector (and each baseline) hands to a person or a backtest."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+__all__ = ["AlertEpisode", "AlertKind", "Signal"]
+
+
+class AlertKind(StrEnum):
+    PREDICTIVE = "predictive"
+    """Soft evidence: sustained deviation from peers and from the node's own history."""
+    HARD = "hard"
+    """Hard evidence: an XID, an uncorrectable error, a GPU that stopped reporting."""
+
+
+@dataclass(frozen=True, slots=True)
+class Signal:
+    """One contributing metric: `deviation` is in robust standard deviations (signed) for
+    predictive signals, or the raw value that tripped a hard rule (e.g. the XID number)."""
+
+    metric: str
+    gpu: str | None
+    deviation: float
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"metric": self.metric, "gpu": self.gpu,
+                             "deviation": round(self.deviation, 3)}
+        if self.detail:
+            d["detail"] = self.detail
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class AlertEpisode:
+    """One alert on one node from its onset (when someone would be paged) to its end.
+
+    `start` is the onset: an episode that stays on cannot claim a failure that happens later.
+    Times are unix seconds.
+    """
+
+    node: str
+    start: float
+    end: float
+    peak_score: float
+    kind: AlertKind
+    signals: tuple[Signal, ...]
+    source: str = "trainguard"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "start": self.start,
+            "end": self.end,
+            "peak_score": round(self.peak_score, 3),
+            "kind": self.kind.value,
+            "signals": [s.to_dict() for s in self.signals],
+            "source": self.source,
+        }

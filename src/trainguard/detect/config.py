@@ -1,0 +1,83 @@
+"""The detector's configuration: one frozen dataclass, validated, every field documented."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from trainguard.errors import ConfigError
+
+__all__ = ["DetectorConfig"]
+
+
+@dataclass(frozen=True, slots=True)
+class DetectorConfig:
+    """Knobs of `trainguard.detect.Detector`; the defaults are what `trainguard detect` uses.
+
+    >>> DetectorConfig(block_s=60).block_s
+    60
+    """
+
+    block_s: int = 120
+    """Scoring block: samples are averaged over this many seconds before scoring."""
+    warmup_s: float = 3 * 3600.0
+    """Per-series learning time before its deviations may contribute to an alert."""
+    halflife_s: float = 6 * 3600.0
+    """Half-life of each series' learned baseline (level and spread of its peer residual)."""
+    adapt_clip: float = 3.0
+    """Baseline updates are clipped to this many spreads, so precursors are not learned away."""
+    score_on: float = 7.0
+    """Node score (calibrated robust deviations) at or above which a block counts as anomalous."""
+    score_off: float = 4.0
+    """An open episode stays on while the node score is at or above this."""
+    persist_blocks: int = 4
+    """Consecutive anomalous blocks needed before an alert fires (sustained evidence)."""
+    cooldown_s: float = 1800.0
+    """An episode ends after this long below score_off; a new onset inside it is merged."""
+    hard_cooldown_s: float = 3600.0
+    """Hard evidence on a node within this long of the previous one joins the same episode."""
+    quiet_after_hard_s: float = 2 * 3600.0
+    """No predictive alerts on a node for this long after hard evidence (it is being handled)."""
+    regime_relearn_s: float = 1800.0
+    """After a node changes job or idles/starts, its baselines relearn fast for this long."""
+    crowd_min_nodes: int = 3
+    """A metric deviating on at least this many nodes in one block is muted (workload-wide)."""
+    crowd_fraction: float = 0.1
+    """... or on at least this fraction of the reporting nodes, if that is more."""
+    settle_s: float = 900.0
+    """After a node starts, stops or changes job, its soft scores are ignored this long."""
+    gone_reset_s: float = 1800.0
+    """A series missing this long restarts learning when it returns (reboot, repair)."""
+    min_gpus: int = 3
+    """GPUs reporting on a node needed to compare a GPU with its node siblings."""
+    min_peers: int = 3
+    """Nodes in a peer group needed to compare a node with its peers."""
+    peer_window_blocks: int = 15
+    """Blocks of activity history used to infer which nodes run the same job."""
+    peer_corr: float = 0.7
+    """Activity correlation above which two busy nodes are taken as running the same job."""
+    idle_fraction: float = 0.15
+    """A node is idle when its activity is below this fraction of the cluster's busy level."""
+    calib_quantile: float = 0.99
+    """Per-metric cross-sectional quantile of |z| used to calibrate heavy-tailed metrics."""
+    known_precursor_weight: float = 1.5
+    """Weight on metrics from the small knowledge base of known precursors (a bonus only)."""
+    host_metric_weight: float = 0.5
+    """Weight on host-level metrics (no GPU label): they track the job more than the node."""
+    top_signals: int = 5
+    """Contributing signals reported per alert."""
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, int | float) and value < 0:
+                raise ConfigError(f"detect.{f.name} must be >= 0 (got {value})")
+        if self.block_s <= 0:
+            raise ConfigError("detect.block_s must be > 0")
+        if self.persist_blocks < 1:
+            raise ConfigError("detect.persist_blocks must be >= 1")
+        if self.score_off > self.score_on:
+            raise ConfigError("detect.score_off must be <= detect.score_on")
+        if not 0.5 <= self.calib_quantile < 1:
+            raise ConfigError("detect.calib_quantile must be in [0.5, 1)")
+        if self.min_gpus < 2 or self.min_peers < 2:
+            raise ConfigError("detect.min_gpus and detect.min_peers must be >= 2")

@@ -1,0 +1,338 @@
+"""The multi-signal node failure detector.
+
+It combines, per scoring block (default 2 min):
+
+1. peer comparison: each GPU against its node's other GPUs, each node against the nodes that run
+   the same job right now (groups inferred from activity, idle nodes together);
+2. each series' own history: the residual's learned level and spread per activity state, so a
+   node that is always different is not flagged forever, with drift and counter rates scored
+   against that baseline;
+3. hard evidence: hardware XIDs, uncorrectable-error counters, a GPU that stops reporting while
+   its siblings continue.
+
+Deviations are calibrated per metric (a metric that is heavy-tailed across the whole cluster is
+discounted), fused into one node score (strongest metric plus half the second), and turned into
+alert episodes with persistence and cool-down (`episodes.py`). It works on whatever metrics are
+present; `knowledge.py` only adds a bonus for known precursors.
+
+    >>> det = Detector(DetectorConfig())          # doctest: +SKIP
+    >>> for chunk in telemetry.chunks(7200):       # doctest: +SKIP
+    ...     det.feed(chunk)
+    >>> alerts = det.finish()                      # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import numpy as np
+import numpy.typing as npt
+
+from trainguard.detect.alerts import AlertEpisode
+from trainguard.detect.config import DetectorConfig
+from trainguard.detect.episodes import EpisodeTracker
+from trainguard.detect.hard import BoolArray, HardHit, counter_hits, ffill, vanished, xid_hits
+from trainguard.detect.knowledge import (
+    ACTIVITY_METRICS,
+    is_hard_counter,
+    is_known_precursor,
+    is_xid_metric,
+)
+from trainguard.detect.layout import DenseChunk, Layout
+from trainguard.detect.numeric import nanmedian_axis
+from trainguard.detect.scoring import BlockScorer
+from trainguard.errors import TelemetryError
+from trainguard.telemetry.frame import FloatArray, MetricKind, Telemetry
+
+__all__ = ["Detector", "detect"]
+
+log = logging.getLogger(__name__)
+
+
+class Detector:
+    """Streaming detector: `feed` time-ordered chunks, then `finish` for the episodes."""
+
+    def __init__(self, cfg: DetectorConfig | None = None,
+                 cumulative: frozenset[str] = frozenset()) -> None:
+        self.cfg = cfg or DetectorConfig()
+        self.layout = Layout()
+        self.cumulative = cumulative
+        self.tracker = EpisodeTracker(self.cfg, self.layout.nodes)
+        self.scorer = BlockScorer(self.cfg, self.layout)
+        self.step_s = 0
+        self.steps_per_block = 1
+        self._next_t: int | None = None
+        self._pending: DenseChunk | None = None
+        self._carry: dict[str, FloatArray] = {}
+        self.samples = 0
+        self._steps: dict[str, FloatArray] = {}
+
+    # --- input ---------------------------------------------------------------------------------
+
+    def feed(self, tel: Telemetry) -> None:
+        """Add the next chunk (must continue the previous one in time, same step)."""
+        if tel.times.size == 0:
+            return
+        if self.step_s == 0:
+            self.step_s = tel.step_s
+            self.steps_per_block = max(1, round(self.cfg.block_s / tel.step_s))
+            period = self.steps_per_block * tel.step_s
+            self._next_t = int(tel.times[0]) // period * period
+        elif tel.step_s != self.step_s:
+            raise TelemetryError(f"chunk step {tel.step_s}s differs from {self.step_s}s")
+        self.samples += tel.n_samples
+        dense = self.layout.densify(tel)
+        dense = self._align(dense)
+        if self._pending is not None:
+            dense = _concat(self._pending, dense, self.layout)
+        s = self.steps_per_block
+        nb = dense.times.shape[0] // s
+        if nb:
+            cut = nb * s
+            self._process(DenseChunk(dense.times[:cut], dense.gpu[..., :cut],
+                                     dense.node[..., :cut]), tel)
+        rest = dense.times.shape[0] - nb * s
+        self._pending = None if rest == 0 else DenseChunk(
+            dense.times[-rest:], dense.gpu[..., -rest:], dense.node[..., -rest:])
+
+    def finish(self) -> list[AlertEpisode]:
+        """Score what is left (a partial last block is padded) and close every episode."""
+        if self._pending is not None:
+            p = self._pending
+            s = self.steps_per_block
+            pad = s - p.times.shape[0]
+            times = np.concatenate(
+                [p.times, p.times[-1] + self.step_s * np.arange(1, pad + 1, dtype=np.int64)])
+            gpu = np.concatenate([p.gpu, np.full((*p.gpu.shape[:-1], pad), np.nan)], axis=-1)
+            node = np.concatenate([p.node, np.full((*p.node.shape[:-1], pad), np.nan)], axis=-1)
+            self._pending = None
+            self._process(DenseChunk(times, gpu, node), None)
+        return self.tracker.finish()
+
+    def _align(self, dense: DenseChunk) -> DenseChunk:
+        """Pad the chunk with missing samples so it starts exactly at the expected grid time."""
+        assert self._next_t is not None  # set on the first feed
+        t0 = int(dense.times[0])
+        if (t0 - self._next_t) % self.step_s:
+            raise TelemetryError("chunk is not on the same time grid as the previous one")
+        gap = (t0 - self._next_t) // self.step_s
+        if gap < 0:
+            raise TelemetryError(
+                f"chunk starts at {t0}, before the end of the previous one ({self._next_t})")
+        self._next_t = int(dense.times[-1]) + self.step_s
+        if gap == 0:
+            return dense
+        times = np.concatenate(
+            [t0 - self.step_s * np.arange(gap, 0, -1, dtype=np.int64), dense.times])
+        gpu = np.concatenate([np.full((*dense.gpu.shape[:-1], gap), np.nan), dense.gpu], axis=-1)
+        node = np.concatenate([np.full((*dense.node.shape[:-1], gap), np.nan), dense.node],
+                              axis=-1)
+        return DenseChunk(times, gpu, node)
+
+    # --- per chunk -----------------------------------------------------------------------------
+
+    def _carry_for(self, key: str, shape: tuple[int, ...], fill: float) -> FloatArray:
+        c = self._carry.get(key)
+        if c is None or c.shape != shape:
+            new = np.full(shape, fill)
+            if c is not None:
+                new[tuple(slice(0, k) for k in c.shape)] = c
+            self._carry[key] = c = new
+        return c
+
+    def _process(self, d: DenseChunk, tel: Telemetry | None) -> None:
+        lay = self.layout
+        mg, _mn, n, g = lay.shape
+        hits: list[HardHit] = []
+        # Hard evidence on raw values, before any transformation.
+        for mi, name in enumerate(lay.gpu_metrics):
+            if is_xid_metric(name):
+                key = f"xid:{name}"
+                h, self._carry[key] = xid_hits(name, d.gpu[mi],
+                                                self._carry_for(key, (n, g), np.nan))
+                hits += h
+            elif is_hard_counter(name):
+                key = f"hard:{name}"
+                h, self._carry[key] = counter_hits(name, d.gpu[mi],
+                                                    self._carry_for(key, (n, g), np.nan), True)
+                hits += h
+        for mi, name in enumerate(lay.node_metrics):
+            if is_hard_counter(name):
+                key = f"hard:{name}"
+                h, self._carry[key] = counter_hits(name, d.node[mi],
+                                                    self._carry_for(key, (n,), np.nan), False)
+                hits += h
+        present: BoolArray = (np.asarray((~np.isnan(d.gpu)).any(axis=0)) if mg
+                              else np.zeros((n, g, d.times.size), dtype=bool))
+        seen = self._carry_for("seen", (n, g), 0.0) > 0
+        min_steps = max(2, int(np.ceil(90.0 / self.step_s)))
+        h, self._carry["vanish"] = vanished(present, self._carry_for("vanish", (n, g), 0.0),
+                                            seen, min_steps)
+        hits += h
+        self._carry["seen"] = (seen | present.any(axis=-1)).astype(np.float64)
+
+        gpu = self._rates(d.gpu, lay.gpu_metrics, "rate_gpu", d.times)
+        node = self._rates(d.node, lay.node_metrics, "rate_node", d.times)
+        jobs = _jobs_per_block(tel, lay.nodes, d.times, self.steps_per_block) if tel else None
+        hits.sort(key=lambda x: (x.t_index, x.node))
+        self.scorer.run(d.times, gpu, node, present, hits, self.tracker,
+                        self._soft_mask(), self._weights(), _activity_index(lay), jobs,
+                        self.steps_per_block,
+                        self._unit_blocks(d.gpu, d.node, d.times.size // self.steps_per_block),
+                        self._cumulative_mask())
+
+    def _rates(self, x: FloatArray, names: list[str], key: str, times: np.ndarray
+               ) -> FloatArray:
+        """Per-second rates for cumulative metrics (resets: the increase is the new value)."""
+        idx = [i for i, nm in enumerate(names) if self._is_cumulative(nm)]
+        self._steps.pop(key, None)
+        if not idx:
+            return x
+        out = x.copy()
+        sub = x[idx]
+        vkey, tkey = f"{key}:v", f"{key}:t"
+        cv = self._carry_for(vkey, (len(names), *x.shape[1:-1]), np.nan)[idx]
+        ct = self._carry_for(tkey, (len(names), *x.shape[1:-1]), np.nan)[idx]
+        tt = np.broadcast_to(times.astype(np.float64), sub.shape)
+        tvalid = np.where(np.isnan(sub), np.nan, tt)
+        prev_v = np.concatenate([cv[..., None], ffill(sub, cv)[..., :-1]], axis=-1)
+        prev_t = np.concatenate([ct[..., None], ffill(tvalid, ct)[..., :-1]], axis=-1)
+        inc = np.where(sub >= prev_v, sub - prev_v, sub)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rate = inc / (tt - prev_t)
+        too_old = (tt - prev_t) > self.cfg.gone_reset_s
+        out[idx] = np.where(too_old, np.nan, rate)
+        self._steps[key] = np.where(too_old, np.nan, inc)
+        self._carry[vkey][idx] = ffill(sub, cv)[..., -1]
+        self._carry[tkey][idx] = ffill(tvalid, ct)[..., -1]
+        return out
+
+    def _is_cumulative(self, name: str) -> bool:
+        return name in self.cumulative or self.layout.kinds.get(name) in (
+            MetricKind.COUNTER, MetricKind.MONOTONIC)
+
+    def _unit_blocks(self, raw_gpu: FloatArray, raw_node: FloatArray, nb: int) -> FloatArray:
+        """Per metric and block: a counter's typical increment per block (as a rate) or a
+        gauge's resolution (its typical non-zero change: 1 C, 1 %...). It floors every scale:
+        one event per block, or one quantisation step, is never a deviation by itself.
+
+        Estimated per block from a row sample and smoothed block by block, so the result does
+        not depend on how the input was chunked.
+        """
+        lay = self.layout
+        names = [*lay.gpu_metrics, *lay.node_metrics]
+        m = len(names)
+        s = self.steps_per_block
+        est = np.full((m, nb), np.nan)
+        for mi, name in enumerate(names):
+            if mi < len(lay.gpu_metrics):
+                raw = raw_gpu[mi].reshape(-1, raw_gpu.shape[-1])
+                inc = self._steps.get("rate_gpu")
+                key_i = mi
+            else:
+                raw = raw_node[mi - len(lay.gpu_metrics)]
+                inc = self._steps.get("rate_node")
+                key_i = mi - len(lay.gpu_metrics)
+            if self._is_cumulative(name) and inc is not None:
+                cum_idx = [i for i, nm in enumerate(
+                    lay.gpu_metrics if mi < len(lay.gpu_metrics) else lay.node_metrics)
+                    if self._is_cumulative(nm)]
+                steps = inc[cum_idx.index(key_i)].reshape(-1, raw.shape[-1])
+                sub = steps[:: max(1, steps.shape[0] // 64)]
+            else:
+                rows = raw[:: max(1, raw.shape[0] // 64)]
+                prev = self._carry_for(f"res:{name}", (rows.shape[0],), np.nan)
+                sub = np.abs(np.diff(np.concatenate([prev[:, None], rows], axis=1), axis=1))
+                self._carry[f"res:{name}"] = ffill(rows, prev)[:, -1]
+            blocks = np.moveaxis(sub.reshape(sub.shape[0], nb, s), 1, 0).reshape(nb, -1)
+            blocks = np.where(np.isfinite(blocks) & (blocks > 0), blocks, np.nan)
+            med, _ = nanmedian_axis(blocks, axis=1)
+            est[mi] = med
+        cur = self._carry_for("unit", (m,), np.nan)
+        out = np.empty((m, nb))
+        for b in range(nb):
+            e = est[:, b]
+            cur = np.where(np.isnan(cur), e, np.where(np.isnan(e), cur, 0.95 * cur + 0.05 * e))
+            out[:, b] = cur
+        self._carry["unit"] = cur
+        block_s = s * self.step_s
+        div = np.array([block_s if self._is_cumulative(nm) else 1.0 for nm in names])
+        return np.asarray(np.nan_to_num(out, nan=0.0) / div[:, None], dtype=np.float64)
+
+    def _cumulative_mask(self) -> npt.NDArray[np.bool_]:
+        names = [*self.layout.gpu_metrics, *self.layout.node_metrics]
+        return np.array([self._is_cumulative(m) for m in names], dtype=bool)
+
+    def _soft_mask(self) -> FloatArray:
+        """1 for metrics scored softly, 0 for those handled as hard evidence only."""
+        names = [*self.layout.gpu_metrics, *self.layout.node_metrics]
+        return np.array([0.0 if is_xid_metric(m) or is_hard_counter(m) else 1.0 for m in names])
+
+    def _weights(self) -> FloatArray:
+        """Known precursors count more; host-level metrics (network, filesystem, CPU) less:
+        they mostly tell which job a node runs, rarely that it is failing."""
+        lay = self.layout
+        w = self.cfg.known_precursor_weight
+        gpu = [w if is_known_precursor(m) else 1.0 for m in lay.gpu_metrics]
+        node = [w if is_known_precursor(m) else self.cfg.host_metric_weight
+                for m in lay.node_metrics]
+        return np.array([*gpu, *node])
+
+
+def _activity_index(lay: Layout) -> int | None:
+    for name in ACTIVITY_METRICS:
+        if name in lay.gpu_metrics:
+            return lay.gpu_metrics.index(name)
+    for i, name in enumerate(lay.gpu_metrics):
+        if "UTIL" in name.upper() or "ACTIVE" in name.upper():
+            return i
+    return None
+
+
+def _jobs_per_block(tel: Telemetry | None, nodes: list[str], times: np.ndarray, s: int
+                    ) -> list[list[str]] | None:
+    if tel is None or not tel.jobs:
+        return None
+    ends = times[s - 1::s]
+    out: list[list[str]] = []
+    for t in ends.tolist():
+        i = int(np.searchsorted(tel.times, t))
+        row = []
+        for nd in nodes:
+            j = tel.jobs.get(nd)
+            row.append(j[i] if j is not None and i < len(j) else "")
+        out.append(row)
+    return out
+
+
+def _concat(a: DenseChunk, b: DenseChunk, lay: Layout) -> DenseChunk:
+    """Join a pending partial block with the next chunk (the layout may have grown)."""
+    def fit(x: FloatArray, shape: tuple[int, ...]) -> FloatArray:
+        if x.shape[:-1] == shape:
+            return x
+        out = np.full((*shape, x.shape[-1]), np.nan)
+        out[tuple(slice(0, k) for k in x.shape)] = x
+        return out
+    return DenseChunk(np.concatenate([a.times, b.times]),
+                      np.concatenate([fit(a.gpu, b.gpu.shape[:-1]), b.gpu], axis=-1),
+                      np.concatenate([fit(a.node, b.node.shape[:-1]), b.node], axis=-1))
+
+
+def detect(tel: Telemetry, cfg: DetectorConfig | None = None, *,
+           progress: Callable[[int, int], None] | None = None) -> list[AlertEpisode]:
+    """Run the detector over a whole `Telemetry` (batch mode) and return its alert episodes."""
+    from trainguard.telemetry.rates import detect_monotonic
+
+    cumulative = frozenset(m.name for m in tel.metrics
+                           if m.kind is MetricKind.COUNTER or detect_monotonic(m))
+    det = Detector(cfg, cumulative)
+    chunk_s = det.cfg.block_s * 60
+    total = int(tel.times.size)
+    done = 0
+    for chunk in tel.chunks(chunk_s):
+        det.feed(chunk)
+        done += int(chunk.times.size)
+        if progress is not None:
+            progress(done, total)
+    return det.finish()

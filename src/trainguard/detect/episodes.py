@@ -1,0 +1,123 @@
+"""From per-block node scores and hard evidence to alert episodes.
+
+Predictive episodes need sustained evidence (`persist_blocks` consecutive blocks at or above
+`score_on`); the onset is the end of the block that completed the run, the moment someone would
+be paged. An episode stays on while the score is at or above `score_off` and ends `cooldown_s`
+after the last such block; an onset inside the cool-down re-opens the previous episode instead of
+paging again. Hard evidence opens its own episode at once (an XID must not hide inside a long
+predictive episode) and joins evidence on the same node within `hard_cooldown_s`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from trainguard.detect.alerts import AlertEpisode, AlertKind, Signal
+from trainguard.detect.config import DetectorConfig
+from trainguard.telemetry.frame import FloatArray
+
+__all__ = ["EpisodeTracker"]
+
+
+@dataclass
+class _Open:
+    start: float
+    last: float
+    peak: float
+    signals: tuple[Signal, ...]
+
+
+@dataclass
+class EpisodeTracker:
+    """Mutable per-node episode state; `closed` collects finished episodes in onset order."""
+
+    cfg: DetectorConfig
+    nodes: list[str]
+    run: dict[int, int] = field(default_factory=dict)
+    soft: dict[int, _Open] = field(default_factory=dict)
+    hard: dict[int, _Open] = field(default_factory=dict)
+    last_soft_end: dict[int, float] = field(default_factory=dict)
+    last_hard: dict[int, float] = field(default_factory=dict)
+    closed: list[AlertEpisode] = field(default_factory=list)
+
+    def quiet(self, t: float) -> set[int]:
+        """Nodes with recent hard evidence: predictive alerts there are suppressed."""
+        q = self.cfg.quiet_after_hard_s
+        return {i for i, th in self.last_hard.items() if t - th < q}
+
+    def soft_block(self, t: float, score: FloatArray, signals: dict[int, tuple[Signal, ...]],
+                   quiet: set[int]) -> list[int]:
+        """Feed one block's node scores; returns nodes that need signals next block (onsets)."""
+        cfg = self.cfg
+        above = np.flatnonzero(score >= cfg.score_on).tolist()
+        for i in list(self.run):
+            if i not in above or i in quiet:
+                del self.run[i]
+        for i in above:
+            if i in quiet:
+                continue
+            self.run[i] = self.run.get(i, 0) + 1
+            if self.run[i] >= cfg.persist_blocks and i not in self.soft:
+                sig = signals.get(i, ())
+                prev_end = self.last_soft_end.get(i)
+                if prev_end is not None and t - prev_end < cfg.cooldown_s and self._reopen(i):
+                    continue
+                self.soft[i] = _Open(t, t, float(score[i]), sig)
+        for i, ep in list(self.soft.items()):
+            s = float(score[i]) if not np.isnan(score[i]) else 0.0
+            if s >= cfg.score_off and i not in quiet:
+                ep.last = t
+                if s > ep.peak:
+                    ep.peak = s
+                    ep.signals = signals.get(i, ep.signals) or ep.signals
+            elif t - ep.last >= cfg.cooldown_s or i in quiet:
+                self._close_soft(i)
+        return above
+
+    def _reopen(self, i: int) -> bool:
+        for k in range(len(self.closed) - 1, -1, -1):
+            ep = self.closed[k]
+            if ep.node == self.nodes[i] and ep.kind is AlertKind.PREDICTIVE:
+                del self.closed[k]
+                self.soft[i] = _Open(ep.start, ep.end, ep.peak_score, ep.signals)
+                return True
+        return False
+
+    def _close_soft(self, i: int) -> None:
+        ep = self.soft.pop(i)
+        self.last_soft_end[i] = ep.last
+        self.closed.append(AlertEpisode(self.nodes[i], ep.start, ep.last, ep.peak,
+                                        AlertKind.PREDICTIVE, ep.signals))
+
+    def hard_event(self, i: int, t: float, signal: Signal, severity: float) -> None:
+        """Hard evidence on node `i` at time `t`."""
+        self.last_hard[i] = t
+        ep = self.hard.get(i)
+        if ep is not None and t - ep.last <= self.cfg.hard_cooldown_s:
+            ep.last = max(ep.last, t)
+            if len(ep.signals) < self.cfg.top_signals and signal not in ep.signals:
+                ep.signals = (*ep.signals, signal)
+            ep.peak = max(ep.peak, severity)
+            return
+        if ep is not None:
+            self._close_hard(i)
+        self.hard[i] = _Open(t, t, severity, (signal,))
+
+    def _close_hard(self, i: int) -> None:
+        ep = self.hard.pop(i)
+        self.closed.append(AlertEpisode(self.nodes[i], ep.start, ep.last, ep.peak,
+                                        AlertKind.HARD, ep.signals))
+
+    def expire_hard(self, t: float) -> None:
+        for i, ep in list(self.hard.items()):
+            if t - ep.last > self.cfg.hard_cooldown_s:
+                self._close_hard(i)
+
+    def finish(self) -> list[AlertEpisode]:
+        for i in list(self.soft):
+            self._close_soft(i)
+        for i in list(self.hard):
+            self._close_hard(i)
+        return sorted(self.closed, key=lambda e: (e.start, e.node, e.kind.value))

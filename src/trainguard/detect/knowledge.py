@@ -1,0 +1,64 @@
+"""A small knowledge base of metric names: a bonus, never a dependency.
+
+The detector works on whatever metrics exist. Knowing a few dcgm-exporter fields lets it pick a
+good activity signal for peer grouping, treat XID and uncorrectable-error fields as hard evidence,
+and weight known precursors (PCIe replays, correctable ECC / remapped rows, NVLink CRC) a little
+more. Unknown names get the generic treatment.
+"""
+
+from __future__ import annotations
+
+import re
+
+from trainguard.evidence.xid import xid_info
+from trainguard.taxonomy import Category
+
+__all__ = [
+    "ACTIVITY_METRICS",
+    "is_hard_counter",
+    "is_hardware_xid",
+    "is_known_precursor",
+    "is_xid_metric",
+]
+
+# Preferred activity signals, best first (utilisation moves with the job; power follows it).
+ACTIVITY_METRICS = (
+    "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+    "DCGM_FI_PROF_SM_ACTIVE",
+    "DCGM_FI_DEV_POWER_USAGE",
+)
+
+_XID = re.compile(r"XID", re.IGNORECASE)
+# Fields whose increase means an uncorrectable error already happened.
+_HARD = re.compile(
+    r"ECC_DBE|DBE_VOL|DBE_AGG|UNCORRECTABLE_REMAPPED_ROWS|ROW_REMAP_FAILURE|RETIRED_DBE",
+    re.IGNORECASE)
+_PRECURSOR = re.compile(
+    r"PCIE_REPLAY|ECC_SBE|SBE_VOL|SBE_AGG|CORRECTABLE_REMAPPED_ROWS|RETIRED_SBE|NVLINK_CRC|"
+    r"NVLINK_.*ERROR|REPLAY_ERROR|RECOVERY_ERROR|THROTTLE|MEMORY_TEMP|GPU_TEMP",
+    re.IGNORECASE)
+_HW_CATEGORIES = frozenset({Category.GPU_HARDWARE, Category.GPU_MEMORY_ECC,
+                            Category.NVLINK_INTERCONNECT})
+
+
+def _base(name: str) -> str:
+    return name.split("{", 1)[0]
+
+
+def is_xid_metric(name: str) -> bool:
+    """dcgm-exporter's XID gauge (value = the last XID seen on that GPU)."""
+    return bool(_XID.search(_base(name)))
+
+
+def is_hard_counter(name: str) -> bool:
+    return bool(_HARD.search(_base(name)))
+
+
+def is_known_precursor(name: str) -> bool:
+    return bool(_PRECURSOR.search(_base(name))) and not is_hard_counter(name)
+
+
+def is_hardware_xid(xid: int) -> bool:
+    """True for XIDs that point at the GPU, its memory or NVLink (not at the application)."""
+    return xid > 0 and xid_info(xid).category in _HW_CATEGORIES

@@ -1,0 +1,109 @@
+"""Dense layout of a telemetry chunk for vectorised scoring.
+
+GPU metrics become `gpu[metric, node, gpu_slot, time]`, node metrics `node[metric, node, time]`.
+The registry of metric names, nodes and GPU slots only grows, so state arrays kept by the
+detector stay aligned across chunks (a node or metric appearing later gets a new index).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from trainguard.telemetry.frame import Entity, FloatArray, IntArray, MetricKind, Telemetry
+
+__all__ = ["DenseChunk", "Layout"]
+
+
+@dataclass(frozen=True, eq=False)
+class DenseChunk:
+    """Raw values of one chunk: `gpu[m, n, g, t]`, `node[m, n, t]` on the grid `times`."""
+
+    times: IntArray
+    gpu: FloatArray
+    node: FloatArray
+
+
+@dataclass
+class Layout:
+    """Indexes for metrics, nodes and per-node GPU slots (mutable: grows as data arrives)."""
+
+    gpu_metrics: list[str] = field(default_factory=list)
+    node_metrics: list[str] = field(default_factory=list)
+    nodes: list[str] = field(default_factory=list)
+    gpu_labels: list[list[str]] = field(default_factory=list)
+    kinds: dict[str, MetricKind] = field(default_factory=dict)
+    _gm: dict[str, int] = field(default_factory=dict)
+    _nm: dict[str, int] = field(default_factory=dict)
+    _nodes: dict[str, int] = field(default_factory=dict)
+    _slots: list[dict[str, int]] = field(default_factory=list)
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        """(gpu metrics, node metrics, nodes, GPU slots per node)."""
+        g = max((len(s) for s in self._slots), default=0)
+        return len(self.gpu_metrics), len(self.node_metrics), len(self.nodes), max(g, 1)
+
+    def node_index(self, node: str) -> int:
+        i = self._nodes.get(node)
+        if i is None:
+            i = self._nodes[node] = len(self.nodes)
+            self.nodes.append(node)
+            self._slots.append({})
+            self.gpu_labels.append([])
+        return i
+
+    def slot(self, node_i: int, gpu: str) -> int:
+        slots = self._slots[node_i]
+        j = slots.get(gpu)
+        if j is None:
+            j = slots[gpu] = len(slots)
+            self.gpu_labels[node_i].append(gpu)
+        return j
+
+    def gpu_label(self, node_i: int, slot: int) -> str | None:
+        labels = self.gpu_labels[node_i]
+        return labels[slot] if slot < len(labels) else None
+
+    def register(self, tel: Telemetry) -> None:
+        """Add every metric, node and GPU of `tel` (stable order: sorted within a chunk)."""
+        for m in sorted(tel.metrics, key=lambda s: s.name):
+            per_gpu = m.per_gpu
+            table, names = ((self._gm, self.gpu_metrics) if per_gpu
+                            else (self._nm, self.node_metrics))
+            if m.name not in table:
+                table[m.name] = len(names)
+                names.append(m.name)
+                self.kinds[m.name] = m.kind
+            for e in sorted(m.entities, key=_entity_key):
+                ni = self.node_index(e.node)
+                if per_gpu and e.gpu is not None:
+                    self.slot(ni, e.gpu)
+
+    def densify(self, tel: Telemetry) -> DenseChunk:
+        """Register `tel`, then scatter its values into dense NaN-filled tensors."""
+        self.register(tel)
+        mg, mn, n, g = self.shape
+        t = tel.times.shape[0]
+        gpu = np.full((mg, n, g, t), np.nan)
+        node = np.full((mn, n, t), np.nan)
+        for m in tel.metrics:
+            if m.per_gpu:
+                mi = self._gm[m.name]
+                keep = [i for i, e in enumerate(m.entities) if e.gpu is not None]
+                ni = np.array([self._nodes[m.entities[i].node] for i in keep], dtype=np.intp)
+                si = np.array([self._slots[ni_][m.entities[i].gpu or ""]
+                               for ni_, i in zip(ni.tolist(), keep, strict=True)], dtype=np.intp)
+                gpu[mi, ni, si, :] = m.values[keep]
+            else:
+                mi = self._nm[m.name]
+                ni = np.array([self._nodes[e.node] for e in m.entities], dtype=np.intp)
+                node[mi, ni, :] = m.values
+        return DenseChunk(tel.times, gpu, node)
+
+
+def _entity_key(e: Entity) -> tuple[str, int, str]:
+    if e.gpu is None:
+        return (e.node, -1, "")
+    return (e.node, int(e.gpu) if e.gpu.isdigit() else 1 << 30, e.gpu)

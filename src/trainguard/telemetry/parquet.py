@@ -1,0 +1,363 @@
+"""Long-format Parquet telemetry: one row per sample, streamed by record batches.
+
+Columns: `timestamp` (unix seconds as int/float, or an Arrow timestamp), `metric` (or `__name__`
+/ `name`), `value`; every other column is a label (`Hostname`, `gpu`, `hpc_job`, ...; null or ""
+means the label is absent). pyarrow is optional: `pip install 'trainguard[parquet]'`.
+
+Reading never holds more than one record batch of rows beyond the samples already collected; the
+rows of a batch are grouped by (metric, labels) with vectorised dictionary encoding, never a
+Python loop per row.
+
+    >>> write_parquet(tel, Path("t.parquet"))                       # doctest: +SKIP
+    >>> for chunk in iter_parquet_chunks([Path("t.parquet")], 3600):  # doctest: +SKIP
+    ...     score(chunk)
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trainguard.errors import TelemetryError
+from trainguard.telemetry.builder import TelemetryBuilder
+from trainguard.telemetry.frame import FloatArray, MetricKind, Telemetry
+from trainguard.telemetry.identity import IdentityConfig
+
+__all__ = ["ParquetStats", "ParquetWriter", "iter_parquet_chunks", "read_parquet",
+           "write_parquet"]
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[int, int], None]
+
+_BATCH_ROWS = 1 << 20
+_METRIC_COLUMNS = ("metric", "__name__", "name")
+_TIME_COLUMNS = ("timestamp", "time")
+_TS_DIVISOR = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
+
+
+def _pyarrow() -> tuple[Any, Any, Any]:
+    try:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+    except ImportError as exc:
+        raise TelemetryError(
+            "reading Parquet telemetry needs pyarrow: pip install 'trainguard[parquet]'") from exc
+    return pa, pc, pq
+
+
+@dataclass(frozen=True, slots=True)
+class ParquetStats:
+    files: int
+    rows: int
+    series: int
+
+
+@dataclass(slots=True)
+class _Accumulator:
+    """Per (metric, labels): the sample arrays collected so far, concatenated on flush."""
+
+    parts: dict[tuple[str | None, ...], tuple[str, dict[str, str], list[FloatArray],
+                                               list[FloatArray]]] = field(default_factory=dict)
+
+    def add(self, key: tuple[str | None, ...], name: str, labels: dict[str, str],
+            ts: FloatArray, values: FloatArray) -> None:
+        entry = self.parts.get(key)
+        if entry is None:
+            entry = self.parts[key] = (name, labels, [], [])
+        entry[2].append(ts)
+        entry[3].append(values)
+
+    def flush(self, builder: TelemetryBuilder) -> int:
+        for name, labels, ts, vals in self.parts.values():
+            builder.add_series(name, MetricKind.UNKNOWN, labels,
+                               np.concatenate(ts) if len(ts) > 1 else ts[0],
+                               np.concatenate(vals) if len(vals) > 1 else vals[0])
+        n = len(self.parts)
+        self.parts = {}
+        return n
+
+
+def _column(names: Sequence[str], wanted: Sequence[str], path: Path) -> str:
+    for w in wanted:
+        if w in names:
+            return w
+    raise TelemetryError(
+        f"{path}: no {' / '.join(wanted)} column in long-format Parquet (columns: "
+        f"{', '.join(names)})")
+
+
+def _seconds(col: Any, pa: Any, pc: Any) -> FloatArray:
+    if pa.types.is_timestamp(col.type):
+        ints = pc.cast(col, pa.int64()).to_numpy(zero_copy_only=False)
+        return np.asarray(ints, dtype=np.float64) / _TS_DIVISOR[col.type.unit]
+    return np.asarray(pc.cast(col, pa.float64()).to_numpy(zero_copy_only=False),
+                      dtype=np.float64)
+
+
+def _codes(col: Any, pa: Any, pc: Any) -> tuple[np.ndarray, list[str | None]]:
+    """Dictionary codes of a label column (nulls get the last code) and the decoded values."""
+    if not pa.types.is_dictionary(col.type):
+        if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+            col = pc.cast(col, pa.string())
+        col = pc.dictionary_encode(col)
+    dictionary: list[str | None] = col.dictionary.to_pylist()
+    idx = col.indices.fill_null(len(dictionary)).to_numpy(zero_copy_only=False)
+    return np.asarray(idx, dtype=np.int64), [*dictionary, None]
+
+
+class _Schema:
+    def __init__(self, names: Sequence[str], path: Path) -> None:
+        self.time = _column(names, _TIME_COLUMNS, path)
+        self.metric = _column(names, _METRIC_COLUMNS, path)
+        self.value = _column(names, ("value",), path)
+        self.labels = [n for n in names if n not in (self.time, self.metric, self.value)]
+
+
+Group = tuple[tuple[str | None, ...], str, dict[str, str], int, FloatArray, FloatArray]
+"""(key, metric name, labels, part, timestamps, values) of one series' rows in a batch."""
+
+
+def _batch_series(batch: Any, schema: _Schema, pa: Any, pc: Any,
+                  split: Callable[[FloatArray], np.ndarray] | None = None) -> Iterator[Group]:
+    """Group one record batch's rows by (metric, labels), and by `split(ts)` (e.g. a time chunk
+    index) when given, without a Python loop per row."""
+    ts = _seconds(batch.column(schema.time), pa, pc)
+    vals = np.asarray(pc.cast(batch.column(schema.value), pa.float64())
+                      .to_numpy(zero_copy_only=False), dtype=np.float64)
+    columns = [schema.metric, *schema.labels]
+    parts = split(ts) if split is not None else np.zeros(len(ts), dtype=np.int64)
+    part0 = int(parts.min()) if parts.size else 0
+    code = parts - part0
+    radix = int(code.max()) + 1 if code.size else 1
+    decoded: list[list[str | None]] = []
+    codes_per_col: list[np.ndarray] = []
+    for name in columns:
+        idx, values = _codes(batch.column(name), pa, pc)
+        decoded.append(values)
+        codes_per_col.append(idx)
+        if radix * len(values) >= 1 << 62:
+            # Re-compact so the mixed-radix code cannot overflow however many label columns.
+            uniq, code = np.unique(code, return_inverse=True)
+            code = code.astype(np.int64, copy=False).reshape(-1)
+            radix = len(uniq)
+        code = code * len(values) + idx
+        radix *= len(values)
+    order = np.argsort(code, kind="stable")  # stable: rows keep file (time) order per series
+    sorted_code = code[order]
+    starts = np.flatnonzero(np.r_[True, sorted_code[1:] != sorted_code[:-1]])
+    ends = np.r_[starts[1:], len(order)]
+    ts_sorted, vals_sorted = ts[order], vals[order]
+    first_rows = order[starts].tolist()
+    for a, b, row in zip(starts.tolist(), ends.tolist(), first_rows, strict=True):
+        key = tuple(decoded[i][int(codes_per_col[i][row])] for i in range(len(columns)))
+        metric = key[0]
+        if not metric:  # a row without a metric name cannot be placed
+            continue
+        labels = {k: v for k, v in zip(schema.labels, key[1:], strict=True) if v}
+        yield key, metric, labels, int(parts[row]), ts_sorted[a:b], vals_sorted[a:b]
+
+
+def read_parquet(paths: Sequence[str | Path], builder: TelemetryBuilder, *,
+                 progress: Progress | None = None) -> ParquetStats:
+    """Read long-format Parquet files into `builder`, one record batch at a time."""
+    pa, pc, pq = _pyarrow()
+    files = [Path(p) for p in paths]
+    total = sum(_size(f) for f in files)
+    acc = _Accumulator()
+    rows = done = 0
+    for path in files:
+        pf = _open(pq, path)
+        schema = _Schema(pf.schema_arrow.names, path)
+        n_groups = max(pf.num_row_groups, 1)
+        for i, batch in enumerate(pf.iter_batches(batch_size=_BATCH_ROWS)):
+            rows += batch.num_rows
+            for key, name, labels, _, ts, vals in _batch_series(batch, schema, pa, pc):
+                acc.add(key, name, labels, ts, vals)
+            if progress is not None:
+                progress(done + min(i + 1, n_groups) * _size(path) // n_groups, total)
+        done += _size(path)
+    n_series = acc.flush(builder)
+    if progress is not None:
+        progress(total, total)
+    return ParquetStats(len(files), rows, n_series)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError as exc:
+        raise TelemetryError(f"telemetry source not found: {path}") from exc
+
+
+def _open(pq: Any, path: Path) -> Any:
+    try:
+        return pq.ParquetFile(path)
+    except OSError as exc:
+        raise TelemetryError(f"cannot read Parquet file {path}: {exc}") from exc
+    except Exception as exc:  # pyarrow raises ArrowInvalid (a ValueError) for non-Parquet input
+        raise TelemetryError(f"{path} is not a Parquet file: {exc}") from exc
+
+
+def iter_parquet_chunks(paths: Sequence[str | Path], chunk_s: int,
+                        identity: IdentityConfig | None = None, *,
+                        step_s: int | None = None) -> Iterator[Telemetry]:
+    """Consecutive `chunk_s`-second time chunks of time-ordered long-format files.
+
+    Memory stays bounded by the chunks that the current record batch touches. The step is
+    `step_s` or inferred from the first batch; each sample belongs to the chunk of its nearest
+    grid point. A row whose chunk was already yielded means the files are not time-ordered:
+    `TelemetryError`.
+    """
+    if chunk_s <= 0:
+        raise TelemetryError("chunk_s must be > 0")
+    pa, pc, pq = _pyarrow()
+    open_chunks: dict[int, _Accumulator] = {}
+    emitted = -(1 << 62)
+    step = step_s
+
+    def emit(upto: int) -> Iterator[Telemetry]:
+        for k in sorted(c for c in open_chunks if c < upto):
+            b = TelemetryBuilder(identity, step_s=step)
+            open_chunks.pop(k).flush(b)
+            if b.n_samples:
+                yield b.build(start_s=k * chunk_s, end_s=(k + 1) * chunk_s)
+
+    for path in map(Path, paths):
+        pf = _open(pq, path)
+        schema = _Schema(pf.schema_arrow.names, path)
+        for batch in pf.iter_batches(batch_size=_BATCH_ROWS):
+            if batch.num_rows == 0:
+                continue
+            if step is None:
+                step = _probe_step(list(_batch_series(batch, schema, pa, pc)), identity, path)
+            chunk_of = functools.partial(_chunk_of, step_s=step, chunk_s=chunk_s)
+            first_chunk: int | None = None
+            for key, name, labels, chunk, ts, vals in _batch_series(batch, schema, pa, pc,
+                                                                      chunk_of):
+                if chunk <= emitted:
+                    raise TelemetryError(
+                        f"{path} is not time-ordered: a {name} sample at t={ts[0]:.0f} comes "
+                        f"after the chunk starting {chunk * chunk_s} was complete")
+                first_chunk = chunk if first_chunk is None else min(first_chunk, chunk)
+                open_chunks.setdefault(chunk, _Accumulator()).add(key, name, labels, ts, vals)
+            if first_chunk is not None:
+                # Rows are time-ordered: nothing before this batch's first chunk can follow.
+                yield from emit(first_chunk)
+                emitted = max(emitted, first_chunk - 1)
+    yield from emit(1 << 62)
+
+
+def _chunk_of(ts: FloatArray, *, step_s: int, chunk_s: int) -> np.ndarray:
+    """The chunk index of each sample's nearest grid point."""
+    return (np.floor(ts / step_s + 0.5).astype(np.int64) * step_s) // chunk_s
+
+
+def _probe_step(groups: list[Group], identity: IdentityConfig | None, path: Path) -> int:
+    """The grid step from the first batch: spacing within series, else between timestamps."""
+    probe = TelemetryBuilder(identity)
+    for _, name, labels, _, ts, vals in groups:
+        probe.add_series(name, MetricKind.UNKNOWN, labels, ts, vals)
+    if probe.spacing_known:
+        return probe.infer_step()
+    distinct = np.unique(np.concatenate([g[4] for g in groups]))
+    if distinct.size < 2:
+        raise TelemetryError(f"{path}: cannot infer the sample step from the first rows; "
+                             "pass step_s")
+    return max(1, round(float(np.median(np.diff(distinct)))))
+
+
+class ParquetWriter:
+    """Appends `Telemetry` chunks to one long-format file, each chunk's rows in time order.
+
+        >>> with ParquetWriter(Path("t.parquet")) as w:   # doctest: +SKIP
+        ...     for chunk in tel.chunks(3600):
+        ...         w.write(chunk)
+    """
+
+    def __init__(self, path: Path, *, label_columns: Sequence[str] | None = None) -> None:
+        self.path = Path(path)
+        self._labels = list(label_columns) if label_columns is not None else None
+        self._writer: Any = None
+        self._pa, self._pc, self._pq = _pyarrow()
+
+    def __enter__(self) -> ParquetWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    def write(self, tel: Telemetry) -> None:
+        from trainguard.telemetry.openmetrics import parse_series_text
+
+        pa = self._pa
+        per_metric = []
+        for m in tel.metrics:
+            name, dims = parse_series_text(m.name)
+            per_metric.append((m, name, dims))
+        if self._labels is None:
+            dims_names = sorted({k for _, _, d in per_metric for k in d})
+            self._labels = ["node", "gpu", *(["hpc_job"] if tel.jobs else []), *dims_names]
+        if self._writer is None:
+            fields = [pa.field("timestamp", pa.int64()), pa.field("metric", pa.string()),
+                      pa.field("value", pa.float64()),
+                      *(pa.field(c, pa.string()) for c in self._labels)]
+            self._writer = self._pq.ParquetWriter(self.path, pa.schema(fields))
+        tables = []
+        for m, name, dims in per_metric:
+            rows, cols = np.nonzero(~np.isnan(m.values))
+            # Time-major within the chunk: a reader sees time advance row group by row group.
+            order = np.lexsort((rows, cols))
+            rows, cols = rows[order], cols[order]
+            take_rows = pa.array(rows)
+            n = len(rows)
+            columns: dict[str, Any] = {
+                "timestamp": pa.array(tel.times[cols]),
+                "metric": pa.array([name], pa.string()).take(pa.array(np.zeros(n, np.int64))),
+                "value": pa.array(m.values[rows, cols]),
+            }
+            for c in self._labels:
+                if c == "node":
+                    columns[c] = pa.array([e.node for e in m.entities], pa.string()).take(take_rows)
+                elif c == "gpu":
+                    columns[c] = pa.array([e.gpu for e in m.entities], pa.string()).take(take_rows)
+                elif c == "hpc_job":
+                    jobs = np.array([tel.jobs.get(e.node, ("",) * tel.times.size)
+                                     for e in m.entities], dtype=object).reshape(
+                                         len(m.entities), tel.times.size)
+                    job = jobs[rows, cols]
+                    job[job == ""] = None
+                    columns[c] = pa.array(job, pa.string())
+                else:
+                    columns[c] = pa.array([dims.get(c)], pa.string()).take(
+                        pa.array(np.zeros(n, np.int64)))
+            if set(dims) - set(self._labels):
+                raise TelemetryError(
+                    f"metric {m.name}: labels {sorted(set(dims) - set(self._labels))} are not "
+                    f"columns of {self.path}")
+            tables.append(pa.table(columns))
+        if tables:
+            table = pa.concat_tables(tables)
+            order = np.argsort(table.column("timestamp").to_numpy(), kind="stable")
+            self._writer.write_table(table.take(pa.array(order)))
+
+
+def write_parquet(tel: Telemetry, path: Path, *, chunk_s: int | None = None) -> None:
+    """Write `tel` as one long-format file, in time chunks (one row group per chunk) so that a
+    reader can stream it; `chunk_s` defaults to about 64 grid points per chunk."""
+    chunk = chunk_s or tel.step_s * 64
+    with ParquetWriter(Path(path)) as writer:
+        for part in tel.chunks(chunk):
+            writer.write(part)

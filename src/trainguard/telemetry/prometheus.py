@@ -1,0 +1,289 @@
+"""Prometheus HTTP API client (standard library only) and a reader into `TelemetryBuilder`.
+
+Range queries are split into windows of at most `MAX_POINTS` points per series (Prometheus
+refuses more than 11,000): each window starts one step after the previous one ended, so the
+samples are neither duplicated nor missing. Connection errors, 5xx and 429 are retried with
+exponential backoff; any other 4xx is not, and its Prometheus error message is shown.
+
+    >>> client = PrometheusClient("http://prometheus:9090", bearer_token="...")  # doctest: +SKIP
+    >>> read_prometheus(client, builder, metrics=["DCGM_FI_DEV_GPU_TEMP"],
+    ...                 start=t0, end=t1, step_s=30)                             # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import logging
+import math
+import re
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from trainguard.errors import ConfigError, TelemetryError
+from trainguard.telemetry.builder import TelemetryBuilder
+from trainguard.telemetry.frame import FloatArray, MetricKind
+
+__all__ = ["MAX_POINTS", "PrometheusClient", "PrometheusStats", "RangeSeries", "Transport",
+           "read_prometheus"]
+
+log = logging.getLogger(__name__)
+
+MAX_POINTS = 11_000
+"""Prometheus' limit on points per series in one range query."""
+
+Transport = Callable[[urllib.request.Request, float], tuple[int, bytes]]
+"""Sends a request with a timeout; returns (HTTP status, body); raises OSError when unreachable."""
+
+RangeSeries = tuple[dict[str, str], FloatArray, FloatArray]
+"""One series of a range query: (labels including `__name__`, timestamps s, values)."""
+
+_PLAIN_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_KINDS = {"counter": MetricKind.COUNTER, "gauge": MetricKind.GAUGE}
+
+
+def _urllib_transport(request: urllib.request.Request, timeout_s: float) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as resp:
+            return int(resp.status), resp.read()
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), exc.read()
+
+
+class _Unreachable(Exception):
+    """Internal: a connection-level failure worth retrying."""
+
+
+class PrometheusClient:
+    """A small Prometheus HTTP API client with retries; `transport`/`sleep` are injectable.
+
+        >>> c = PrometheusClient("http://localhost:9090", retries=0)
+        >>> c.url
+        'http://localhost:9090'
+    """
+
+    def __init__(self, url: str, *, bearer_token: str | None = None,
+                 basic_auth: tuple[str, str] | None = None, timeout_s: float = 30,
+                 retries: int = 4, backoff_s: float = 0.5, max_concurrency: int = 4,
+                 transport: Transport | None = None,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise ConfigError(f"telemetry.prometheus.url must start with http:// or https://: "
+                              f"{url!r}")
+        if bearer_token is not None and basic_auth is not None:
+            raise ConfigError("telemetry.prometheus: give bearer_token or basic_auth, not both")
+        if retries < 0 or timeout_s <= 0 or backoff_s < 0 or max_concurrency < 1:
+            raise ConfigError("telemetry.prometheus: retries >= 0, timeout_s > 0, backoff_s >= 0 "
+                              "and max_concurrency >= 1 are required")
+        self.url = url.rstrip("/")
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.max_concurrency = max_concurrency
+        self._transport = transport or _urllib_transport
+        self._sleep = sleep
+        self._headers = {"Accept": "application/json", "Accept-Encoding": "identity",
+                         "User-Agent": "trainguard"}
+        if bearer_token is not None:
+            self._headers["Authorization"] = f"Bearer {bearer_token}"
+        elif basic_auth is not None:
+            raw = f"{basic_auth[0]}:{basic_auth[1]}".encode()
+            self._headers["Authorization"] = "Basic " + base64.b64encode(raw).decode()
+
+    # -- HTTP -------------------------------------------------------------------------------
+    def get(self, path: str, params: Mapping[str, Any] | None = None) -> Any:
+        """GET `path` (e.g. `/api/v1/query_range`) and return the response's `data` field."""
+        query = urllib.parse.urlencode(params or {}, doseq=True)
+        url = f"{self.url}{path}" + (f"?{query}" if query else "")
+        problem = ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                self._sleep(self.backoff_s * 2 ** (attempt - 1))
+            request = urllib.request.Request(url, headers=self._headers, method="GET")
+            try:
+                status, body = self._send(request)
+            except _Unreachable as exc:
+                problem = f"cannot reach Prometheus at {self.url}: {exc}"
+                log.debug("attempt %d: %s", attempt + 1, problem)
+                continue
+            if status == 429 or status >= 500:
+                problem = (f"Prometheus at {self.url} answered HTTP {status} to {path} after "
+                           f"{attempt + 1} attempts: {_error_message(body)}")
+                log.debug("attempt %d: %s", attempt + 1, problem)
+                continue
+            if status >= 400:
+                raise TelemetryError(
+                    f"Prometheus at {self.url} rejected {path} (HTTP {status}): "
+                    f"{_error_message(body)}")
+            return _data(body, self.url, path)
+        raise TelemetryError(problem)
+
+    def _send(self, request: urllib.request.Request) -> tuple[int, bytes]:
+        try:
+            return self._transport(request, self.timeout_s)
+        except urllib.error.URLError as exc:
+            raise _Unreachable(str(exc.reason)) from exc
+        except (OSError, http.client.HTTPException) as exc:
+            raise _Unreachable(str(exc) or type(exc).__name__) from exc
+
+    # -- API --------------------------------------------------------------------------------
+    def series_names(self, match: list[str] | None = None, start: float | None = None,
+                     end: float | None = None) -> list[str]:
+        """Metric names, optionally of series matching the `match[]` selectors in [start, end]."""
+        params: dict[str, Any] = {}
+        if match:
+            params["match[]"] = match
+        if start is not None:
+            params["start"] = _fmt(start)
+        if end is not None:
+            params["end"] = _fmt(end)
+        data = self.get("/api/v1/label/__name__/values", params)
+        return sorted(str(n) for n in data or [])
+
+    def metadata(self) -> dict[str, MetricKind]:
+        """Declared types per metric name (counter/gauge); {} when the server has none."""
+        data = self.get("/api/v1/metadata")
+        out: dict[str, MetricKind] = {}
+        if isinstance(data, dict):
+            for name, entries in data.items():
+                if entries and isinstance(entries, list) and isinstance(entries[0], dict):
+                    out[str(name)] = _KINDS.get(str(entries[0].get("type")), MetricKind.UNKNOWN)
+        return out
+
+    def windows(self, start: float, end: float, step_s: int) -> list[tuple[float, float]]:
+        """Query windows covering [start, end] with <= MAX_POINTS points each, back to back."""
+        span = (MAX_POINTS - 1) * step_s
+        out: list[tuple[float, float]] = []
+        s = start
+        while s <= end:
+            e = min(s + span, end)
+            out.append((s, e))
+            s = e + step_s
+        return out
+
+    def query_range(self, query: str, start: float, end: float, step_s: int,
+                    ) -> list[RangeSeries]:
+        """Run a range query in windows of <= MAX_POINTS points; series merged across windows."""
+        if step_s <= 0:
+            raise ConfigError("telemetry.prometheus.step_s must be > 0")
+        merged: dict[tuple[tuple[str, str], ...], tuple[dict[str, str], list[FloatArray],
+                                                         list[FloatArray]]] = {}
+        for s, e in self.windows(start, end, step_s):
+            data = self.get("/api/v1/query_range", {
+                "query": query, "start": _fmt(s), "end": _fmt(e), "step": f"{step_s}s"})
+            for item in (data or {}).get("result", []):
+                labels = {str(k): str(v) for k, v in item.get("metric", {}).items()}
+                points = item.get("values") or []
+                if not points:
+                    continue
+                ts = np.fromiter((p[0] for p in points), dtype=np.float64, count=len(points))
+                vals = np.array([p[1] for p in points], dtype=np.float64)
+                key = tuple(sorted(labels.items()))
+                entry = merged.setdefault(key, (labels, [], []))
+                entry[1].append(ts)
+                entry[2].append(vals)
+        return [(labels, np.concatenate(ts), np.concatenate(vals))
+                for labels, ts, vals in merged.values()]
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _fmt(t: float) -> str:
+    return f"{t:.3f}".rstrip("0").rstrip(".")
+
+
+def _error_message(body: bytes) -> str:
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return body[:200].decode("utf-8", "replace").strip() or "(empty body)"
+    if isinstance(doc, dict) and doc.get("error"):
+        kind = doc.get("errorType")
+        return f"{kind}: {doc['error']}" if kind else str(doc["error"])
+    return body[:200].decode("utf-8", "replace")
+
+
+def _data(body: bytes, url: str, path: str) -> Any:
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        raise TelemetryError(
+            f"Prometheus at {url} answered {path} with non-JSON: {body[:80]!r}") from None
+    if not isinstance(doc, dict) or doc.get("status") != "success":
+        raise TelemetryError(f"Prometheus at {url} failed {path}: {_error_message(body)}")
+    return doc.get("data")
+
+
+@dataclass(frozen=True, slots=True)
+class PrometheusStats:
+    metrics: int
+    series: int
+    samples: int
+    start: int
+    end: int
+
+
+def read_prometheus(client: PrometheusClient, builder: TelemetryBuilder, *,
+                    metrics: list[str] | None = None, start: float, end: float, step_s: int,
+                    progress: Callable[[int, int], None] | None = None) -> PrometheusStats:
+    """Fetch `metrics` (names or PromQL selectors; None = every metric name in the range) over
+    [start, end] (unix seconds, aligned down/up to multiples of `step_s`) into `builder`.
+
+    Queries run `client.max_concurrency` at a time; types come from `/api/v1/metadata` when the
+    server has it. `progress(metrics_done, metrics_total)` follows the queries.
+    """
+    if step_s <= 0:
+        raise ConfigError("telemetry.prometheus.step_s must be > 0")
+    if end < start:
+        raise ConfigError("telemetry.prometheus: end is before start")
+    a = math.floor(start / step_s) * step_s
+    b = math.ceil(end / step_s) * step_s
+    try:
+        kinds = client.metadata()
+    except TelemetryError as exc:
+        if str(exc).startswith("cannot reach"):
+            raise
+        log.info("no metric metadata from %s (%s); types from names only", client.url, exc)
+        kinds = {}
+    if metrics is not None:
+        queries = list(metrics)
+    else:
+        # Names that are not plain identifiers (Prometheus 3 allows UTF-8) need a selector.
+        queries = [n if _PLAIN_NAME.fullmatch(n) else f'{{__name__="{_escape(n)}"}}'
+                   for n in client.series_names(None, a, b)]
+    n_series = n_samples = 0
+    with ThreadPoolExecutor(max_workers=client.max_concurrency) as pool:
+        futures: dict[Future[list[RangeSeries]], str] = {
+            pool.submit(client.query_range, q, a, b, step_s): q for q in queries}
+        pending = set(futures)
+        done_count = 0
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_EXCEPTION)
+            for fut in done:
+                failure = fut.exception()
+                if failure is not None:
+                    for other in pending:
+                        other.cancel()
+                    raise failure
+                query = futures[fut]
+                for labels, ts, vals in fut.result():
+                    name = labels.pop("__name__", query)
+                    builder.add_series(name, kinds.get(name, MetricKind.UNKNOWN), labels, ts,
+                                       vals)
+                    n_series += 1
+                    n_samples += int(ts.size)
+                done_count += 1
+                if progress is not None:
+                    progress(done_count, len(queries))
+    return PrometheusStats(len(queries), n_series, n_samples, a, b)

@@ -1,0 +1,103 @@
+"""Cumulative series -> per-second rates, with Prometheus-style reset handling.
+
+Counters (declared, or named `*_total`) and gauges that are cumulative in fact (dcgm-exporter
+exports PCIe replay and ECC totals as gauges) say little as levels; their rate is the signal.
+
+The rate at grid point t of an entity is computed against that entity's previous *reported*
+sample (gaps of NaN are skipped, so a 3-step gap gives the average rate over those 3 steps):
+
+1. increase = v_t - v_prev, or v_t when v_t < v_prev (a decrease means the counter reset to zero
+   and counted up to v_t since, as Prometheus' `rate()` assumes);
+2. rate = increase / (t - t_prev) in per-second units;
+3. NaN where v_t is NaN and at each entity's first reported sample.
+
+The metric name (key) is kept unchanged; only `kind` becomes `MetricKind.RATE`.
+
+    >>> import numpy as np
+    >>> from trainguard.telemetry.frame import Entity, MetricSeries, Telemetry
+    >>> c = MetricSeries("x_total", MetricKind.COUNTER, (Entity("n1"),),
+    ...                  np.array([[0.0, 30.0, np.nan, 90.0, 10.0]]))
+    >>> to_rates(Telemetry(np.arange(5) * 10, 10, (c,))).metrics[0].values.tolist()
+    [[nan, 3.0, nan, 3.0, 1.0]]
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from trainguard.telemetry.frame import FloatArray, MetricKind, MetricSeries, Telemetry
+
+__all__ = ["MAX_RESET_FRACTION", "detect_monotonic", "to_rates"]
+
+MAX_RESET_FRACTION = 0.02
+"""A cumulative gauge may decrease (reset) in at most this fraction of its increases."""
+
+
+def _previous_valid(values: FloatArray) -> tuple[FloatArray, np.ndarray]:
+    """Per cell, the previous reported value of its row and that value's column (-1: none)."""
+    n_t = values.shape[1]
+    idx = np.where(np.isnan(values), -1, np.arange(n_t, dtype=np.int64))
+    np.maximum.accumulate(idx, axis=1, out=idx)
+    prev_idx = np.full_like(idx, -1)
+    prev_idx[:, 1:] = idx[:, :-1]
+    prev = np.take_along_axis(values, np.maximum(prev_idx, 0), axis=1)
+    prev[prev_idx < 0] = np.nan
+    return prev, prev_idx
+
+
+_COUNTER_NAME = re.compile(r"counter|_total$|_count$|_sum$|ENERGY_CONSUMPTION", re.IGNORECASE)
+RESET_DROP = 0.1
+"""A decrease to below this fraction of the previous value is a reset (reboot, driver reload)."""
+
+
+def detect_monotonic(series: MetricSeries) -> bool:
+    """True when a series is cumulative in fact (dcgm-exporter types some counters as gauges).
+
+    No negative values, it increases somewhere, and every decrease is a reset (a drop to below
+    10% of the previous value) except in at most 2% as many steps as it increases. Rare-event
+    counters reset by reboots would fail a plain "decreases are rare" test, and level gauges
+    that step up and back down (the XID gauge, memory in use) would pass it; so resets must also
+    be much rarer than increases (1 in 3), unless the name says counter/_total.
+    """
+    v = series.values
+    if v.size == 0 or not np.isfinite(v).any():
+        return False
+    finite = v[~np.isnan(v)]
+    if bool((finite < 0).any()):
+        return False
+    prev, _ = _previous_valid(v)
+    d = v - prev
+    n_pos = int(np.count_nonzero(d > 0))
+    dec = d < 0
+    resets = dec & (v < RESET_DROP * prev)
+    n_reset = int(np.count_nonzero(resets))
+    n_other = int(np.count_nonzero(dec)) - n_reset
+    if n_pos == 0 or n_other > MAX_RESET_FRACTION * n_pos:
+        return False
+    named = bool(_COUNTER_NAME.search(series.name.split("{", 1)[0]))
+    return named or n_reset * 3 <= n_pos
+
+
+def _rate(series: MetricSeries, step_s: int) -> MetricSeries:
+    cur = series.values
+    prev, prev_idx = _previous_valid(cur)
+    n_t = cur.shape[1]
+    gap = (np.arange(n_t, dtype=np.int64)[None, :] - prev_idx).astype(np.float64) * step_s
+    with np.errstate(invalid="ignore"):
+        increase = np.where(cur < prev, cur, cur - prev)
+        rate = increase / gap
+    rate[prev_idx < 0] = np.nan
+    return MetricSeries(series.name, MetricKind.RATE, series.entities, rate)
+
+
+def to_rates(tel: Telemetry) -> Telemetry:
+    """COUNTER and cumulative-in-fact (MONOTONIC, or GAUGE/UNKNOWN detected as such) series
+    become per-second RATE series; all other series are returned unchanged."""
+    out: list[MetricSeries] = []
+    for m in tel.metrics:
+        cumulative = m.kind in (MetricKind.COUNTER, MetricKind.MONOTONIC) or (
+            m.kind in (MetricKind.GAUGE, MetricKind.UNKNOWN) and detect_monotonic(m))
+        out.append(_rate(m, tel.step_s) if cumulative else m)
+    return Telemetry(tel.times, tel.step_s, tuple(out), tel.jobs)
