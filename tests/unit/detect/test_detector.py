@@ -165,7 +165,7 @@ def test_alerts_do_not_depend_on_chunking(chunk_s: int) -> None:
 def test_config_validation_names_the_key() -> None:
     from trainguard.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="detect.score_off"):
+    with pytest.raises(ConfigError, match=r"detect\.score_off"):
         DetectorConfig(score_on=3.0, score_off=5.0)
-    with pytest.raises(ConfigError, match="detect.block_s"):
+    with pytest.raises(ConfigError, match=r"detect\.block_s"):
         DetectorConfig(block_s=0)
