@@ -25,12 +25,14 @@ class DetectorConfig:
     """Half-life of each series' learned baseline (level and spread of its peer residual)."""
     adapt_clip: float = 3.0
     """Baseline updates are clipped to this many spreads, so precursors are not learned away."""
-    score_on: float = 7.0
+    score_on: float = 9.0
     """Node score (calibrated robust deviations) at or above which a block counts as anomalous."""
     score_off: float = 4.0
     """An open episode stays on while the node score is at or above this."""
     persist_blocks: int = 4
-    """Consecutive anomalous blocks needed before an alert fires (sustained evidence)."""
+    """Consecutive anomalous blocks needed before an alert led by recurring error counts fires."""
+    persist_gauge_blocks: int = 8
+    """... and by a level deviation (temperature, power, clocks): those need to last longer."""
     cooldown_s: float = 1800.0
     """An episode ends after this long below score_off; a new onset inside it is merged."""
     hard_cooldown_s: float = 3600.0

@@ -48,7 +48,7 @@ class EpisodeTracker:
         return {i for i, th in self.last_hard.items() if t - th < q}
 
     def soft_block(self, t: float, score: FloatArray, signals: dict[int, tuple[Signal, ...]],
-                   quiet: set[int]) -> list[int]:
+                   quiet: set[int], counter_led: np.ndarray | None = None) -> list[int]:
         """Feed one block's node scores; returns nodes that need signals next block (onsets)."""
         cfg = self.cfg
         above = np.flatnonzero(score >= cfg.score_on).tolist()
@@ -59,7 +59,9 @@ class EpisodeTracker:
             if i in quiet:
                 continue
             self.run[i] = self.run.get(i, 0) + 1
-            if self.run[i] >= cfg.persist_blocks and i not in self.soft:
+            need = (cfg.persist_blocks if counter_led is not None and counter_led[i]
+                    else cfg.persist_gauge_blocks)
+            if self.run[i] >= need and i not in self.soft:
                 sig = signals.get(i, ())
                 prev_end = self.last_soft_end.get(i)
                 if prev_end is not None and t - prev_end < cfg.cooldown_s and self._reopen(i):

@@ -14,6 +14,8 @@ One block, in order:
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from trainguard.detect.alerts import Signal
@@ -32,6 +34,8 @@ __all__ = ["BlockScorer"]
 CAL_REF = 2.5
 """Cross-sectional 99th percentile of |z| for a well-behaved metric (about Gaussian)."""
 U_CAP = 50.0
+RARE_EVENT_FRACTION = 0.05
+"""A counter is error-like when at most this fraction of its series has events in a block."""
 SELF_FLOOR = 0.5
 """Smallest spread of a peer-standardised residual: half the peers' own dispersion."""
 HARD_SCORE = 100.0
@@ -48,6 +52,7 @@ class BlockScorer:
         self.cal1 = np.zeros(0)
         self.cal2 = np.zeros(0)
         self.tdisp1 = np.zeros(0)
+        self.busy_frac = np.zeros(0)
         self.tdisp2 = np.zeros(0)
         self.settle_until = np.zeros(0)
         self.prev_busy = np.zeros(0, dtype=bool)
@@ -78,6 +83,8 @@ class BlockScorer:
             self.cal2 = _regrow(self.cal2, old_mg, mg, m)
             self.tdisp2 = _regrow(self.tdisp2, old_mg, mg, m)
         self.cal1 = np.pad(self.cal1, (0, mg - self.cal1.shape[0]))
+        if self.busy_frac.shape[0] != m:
+            self.busy_frac = np.full(m, np.nan)  # re-learnt quickly when metrics appear
         self.tdisp1 = np.pad(self.tdisp1, (0, mg - self.tdisp1.shape[0]))
         self.sparse1.grow((mg, n, g))
         self.sparse2.grow((mn, n))
@@ -209,8 +216,20 @@ class BlockScorer:
                 :, None, None], np.nan)
             k2 = np.where(cum_n[:, None], xn / np.maximum(unit_floor[mg:], 1e-300)[:, None],
                           np.nan)
+        # Only error-like counters (events in few series at any time) take the sparse path;
+        # byte and time counters that are merely quiet on an idle node do not.
+        act1 = np.where(np.isnan(k1), np.nan, (k1 > 0.5).astype(np.float64)).reshape(mg, -1)
+        act2 = np.where(np.isnan(k2), np.nan, (k2 > 0.5).astype(np.float64))
+        with np.errstate(invalid="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            f1 = np.nanmean(act1, axis=1) if act1.shape[1] else np.full(mg, np.nan)
+            f2 = np.nanmean(act2, axis=1) if act2.shape[1] else np.full(act2.shape[0], np.nan)
+        self.busy_frac = _ew_frac(self.busy_frac, np.concatenate([f1, f2]))
+        rare = self.busy_frac <= RARE_EVENT_FRACTION
         zs1, sparse1 = self.sparse1.step(k1, alpha, warm_n)
         zs2, sparse2 = self.sparse2.step(k2, alpha, warm_n)
+        sparse1 = sparse1 & rare[:mg, None, None]
+        sparse2 = sparse2 & rare[mg:, None]
         z1 = np.where(sparse1, zs1, z1)
         z2[mg:] = np.where(sparse2, zs2, z2[mg:])
         z1[:, settle, :] = np.nan
@@ -252,7 +271,14 @@ class BlockScorer:
         signals = {int(i): self._signals(int(i), per_metric[:, i], s1[:, i], u2[:, i],
                                          gpu_best[:, i], z1, z2)
                    for i in wanted.tolist()}
-        tracker.soft_block(t, score, signals, quiet)
+        # Recurring error counts are evidence sooner than a gauge excursion (thermal spikes and
+        # job-shaped wobbles last minutes; precursors persist): tell the tracker which it is.
+        top_metric = per_metric.argmax(axis=0) if per_metric.size else np.zeros(0, np.intp)
+        counter_led = np.zeros(score.shape[0], dtype=bool)
+        if per_metric.size:
+            sp = np.concatenate([sparse1.any(axis=2), sparse2], axis=0)
+            counter_led = np.take_along_axis(sp, top_metric[None, :], axis=0)[0]
+        tracker.soft_block(t, score, signals, quiet, counter_led)
 
     def _signals(self, i: int, per_metric: FloatArray, s1: FloatArray, u2: FloatArray,
                  gpu_best: np.ndarray, z1: FloatArray, z2: FloatArray) -> tuple[Signal, ...]:
@@ -304,3 +330,8 @@ def _ew_typical(cur: FloatArray, disp: FloatArray) -> FloatArray:
     med, k = nanmedian_axis(flat, axis=1)
     upd = np.where(cur == 0, med, 0.98 * cur + 0.02 * med)
     return np.where(k > 0, upd, cur)
+
+
+def _ew_frac(cur: FloatArray, f: FloatArray) -> FloatArray:
+    upd = np.where(np.isnan(cur), f, np.where(np.isnan(f), cur, 0.98 * cur + 0.02 * f))
+    return np.asarray(upd, dtype=np.float64)
