@@ -21,13 +21,19 @@ install: $(STAMP)
 sysdeps:
 	bash scripts/sysdeps.sh
 
-# The most complete end-to-end story that exists: classify the bundled logs of a real-shaped
-# incident (4 nodes x 8 GPUs, XID 79 on one GPU, NCCL timeouts on the other 31 ranks).
+# The main job on embedded defaults: simulate a 16-node x 8-GPU cluster for 2 days (DCGM and
+# node-exporter telemetry, kernel logs, ground truth), then backtest the failure detector on it
+# against static DCGM-style rules and PyOD's ECOD, and print where and why it alerted.
+DEMO_DIR ?= demo-data/cluster
 demo: install
-	$(BIN)/trainguard logs classify --host-from-path examples/incidents/xid79-allreduce-hang
+	$(BIN)/trainguard simulate --nodes 16 --gpus-per-node 8 --days 2 --seed 8 \
+		--failures-per-day 3 --gzip --overwrite --out $(DEMO_DIR)
+	$(BIN)/trainguard backtest $(DEMO_DIR) --baseline static --baseline ecod \
+		--alerts-out $(DEMO_DIR)/alerts.jsonl
 	@echo
-	@echo "JSON for scripting:  $(BIN)/trainguard logs classify --json --host-from-path examples/incidents/xid79-allreduce-hang"
-	@echo "What XID 79 means:   $(BIN)/trainguard xid explain 79"
+	@echo "Alerts of every detector (JSON lines): $(DEMO_DIR)/alerts.jsonl"
+	@echo "Detect only, as JSON:   $(BIN)/trainguard detect $(DEMO_DIR) --json"
+	@echo "Classify failure logs:  $(BIN)/trainguard logs classify --host-from-path examples/incidents/xid79-allreduce-hang"
 
 lint: install
 	$(BIN)/ruff check src tests benchmarks examples
@@ -44,4 +50,4 @@ bench: install
 	$(BIN)/python benchmarks/run.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache bench-data
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache bench-data demo-data

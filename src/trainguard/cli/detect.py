@@ -269,6 +269,11 @@ def backtest(
     """Score trainguard and the baselines against known failures (the report's Analysis 1)."""
     _need_input(ctx, sources, prometheus)
     chosen = ["static", "ecod"] if baseline is None else [b for b in baseline if b != "none"]
+    if failures is not None and not failures.is_file():
+        fail(f"--failures: no such file: {failures}")
+    for p in kernel_logs or []:
+        if not p.exists():
+            fail(f"--kernel-logs: no such file or directory: {p}")
     try:
         tel = load_telemetry(sources, prometheus, start, end, step, metric, bearer_token_file,
                              basic_auth)

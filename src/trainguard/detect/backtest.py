@@ -10,7 +10,7 @@ from trainguard.detect.alerts import AlertEpisode
 from trainguard.detect.config import DetectorConfig
 from trainguard.detect.detector import detect
 from trainguard.detect.scorecard import Scorecard, score
-from trainguard.detect.truth import GroundTruth
+from trainguard.detect.truth import GroundTruth, align_nodes
 from trainguard.errors import ConfigError, TrainguardError
 from trainguard.telemetry.frame import Telemetry
 
@@ -39,6 +39,9 @@ def run_backtest(tel: Telemetry, truth: GroundTruth, *, cfg: DetectorConfig | No
     unknown = [b for b in baselines if b not in BASELINES]
     if unknown:
         raise ConfigError(f"unknown baseline {unknown[0]!r} (known: {', '.join(BASELINES)})")
+    truth, renamed = align_nodes(truth, tel.nodes)
+    if renamed:
+        log.info("ground truth: %d node names mapped to the telemetry's names", renamed)
     span = (float(tel.times[0]), float(tel.times[-1]) + tel.step_s)
     n_nodes = len(tel.nodes)
 

@@ -69,7 +69,7 @@ class Baseline:
     def update(self, r: FloatArray, busy: BoolArray, floor: FloatArray, alpha: float,
                clip: float, fast: BoolArray | None = None) -> None:
         """Learn from `r` (NaN = no observation). `fast` marks series relearning a new regime."""
-        valid = ~np.isnan(r)
+        valid = np.isfinite(r)
         for slot, in_slot in ((0, ~busy), (1, busy)):
             sel = valid & in_slot
             if not sel.any():

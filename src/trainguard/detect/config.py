@@ -31,7 +31,7 @@ class DetectorConfig:
     """An open episode stays on while the node score is at or above this."""
     persist_blocks: int = 4
     """Consecutive anomalous blocks needed before an alert led by recurring error counts fires."""
-    persist_gauge_blocks: int = 8
+    persist_gauge_blocks: int = 12
     """... and by a level deviation (temperature, power, clocks): those need to last longer."""
     cooldown_s: float = 1800.0
     """An episode ends after this long below score_off; a new onset inside it is merged."""
@@ -65,6 +65,8 @@ class DetectorConfig:
     """Weight on metrics from the small knowledge base of known precursors (a bonus only)."""
     host_metric_weight: float = 0.5
     """Weight on host-level metrics (no GPU label): they track the job more than the node."""
+    workload_metric_weight: float = 0.5
+    """Weight on fields the job shapes (framebuffer in use, bytes moved) rather than hardware."""
     top_signals: int = 5
     """Contributing signals reported per alert."""
 

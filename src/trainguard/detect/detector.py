@@ -37,6 +37,7 @@ from trainguard.detect.knowledge import (
     ACTIVITY_METRICS,
     is_hard_counter,
     is_known_precursor,
+    is_workload_shaped,
     is_xid_metric,
 )
 from trainguard.detect.layout import DenseChunk, Layout
@@ -274,7 +275,9 @@ class Detector:
         they mostly tell which job a node runs, rarely that it is failing."""
         lay = self.layout
         w = self.cfg.known_precursor_weight
-        gpu = [w if is_known_precursor(m) else 1.0 for m in lay.gpu_metrics]
+        wl = self.cfg.workload_metric_weight
+        gpu = [w if is_known_precursor(m) else wl if is_workload_shaped(m) else 1.0
+               for m in lay.gpu_metrics]
         node = [w if is_known_precursor(m) else self.cfg.host_metric_weight
                 for m in lay.node_metrics]
         return np.array([*gpu, *node])

@@ -18,6 +18,7 @@ __all__ = [
     "is_hard_counter",
     "is_hardware_xid",
     "is_known_precursor",
+    "is_workload_shaped",
     "is_xid_metric",
 ]
 
@@ -38,6 +39,9 @@ _PRECURSOR = re.compile(
     r"PCIE_REPLAY|ECC_SBE|SBE_VOL|SBE_AGG|CORRECTABLE_REMAPPED_ROWS|RETIRED_SBE|NVLINK_CRC|"
     r"NVLINK_.*ERROR|REPLAY_ERROR|RECOVERY_ERROR|THROTTLE|MEMORY_TEMP|GPU_TEMP",
     re.IGNORECASE)
+# Fields the job sets, not the hardware: memory allocated, bytes moved. A deviation there is
+# mostly a different workload on that GPU, so they count half.
+_WORKLOAD = re.compile(r"FB_USED|FB_FREE|FB_RESERVED|_BYTES|BANDWIDTH", re.IGNORECASE)
 _HW_CATEGORIES = frozenset({Category.GPU_HARDWARE, Category.GPU_MEMORY_ECC,
                             Category.NVLINK_INTERCONNECT})
 
@@ -57,6 +61,10 @@ def is_hard_counter(name: str) -> bool:
 
 def is_known_precursor(name: str) -> bool:
     return bool(_PRECURSOR.search(_base(name))) and not is_hard_counter(name)
+
+
+def is_workload_shaped(name: str) -> bool:
+    return bool(_WORKLOAD.search(_base(name)))
 
 
 def is_hardware_xid(xid: int) -> bool:

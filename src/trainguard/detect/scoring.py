@@ -177,7 +177,8 @@ class BlockScorer:
         self.tdisp1 = _ew_typical(self.tdisp1, 1.4826 * mad1)
         scale1 = np.maximum(np.maximum(1.4826 * mad1, 0.5 * self.tdisp1[:, None]),
                             unit_floor[:mg, None])
-        with np.errstate(invalid="ignore", divide="ignore"):
+        scale1 = np.maximum(scale1, 1e-12)  # a never-changing metric: no zero scale
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             zp1 = np.where((cnt >= cfg.min_gpus)[..., None], r1 / scale1[..., None], np.nan)
         agg = np.concatenate([med, xn], axis=0)
         zp2 = np.full_like(agg, np.nan)
@@ -194,9 +195,12 @@ class BlockScorer:
             ok = (gcnt >= cfg.min_peers)[:, None]
             zp2[:, idx] = np.where(ok, dev, np.nan)
         self.tdisp2 = _ew_typical(self.tdisp2, disp2)
-        scale2 = np.maximum(np.maximum(disp2, 0.5 * self.tdisp2[:, None]), unit_floor[:, None])
-        with np.errstate(invalid="ignore", divide="ignore"):
+        scale2 = np.maximum(np.maximum(np.nan_to_num(disp2), 0.5 * self.tdisp2[:, None]),
+                            np.maximum(unit_floor[:, None], 1e-12))
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             zp2 = zp2 / scale2
+        zp1 = np.where(np.isfinite(zp1), zp1, np.nan)
+        zp2 = np.where(np.isfinite(zp2), zp2, np.nan)
 
         warm_n = cfg.warmup_s / cfg.block_s
         alpha = 1.0 - 0.5 ** (cfg.block_s / cfg.halflife_s)
@@ -211,11 +215,12 @@ class BlockScorer:
 
         # Sparse counters (errors that are normally zero): recurrence, not level, is evidence.
         cum_g, cum_n = cumulative[:mg], cumulative[mg:]
-        with np.errstate(invalid="ignore", divide="ignore"):
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             k1 = np.where(cum_g[:, None, None], x / np.maximum(unit_floor[:mg], 1e-300)[
                 :, None, None], np.nan)
             k2 = np.where(cum_n[:, None], xn / np.maximum(unit_floor[mg:], 1e-300)[:, None],
                           np.nan)
+
         # Only error-like counters (events in few series at any time) take the sparse path;
         # byte and time counters that are merely quiet on an idle node do not.
         act1 = np.where(np.isnan(k1), np.nan, (k1 > 0.5).astype(np.float64)).reshape(mg, -1)
@@ -259,13 +264,7 @@ class BlockScorer:
         crowd = max(cfg.crowd_min_nodes, cfg.crowd_fraction * n_up)
         crowded = np.count_nonzero(per_metric >= 0.5 * cfg.score_on, axis=1) >= crowd
         per_metric[crowded] = 0.0
-        if per_metric.shape[0] >= 2:
-            top = np.sort(per_metric, axis=0)
-            score = top[-1] + 0.5 * top[-2]
-        elif per_metric.shape[0] == 1:
-            score = per_metric[0]
-        else:
-            score = np.zeros(per_metric.shape[1])
+        score = _fuse(per_metric, mg)
         quiet = tracker.quiet(t)
         wanted = np.flatnonzero(score >= cfg.score_on)
         signals = {int(i): self._signals(int(i), per_metric[:, i], s1[:, i], u2[:, i],
@@ -335,3 +334,23 @@ def _ew_typical(cur: FloatArray, disp: FloatArray) -> FloatArray:
 def _ew_frac(cur: FloatArray, f: FloatArray) -> FloatArray:
     upd = np.where(np.isnan(cur), f, np.where(np.isnan(f), cur, 0.98 * cur + 0.02 * f))
     return np.asarray(upd, dtype=np.float64)
+
+
+def _fuse(per_metric: FloatArray, mg: int) -> FloatArray:
+    """Node score: the strongest metric plus half the second strongest.
+
+    When the cluster has GPU metrics, a host-level metric (load, CPU, filesystem) may only be
+    the supporting second signal: a host that is merely busier than its peers is not a GPU
+    about to fail, and host counters swing with the job.
+    """
+    n = per_metric.shape[1]
+    if per_metric.shape[0] == 0:
+        return np.zeros(n)
+    if mg == 0 or mg == per_metric.shape[0]:
+        top = np.sort(per_metric, axis=0)
+        second_all = top[-2] if per_metric.shape[0] >= 2 else np.zeros(n)
+        return np.asarray(top[-1] + 0.5 * second_all, dtype=np.float64)
+    gpu = np.sort(per_metric[:mg], axis=0)
+    host = per_metric[mg:].max(axis=0)
+    second = np.maximum(gpu[-2], host) if mg >= 2 else host
+    return np.asarray(gpu[-1] + 0.5 * second, dtype=np.float64)

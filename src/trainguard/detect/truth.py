@@ -22,7 +22,7 @@ import json
 import logging
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ import numpy as np
 from trainguard.errors import ConfigError
 from trainguard.evidence.xid import APP_FAULT_XIDS, CONSEQUENCE_XIDS, xid_info
 from trainguard.telemetry.frame import Telemetry
+from trainguard.telemetry.identity import strip_port
 
 __all__ = [
     "APP_XIDS",
@@ -55,6 +56,7 @@ MERGE_WINDOW_S = 30 * 60.0
 
 _NODE_KEYS = ("node", "host", "hostname")
 _TIME_KEYS = ("time", "t", "timestamp", "t_xid")
+_ALIAS_KEYS = ("host", "hostname", "instance", "ip", "address", "nodename")
 # Only planned work excuses an alert. Records of type "benign" (look-alike anomalies a simulator
 # plants: a thermal spike, one correctable error) are exactly what a detector must NOT page on,
 # so they are skipped (counted in `ignored`) and alerts on them count as false positives.
@@ -108,6 +110,8 @@ class GroundTruth:
     app_xids: tuple[AppXid, ...] = ()
     ignored: int = 0
     """Records the loader skipped (unknown `type`)."""
+    aliases: tuple[tuple[str, str], ...] = ()
+    """(node, other name) pairs seen in the records: `instance`/`ip` next to a hostname."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -197,6 +201,7 @@ def truth_from_jsonl(path: str | Path) -> GroundTruth:
     benign: list[BenignWindow] = []
     app: list[AppXid] = []
     ignored: dict[str, int] = {}
+    aliases: set[tuple[str, str]] = set()
     for line_no, line in enumerate(text.splitlines(), start=1):
         s = line.strip()
         if not s or s.startswith("#"):
@@ -217,6 +222,12 @@ def truth_from_jsonl(path: str | Path) -> GroundTruth:
         if not isinstance(kind, str):
             raise ConfigError(f"{where}: type must be a string, got {kind!r}")
         kind = kind.strip().lower()
+        first = _first(rec, _NODE_KEYS)
+        if first is not None and isinstance(first[1], str):
+            for key in _ALIAS_KEYS:
+                other = rec.get(key)
+                if isinstance(other, str) and other and other != first[1]:
+                    aliases.add((first[1], strip_port(other)))
         if kind in _BENIGN_TYPES:
             node = _node(rec, where)
             if rec.get("start") is None or rec.get("end") is None:
@@ -245,12 +256,37 @@ def truth_from_jsonl(path: str | Path) -> GroundTruth:
         else:
             ignored[kind] = ignored.get(kind, 0) + 1
     if ignored:
-        log.warning("%s: ignored records of unknown type: %s", p,
+        log.info("%s: ignored records of unknown type: %s", p,
                     ", ".join(f"{k} x{n}" for k, n in sorted(ignored.items())))
     return GroundTruth(tuple(sorted(failures, key=lambda f: (f.time, f.node))),
                        tuple(sorted(benign, key=lambda b: (b.start, b.node))),
                        tuple(sorted(app, key=lambda a: (a.time, a.node))),
-                       sum(ignored.values()))
+                       sum(ignored.values()), tuple(sorted(aliases)))
+
+
+def align_nodes(truth: GroundTruth, nodes: Sequence[str]) -> tuple[GroundTruth, int]:
+    """Rename truth nodes the telemetry does not know to an alias it does know.
+
+    Ground truth often names hosts (`gpu-a07`) while telemetry names scrape targets
+    (`instance="10.0.3.7:9400"`); records that carry both let the two be joined. Returns the
+    aligned truth and how many node names were renamed.
+    """
+    known = set(nodes)
+    rename: dict[str, str] = {}
+    for name, alias in truth.aliases:
+        if name not in known and alias in known:
+            rename.setdefault(name, alias)
+    if not rename:
+        return truth, 0
+
+    def r(n: str) -> str:
+        return rename.get(n, n)
+
+    return GroundTruth(
+        tuple(replace(f, node=r(f.node)) for f in truth.failures),
+        tuple(replace(b, node=r(b.node)) for b in truth.benign),
+        tuple(replace(a, node=r(a.node)) for a in truth.app_xids),
+        truth.ignored, truth.aliases), len(rename)
 
 
 # --- XID events -> failures -------------------------------------------------------------------

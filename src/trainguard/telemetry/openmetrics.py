@@ -369,7 +369,7 @@ def read_openmetrics(paths: Sequence[str | Path], builder: TelemetryBuilder, *,
     stats = ParseStats(len(files), total, parser.lines, parser.samples, len(parser.series),
                        parser.malformed, tuple(parser.examples), parser.skipped_created)
     if stats.malformed:
-        log.warning("%d malformed lines in %d files; first: %s", stats.malformed, stats.files,
+        log.debug("%d malformed lines in %d files; first: %s", stats.malformed, stats.files,
                     stats.examples[0] if stats.examples else "-")
     return stats
 
