@@ -218,47 +218,45 @@ class Detector:
         gauge's resolution (its typical non-zero change: 1 C, 1 %...). It floors every scale:
         one event per block, or one quantisation step, is never a deviation by itself.
 
-        Estimated per block from a row sample and smoothed block by block, so the result does
-        not depend on how the input was chunked.
+        Estimated per block from a fixed sample of rows and smoothed block by block, so the
+        result does not depend on how the input was chunked. Vectorised over metrics.
         """
         lay = self.layout
         names = [*lay.gpu_metrics, *lay.node_metrics]
-        m = len(names)
-        s = self.steps_per_block
-        est = np.full((m, nb), np.nan)
-        for mi, name in enumerate(names):
-            if mi < len(lay.gpu_metrics):
-                raw = raw_gpu[mi].reshape(-1, raw_gpu.shape[-1])
-                inc = self._steps.get("rate_gpu")
-                key_i = mi
-            else:
-                raw = raw_node[mi - len(lay.gpu_metrics)]
-                inc = self._steps.get("rate_node")
-                key_i = mi - len(lay.gpu_metrics)
-            if self._is_cumulative(name) and inc is not None:
-                cum_idx = [i for i, nm in enumerate(
-                    lay.gpu_metrics if mi < len(lay.gpu_metrics) else lay.node_metrics)
-                    if self._is_cumulative(nm)]
-                steps = inc[cum_idx.index(key_i)].reshape(-1, raw.shape[-1])
-                sub = steps[:: max(1, steps.shape[0] // 64)]
-            else:
-                rows = raw[:: max(1, raw.shape[0] // 64)]
-                prev = self._carry_for(f"res:{name}", (rows.shape[0],), np.nan)
-                sub = np.abs(np.diff(np.concatenate([prev[:, None], rows], axis=1), axis=1))
-                self._carry[f"res:{name}"] = ffill(rows, prev)[:, -1]
-            blocks = np.moveaxis(sub.reshape(sub.shape[0], nb, s), 1, 0).reshape(nb, -1)
+        cum = self._cumulative_mask()
+        mg = len(lay.gpu_metrics)
+        est = np.full((len(names), nb), np.nan)
+        for part, raw, key, lo in (("gpu", raw_gpu, "rate_gpu", 0),
+                                   ("node", raw_node, "rate_node", mg)):
+            m = raw.shape[0]
+            if m == 0:
+                continue
+            t = raw.shape[-1]
+            rows = raw.reshape(m, -1, t)
+            rows = rows[:, :: max(1, rows.shape[1] // 64)]
+            prev = self._carry_for(f"res:{part}", rows.shape[:2], np.nan)
+            steps = np.abs(np.diff(np.concatenate([prev[..., None], rows], axis=-1), axis=-1))
+            self._carry[f"res:{part}"] = ffill(rows, prev)[..., -1]
+            cm = cum[lo:lo + m]
+            inc = self._steps.get(key)
+            if inc is not None and cm.any():
+                inc_rows = inc.reshape(inc.shape[0], -1, t)
+                steps[cm] = inc_rows[:, :: max(1, inc_rows.shape[1] // 64)][:, : steps.shape[1]]
+            s = self.steps_per_block
+            per_block = steps.reshape(m, steps.shape[1], nb, s).transpose(0, 2, 1, 3)
+            blocks: FloatArray = per_block.reshape(m, nb, -1)
             blocks = np.where(np.isfinite(blocks) & (blocks > 0), blocks, np.nan)
-            med, _ = nanmedian_axis(blocks, axis=1)
-            est[mi] = med
-        cur = self._carry_for("unit", (m,), np.nan)
-        out = np.empty((m, nb))
+            med, _ = nanmedian_axis(blocks, axis=2)
+            est[lo:lo + m] = med
+        cur = self._carry_for("unit", (len(names),), np.nan)
+        out = np.empty((len(names), nb))
         for b in range(nb):
             e = est[:, b]
             cur = np.where(np.isnan(cur), e, np.where(np.isnan(e), cur, 0.95 * cur + 0.05 * e))
             out[:, b] = cur
         self._carry["unit"] = cur
-        block_s = s * self.step_s
-        div = np.array([block_s if self._is_cumulative(nm) else 1.0 for nm in names])
+        block_s = self.steps_per_block * self.step_s
+        div = np.where(cum, float(block_s), 1.0)
         return np.asarray(np.nan_to_num(out, nan=0.0) / div[:, None], dtype=np.float64)
 
     def _cumulative_mask(self) -> npt.NDArray[np.bool_]:

@@ -10,8 +10,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 
-from trainguard.telemetry.frame import Entity, FloatArray, IntArray, MetricKind, Telemetry
+from trainguard.telemetry.frame import (
+    Entity,
+    FloatArray,
+    IntArray,
+    MetricKind,
+    MetricSeries,
+    Telemetry,
+)
 
 __all__ = ["DenseChunk", "Layout"]
 
@@ -38,6 +46,7 @@ class Layout:
     _nm: dict[str, int] = field(default_factory=dict)
     _nodes: dict[str, int] = field(default_factory=dict)
     _slots: list[dict[str, int]] = field(default_factory=list)
+    _index: dict[str, tuple[tuple[Entity, ...], IndexArrays]] = field(default_factory=dict)
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
@@ -66,9 +75,17 @@ class Layout:
         labels = self.gpu_labels[node_i]
         return labels[slot] if slot < len(labels) else None
 
+    def _cached(self, m: MetricSeries) -> IndexArrays | None:
+        hit = self._index.get(m.name)
+        if hit is not None and (hit[0] is m.entities or hit[0] == m.entities):
+            return hit[1]
+        return None
+
     def register(self, tel: Telemetry) -> None:
         """Add every metric, node and GPU of `tel` (stable order: sorted within a chunk)."""
         for m in sorted(tel.metrics, key=lambda s: s.name):
+            if self._cached(m) is not None:
+                continue
             per_gpu = m.per_gpu
             table, names = ((self._gm, self.gpu_metrics) if per_gpu
                             else (self._nm, self.node_metrics))
@@ -89,18 +106,40 @@ class Layout:
         gpu = np.full((mg, n, g, t), np.nan)
         node = np.full((mn, n, t), np.nan)
         for m in tel.metrics:
+            idx = self._cached(m) or self._build_index(m)
             if m.per_gpu:
-                mi = self._gm[m.name]
-                keep = [i for i, e in enumerate(m.entities) if e.gpu is not None]
-                ni = np.array([self._nodes[m.entities[i].node] for i in keep], dtype=np.intp)
-                si = np.array([self._slots[ni_][m.entities[i].gpu or ""]
-                               for ni_, i in zip(ni.tolist(), keep, strict=True)], dtype=np.intp)
-                gpu[mi, ni, si, :] = m.values[keep]
+                gpu[self._gm[m.name], idx.nodes, idx.slots, :] = m.values[idx.keep]
             else:
-                mi = self._nm[m.name]
-                ni = np.array([self._nodes[e.node] for e in m.entities], dtype=np.intp)
-                node[mi, ni, :] = m.values
+                node[self._nm[m.name], idx.nodes, :] = m.values
         return DenseChunk(tel.times, gpu, node)
+
+
+    def _build_index(self, m: MetricSeries) -> IndexArrays:
+        """Where each row of `m` goes; cached per metric while its entities stay the same (a
+        live feed sends the same series every scrape)."""
+        if m.per_gpu:
+            keep = np.array([i for i, e in enumerate(m.entities) if e.gpu is not None],
+                            dtype=np.intp)
+            ni = np.array([self._nodes[m.entities[i].node] for i in keep.tolist()], dtype=np.intp)
+            si = np.array([self._slots[n][m.entities[i].gpu or ""]
+                           for n, i in zip(ni.tolist(), keep.tolist(), strict=True)],
+                          dtype=np.intp)
+        else:
+            keep = np.arange(len(m.entities), dtype=np.intp)
+            ni = np.array([self._nodes[e.node] for e in m.entities], dtype=np.intp)
+            si = np.zeros(0, dtype=np.intp)
+        idx = IndexArrays(keep, ni, si)
+        self._index[m.name] = (m.entities, idx)
+        return idx
+
+
+@dataclass(frozen=True, eq=False)
+class IndexArrays:
+    """Row selection and (node, slot) targets of one metric's rows in the dense tensors."""
+
+    keep: npt.NDArray[np.intp]
+    nodes: npt.NDArray[np.intp]
+    slots: npt.NDArray[np.intp]
 
 
 def _entity_key(e: Entity) -> tuple[str, int, str]:
