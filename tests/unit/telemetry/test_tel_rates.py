@@ -68,3 +68,20 @@ def test_to_rates_leaves_gauges_and_converts_detected_cumulative_gauges() -> Non
     assert out["temp"] is gauge
     assert out["replays"].kind is MetricKind.RATE
     np.testing.assert_allclose(out["replays"].values, [[nan, 1, 1, 2]], equal_nan=True)
+
+
+def test_step_like_gauges_are_not_counters_but_rare_counters_with_resets_are() -> None:
+    import numpy as np
+
+    from trainguard.telemetry.frame import Entity, MetricKind, MetricSeries
+    from trainguard.telemetry.rates import detect_monotonic
+
+    ents = (Entity("n1", "0"), Entity("n1", "1"))
+    xid = np.zeros((2, 100))
+    xid[0, 40:70] = 79.0  # XID gauge: set at the failure, cleared after the repair
+    assert not detect_monotonic(MetricSeries("DCGM_FI_DEV_XID_ERRORS", MetricKind.GAUGE, ents, xid))
+    replay = np.zeros((2, 100))
+    replay[0] = np.cumsum(np.arange(100) % 10 == 0)  # ten increments...
+    replay[0, 61:] -= replay[0, 60]  # ...and one reset to zero at a reboot
+    assert detect_monotonic(MetricSeries("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", MetricKind.GAUGE,
+                                         ents, replay))
