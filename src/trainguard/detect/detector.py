@@ -32,7 +32,7 @@ import numpy.typing as npt
 from trainguard.detect.alerts import AlertEpisode
 from trainguard.detect.config import DetectorConfig
 from trainguard.detect.episodes import EpisodeTracker
-from trainguard.detect.hard import BoolArray, HardHit, counter_hits, ffill, vanished, xid_hits
+from trainguard.detect.hard import BoolArray, HardHit, counter_hits, vanished, xid_hits
 from trainguard.detect.knowledge import (
     ACTIVITY_METRICS,
     is_hard_counter,
@@ -41,7 +41,7 @@ from trainguard.detect.knowledge import (
     is_xid_metric,
 )
 from trainguard.detect.layout import DenseChunk, Layout
-from trainguard.detect.numeric import nanmedian_axis
+from trainguard.detect.numeric import ffill, nanmedian_axis, previous_valid
 from trainguard.detect.scoring import BlockScorer
 from trainguard.errors import TelemetryError
 from trainguard.telemetry.frame import FloatArray, MetricKind, Telemetry
@@ -197,16 +197,16 @@ class Detector:
         ct = self._carry_for(tkey, (len(names), *x.shape[1:-1]), np.nan)[idx]
         tt = np.broadcast_to(times.astype(np.float64), sub.shape)
         tvalid = np.where(np.isnan(sub), np.nan, tt)
-        prev_v = np.concatenate([cv[..., None], ffill(sub, cv)[..., :-1]], axis=-1)
-        prev_t = np.concatenate([ct[..., None], ffill(tvalid, ct)[..., :-1]], axis=-1)
+        prev_v, last_v = previous_valid(sub, cv)
+        prev_t, last_t = previous_valid(tvalid, ct)
         inc = np.where(sub >= prev_v, sub - prev_v, sub)
         with np.errstate(invalid="ignore", divide="ignore"):
             rate = inc / (tt - prev_t)
         too_old = (tt - prev_t) > self.cfg.gone_reset_s
         out[idx] = np.where(too_old, np.nan, rate)
         self._steps[key] = np.where(too_old, np.nan, inc)
-        self._carry[vkey][idx] = ffill(sub, cv)[..., -1]
-        self._carry[tkey][idx] = ffill(tvalid, ct)[..., -1]
+        self._carry[vkey][idx] = last_v
+        self._carry[tkey][idx] = last_t
         return out
 
     def _is_cumulative(self, name: str) -> bool:

@@ -13,9 +13,10 @@ import numpy as np
 import numpy.typing as npt
 
 from trainguard.detect.knowledge import is_hardware_xid
+from trainguard.detect.numeric import previous_valid
 from trainguard.telemetry.frame import FloatArray, IntArray
 
-__all__ = ["HardHit", "changes", "ffill", "vanished"]
+__all__ = ["HardHit", "changes", "vanished"]
 
 BoolArray = npt.NDArray[np.bool_]
 
@@ -32,16 +33,6 @@ class HardHit:
     detail: str
 
 
-def ffill(x: FloatArray, carry: FloatArray) -> FloatArray:
-    """Forward-fill NaN along the last axis, seeded with `carry` (the value before the chunk)."""
-    full = np.concatenate([carry[..., None], x], axis=-1)
-    valid = ~np.isnan(full)
-    idx = np.where(valid, np.arange(full.shape[-1]), 0)
-    np.maximum.accumulate(idx, axis=-1, out=idx)
-    filled = np.take_along_axis(full, idx, axis=-1)
-    return np.asarray(filled[..., 1:], dtype=np.float64)
-
-
 def changes(x: FloatArray, carry: FloatArray, *, increase_only: bool
             ) -> tuple[tuple[IntArray, ...], FloatArray, FloatArray]:
     """Positions where a valid value differs from the previous valid one (or exceeds it).
@@ -49,12 +40,11 @@ def changes(x: FloatArray, carry: FloatArray, *, increase_only: bool
     Returns (index tuple from np.nonzero over x's shape, the new values, the new carry).
     A first-ever value (carry NaN) is not a change: it is what the series started at.
     """
-    prev = np.concatenate([carry[..., None], ffill(x, carry)[..., :-1]], axis=-1)
+    prev, new_carry = previous_valid(x, carry)
     valid = ~np.isnan(x) & ~np.isnan(prev)
     diff = np.where(valid, x - prev, 0.0)
     hit = diff > 0 if increase_only else diff != 0
     where = np.nonzero(hit)
-    new_carry = ffill(x, carry)[..., -1] if x.shape[-1] else carry
     return where, x[where], new_carry
 
 

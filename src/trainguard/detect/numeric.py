@@ -1,14 +1,12 @@
-"""Small vectorised helpers: NaN-aware medians over short axes, quantiles, block means."""
+"""Small vectorised helpers: NaN-aware medians over short axes, forward fills, block means."""
 
 from __future__ import annotations
-
-import warnings
 
 import numpy as np
 
 from trainguard.telemetry.frame import FloatArray
 
-__all__ = ["block_means", "nanmedian_axis", "nanquantile_rows"]
+__all__ = ["block_means", "ffill", "nanmedian_axis", "previous_valid"]
 
 
 def nanmedian_axis(x: FloatArray, axis: int) -> tuple[FloatArray, FloatArray]:
@@ -28,11 +26,22 @@ def nanmedian_axis(x: FloatArray, axis: int) -> tuple[FloatArray, FloatArray]:
     return med, k.astype(np.float64)
 
 
-def nanquantile_rows(x: FloatArray, q: float) -> FloatArray:
-    """Quantile of each row (last axis) ignoring NaN; NaN for all-NaN rows."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return np.asarray(np.nanquantile(x, q, axis=-1), dtype=np.float64)
+def ffill(x: FloatArray, carry: FloatArray) -> FloatArray:
+    """Forward-fill NaN along the last axis, seeded with `carry` (the value before the chunk)."""
+    full = np.concatenate([carry[..., None], x], axis=-1)
+    valid = ~np.isnan(full)
+    idx = np.where(valid, np.arange(full.shape[-1]), 0)
+    np.maximum.accumulate(idx, axis=-1, out=idx)
+    filled = np.take_along_axis(full, idx, axis=-1)
+    return np.asarray(filled[..., 1:], dtype=np.float64)
+
+
+def previous_valid(x: FloatArray, carry: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Per sample, the last valid value before it (seeded with `carry`), and the carry for the
+    next chunk (the last valid value of this one). One forward fill serves both."""
+    filled = ffill(x, carry)
+    prev = np.concatenate([carry[..., None], filled[..., :-1]], axis=-1)
+    return prev, (filled[..., -1] if x.shape[-1] else carry)
 
 
 def block_means(x: FloatArray, block: int) -> FloatArray:
