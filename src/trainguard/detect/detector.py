@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
 from trainguard.detect.alerts import AlertEpisode
 from trainguard.detect.config import DetectorConfig
@@ -68,6 +68,7 @@ class Detector:
         self._carry: dict[str, FloatArray] = {}
         self.samples = 0
         self._steps: dict[str, FloatArray] = {}
+        self._flags_cache: tuple[tuple[int, int], _MetricFlags] | None = None
 
     # --- input ---------------------------------------------------------------------------------
 
@@ -173,28 +174,30 @@ class Detector:
         hits += h
         self._carry["seen"] = (seen | present.any(axis=-1)).astype(np.float64)
 
-        gpu = self._rates(d.gpu, lay.gpu_metrics, "rate_gpu", d.times)
-        node = self._rates(d.node, lay.node_metrics, "rate_node", d.times)
+        flags = self._flags()
+        mg_ = len(lay.gpu_metrics)
+        gpu = self._rates(d.gpu, flags.cumulative[:mg_], "rate_gpu", d.times)
+        node = self._rates(d.node, flags.cumulative[mg_:], "rate_node", d.times)
         jobs = _jobs_per_block(tel, lay.nodes, d.times, self.steps_per_block) if tel else None
         hits.sort(key=lambda x: (x.t_index, x.node))
         self.scorer.run(d.times, gpu, node, present, hits, self.tracker,
-                        self._soft_mask(), self._weights(), _activity_index(lay), jobs,
+                        flags.soft, flags.weights, flags.activity, jobs,
                         self.steps_per_block,
                         self._unit_blocks(d.gpu, d.node, d.times.size // self.steps_per_block),
-                        self._cumulative_mask())
+                        flags.cumulative)
 
-    def _rates(self, x: FloatArray, names: list[str], key: str, times: np.ndarray
+    def _rates(self, x: FloatArray, cumulative: BoolArray, key: str, times: np.ndarray
                ) -> FloatArray:
         """Per-second rates for cumulative metrics (resets: the increase is the new value)."""
-        idx = [i for i, nm in enumerate(names) if self._is_cumulative(nm)]
+        idx = np.flatnonzero(cumulative).tolist()
         self._steps.pop(key, None)
         if not idx:
             return x
         out = x.copy()
         sub = x[idx]
         vkey, tkey = f"{key}:v", f"{key}:t"
-        cv = self._carry_for(vkey, (len(names), *x.shape[1:-1]), np.nan)[idx]
-        ct = self._carry_for(tkey, (len(names), *x.shape[1:-1]), np.nan)[idx]
+        cv = self._carry_for(vkey, (len(cumulative), *x.shape[1:-1]), np.nan)[idx]
+        ct = self._carry_for(tkey, (len(cumulative), *x.shape[1:-1]), np.nan)[idx]
         tt = np.broadcast_to(times.astype(np.float64), sub.shape)
         tvalid = np.where(np.isnan(sub), np.nan, tt)
         prev_v, last_v = previous_valid(sub, cv)
@@ -223,7 +226,7 @@ class Detector:
         """
         lay = self.layout
         names = [*lay.gpu_metrics, *lay.node_metrics]
-        cum = self._cumulative_mask()
+        cum = self._flags().cumulative
         mg = len(lay.gpu_metrics)
         est = np.full((len(names), nb), np.nan)
         for part, raw, key, lo in (("gpu", raw_gpu, "rate_gpu", 0),
@@ -259,26 +262,41 @@ class Detector:
         div = np.where(cum, float(block_s), 1.0)
         return np.asarray(np.nan_to_num(out, nan=0.0) / div[:, None], dtype=np.float64)
 
-    def _cumulative_mask(self) -> npt.NDArray[np.bool_]:
-        names = [*self.layout.gpu_metrics, *self.layout.node_metrics]
-        return np.array([self._is_cumulative(m) for m in names], dtype=bool)
-
-    def _soft_mask(self) -> FloatArray:
-        """1 for metrics scored softly, 0 for those handled as hard evidence only."""
-        names = [*self.layout.gpu_metrics, *self.layout.node_metrics]
-        return np.array([0.0 if is_xid_metric(m) or is_hard_counter(m) else 1.0 for m in names])
-
-    def _weights(self) -> FloatArray:
-        """Known precursors count more; host-level metrics (network, filesystem, CPU) less:
-        they mostly tell which job a node runs, rarely that it is failing."""
+    def _flags(self) -> _MetricFlags:
+        """Per-metric facts that depend only on names and kinds, recomputed only when metrics
+        are added (names only ever grow, so their counts identify the layout)."""
         lay = self.layout
+        key = (len(lay.gpu_metrics), len(lay.node_metrics))
+        if self._flags_cache is not None and self._flags_cache[0] == key:
+            return self._flags_cache[1]
+        names = [*lay.gpu_metrics, *lay.node_metrics]
         w = self.cfg.known_precursor_weight
         wl = self.cfg.workload_metric_weight
-        gpu = [w if is_known_precursor(m) else wl if is_workload_shaped(m) else 1.0
-               for m in lay.gpu_metrics]
-        node = [w if is_known_precursor(m) else self.cfg.host_metric_weight
-                for m in lay.node_metrics]
-        return np.array([*gpu, *node])
+        # Known precursors count more; job-shaped GPU fields and host-level metrics (network,
+        # filesystem, CPU) less: they mostly tell which job a node runs, rarely that it fails.
+        gpu_w = [w if is_known_precursor(m) else wl if is_workload_shaped(m) else 1.0
+                 for m in lay.gpu_metrics]
+        node_w = [w if is_known_precursor(m) else self.cfg.host_metric_weight
+                  for m in lay.node_metrics]
+        flags = _MetricFlags(
+            cumulative=np.array([self._is_cumulative(m) for m in names], dtype=bool),
+            # 0 for metrics handled as hard evidence only
+            soft=np.array([0.0 if is_xid_metric(m) or is_hard_counter(m) else 1.0
+                           for m in names]),
+            weights=np.array([*gpu_w, *node_w]),
+            activity=_activity_index(lay))
+        self._flags_cache = (key, flags)
+        return flags
+
+
+@dataclass(frozen=True, eq=False)
+class _MetricFlags:
+    """Per metric, GPU metrics first then node metrics."""
+
+    cumulative: BoolArray
+    soft: FloatArray
+    weights: FloatArray
+    activity: int | None
 
 
 def _activity_index(lay: Layout) -> int | None:

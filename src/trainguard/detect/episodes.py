@@ -48,8 +48,8 @@ class EpisodeTracker:
         return {i for i, th in self.last_hard.items() if t - th < q}
 
     def soft_block(self, t: float, score: FloatArray, signals: dict[int, tuple[Signal, ...]],
-                   quiet: set[int], counter_led: np.ndarray | None = None) -> list[int]:
-        """Feed one block's node scores; returns nodes that need signals next block (onsets)."""
+                   quiet: set[int], counter_led: np.ndarray | None = None) -> None:
+        """Feed one block's node scores (`signals` for the nodes at or above score_on)."""
         cfg = self.cfg
         above = np.flatnonzero(score >= cfg.score_on).tolist()
         for i in list(self.run):
@@ -76,7 +76,6 @@ class EpisodeTracker:
                     ep.signals = signals.get(i, ep.signals) or ep.signals
             elif t - ep.last >= cfg.cooldown_s or i in quiet:
                 self._close_soft(i)
-        return above
 
     def _reopen(self, i: int) -> bool:
         for k in range(len(self.closed) - 1, -1, -1):

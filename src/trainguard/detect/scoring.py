@@ -297,12 +297,6 @@ class BlockScorer:
         return tuple(out)
 
 
-def _nanmedian_rows(x: FloatArray) -> tuple[FloatArray, FloatArray]:
-    if x.shape[1] == 0:
-        return np.full(x.shape[0], np.nan), np.zeros(x.shape[0])
-    return nanmedian_axis(x, axis=1)
-
-
 def _calibrate(cal: FloatArray, a: FloatArray, quantile: float) -> FloatArray:
     """Track each metric's cross-sectional quantile of |z| (slowly, NaN-aware)."""
     if a.shape[1] == 0:
