@@ -29,6 +29,7 @@ from trainguard.detect.truth import (
 )
 from trainguard.errors import ConfigError, TrainguardError
 from trainguard.telemetry.frame import Telemetry
+from trainguard.timeparse import parse_timestamp
 
 Sources = Annotated[list[str] | None, typer.Argument(
     help="OpenMetrics/Prometheus text files (.om/.prom/.txt, .gz), directories of them, or "
@@ -58,19 +59,7 @@ def _need_input(ctx: typer.Context, sources: list[str] | None, prometheus: str |
 
 
 def _parse_time(value: str | None, name: str, default: float | None = None) -> float | None:
-    if value is None:
-        return default
-    try:
-        return float(value)
-    except ValueError:
-        pass
-    try:
-        dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise ConfigError(f"--{name}: {value!r} is neither unix seconds nor ISO-8601") from None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    return dt.timestamp()
+    return default if value is None else parse_timestamp(value, f"--{name}:")
 
 
 @contextmanager

@@ -23,7 +23,6 @@ import logging
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,7 @@ from trainguard.errors import ConfigError
 from trainguard.evidence.xid import APP_FAULT_XIDS, CONSEQUENCE_XIDS, xid_info
 from trainguard.telemetry.frame import Telemetry
 from trainguard.telemetry.identity import strip_port
+from trainguard.timeparse import parse_timestamp
 
 __all__ = [
     "APP_XIDS",
@@ -134,27 +134,7 @@ def is_app_xid(xid: int) -> bool:
 
 
 def _parse_time(value: Any, where: str, key: str) -> float:
-    if isinstance(value, bool):
-        raise ConfigError(f"{where}: {key} must be unix seconds or ISO-8601, got {value!r}")
-    if isinstance(value, int | float):
-        t = float(value)
-    elif isinstance(value, str):
-        try:
-            t = float(value)
-        except ValueError:
-            try:
-                dt = datetime.fromisoformat(value.strip())
-            except ValueError as exc:
-                raise ConfigError(f"{where}: {key} {value!r} is not unix seconds or ISO-8601"
-                                  ) from exc
-            if dt.tzinfo is None:
-                dt = dt.replace(tzinfo=UTC)
-            t = dt.timestamp()
-    else:
-        raise ConfigError(f"{where}: {key} must be unix seconds or ISO-8601, got {value!r}")
-    if not math.isfinite(t):
-        raise ConfigError(f"{where}: {key} must be finite")
-    return t
+    return parse_timestamp(value, f"{where}: {key}")
 
 
 def _first(rec: dict[str, Any], keys: Sequence[str]) -> tuple[str, Any] | None:
@@ -187,10 +167,11 @@ def truth_from_jsonl(path: str | Path) -> GroundTruth:
     """Read ground truth from JSON lines (see the module docstring for the accepted keys).
 
     Each line is an object: `node`|`host`|`hostname`; `time`|`t`|`timestamp`|`t_xid` (unix seconds
-    or ISO-8601, naive = UTC); `xid`; `type` one of failure/app_xid/maintenance/benign (without a
+    or ISO-8601, naive = UTC); `xid`; `type` one of failure/app_xid/maintenance (without a
     type, a record with an XID is a failure, or an app_xid for XIDs 13/31/43/45); `failure_type`
-    (default `xid<N>`); `gpu`; benign windows use `start`/`end`. Blank lines and lines starting
-    with `#` are skipped; unknown types are counted in `ignored`.
+    (default `xid<N>`); `gpu`; maintenance windows use `start`/`end`. Blank lines and lines
+    starting with `#` are skipped; other types (including `benign` look-alikes, which excuse no
+    alert) are counted in `ignored`.
     """
     p = Path(path)
     try:
