@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from trainguard import __version__
-from trainguard.cli import detect, logs, simulate, xid
+from trainguard.cli import detect, logs, run, simulate, xid
 from trainguard.cli.console import fail
 from trainguard.errors import TrainguardError
 
@@ -25,6 +25,9 @@ app.add_typer(xid.app, name="xid")
 app.command("simulate")(simulate.simulate)
 app.command("detect")(detect.detect)
 app.command("backtest")(detect.backtest)
+app.command("run", help=run.run_help, context_settings={"allow_interspersed_args": False})(
+    run.run)
+app.add_typer(run.inject_app, name="inject")
 
 
 def _version(value: bool) -> None:

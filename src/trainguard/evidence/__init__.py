@@ -5,7 +5,7 @@ from __future__ import annotations
 from trainguard.evidence.events import EvidenceLine, FailureEvent, TimeKind
 from trainguard.evidence.incidents import Incident, correlate
 from trainguard.evidence.rules import Rule, RuleSet, load_rules
-from trainguard.evidence.scanner import ScanOptions, ScanStats, ScanWarning, scan_paths
+from trainguard.evidence.scanner import ScanOptions, ScanStats, ScanWarning, scan_bytes, scan_paths
 from trainguard.evidence.xid import XidInfo, parse_xid_line, xid_catalog, xid_info
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "correlate",
     "load_rules",
     "parse_xid_line",
+    "scan_bytes",
     "scan_paths",
     "xid_catalog",
     "xid_info",

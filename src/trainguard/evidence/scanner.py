@@ -252,13 +252,13 @@ class _FileScan:
         return None
 
 
-def scan_stream(stream: BinaryIO, fs: _FileScan, on_progress: Callable[[int], None] | None = None
-                ) -> Iterator[FailureEvent]:
+def scan_stream(stream: BinaryIO, fs: _FileScan, on_progress: Callable[[int], None] | None = None,
+                first_line: int = 1) -> Iterator[FailureEvent]:
     """Scan one opened stream; yields events in line order."""
     stats = fs.stats
     prefilter = fs.rules.prefilter
     carry = b""
-    line_base = 1  # line number of carry[0]
+    line_base = first_line  # line number of carry[0]
     skipping_long = False
     failed = False
     while True:
@@ -437,6 +437,17 @@ def scan_file(path: str, root: str | None, rules: RuleSet, options: ScanOptions,
     return out
 
 
+def scan_bytes(data: bytes, rules: RuleSet, *, path: str, first_line: int = 1,
+               host_hint: str | None = None, year: int | None = None,
+               stats: ScanStats | None = None) -> list[FailureEvent]:
+    """Classify a piece of a log held in memory (the new lines of a watched file, the tail of a
+    rank's output); ``first_line`` numbers its first line for the evidence references."""
+    now = _time.time()
+    fs = _FileScan(rules, path, path, year or utc_year_of(now), now, host_hint,
+                   stats if stats is not None else ScanStats())
+    return list(scan_stream(io.BytesIO(data), fs, first_line=first_line))
+
+
 def _peek(stream: BinaryIO) -> tuple[BinaryIO, bytes] | None:
     """Read the first bytes to reject binary input; returns a stream positioned at 0."""
     first = stream.read(8192)
@@ -474,4 +485,4 @@ class _Prepend(io.RawIOBase):
 
 
 __all__ = ["ScanOptions", "ScanStats", "ScanWarning", "host_from_path", "iter_inputs",
-           "scan_paths"]
+           "scan_bytes", "scan_paths"]

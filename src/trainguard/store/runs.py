@@ -104,13 +104,17 @@ class RunsMixin(StoreCore):
         startup_phases: Mapping[str, float] | None = None,
         evidence: Sequence[str] = (),
         detail: Mapping[str, Any] | None = None,
+        resumed_from_step: int | None = None,
     ) -> None:
-        """Record how an attempt ended and what the supervisor decided."""
+        """Record how an attempt ended and what the supervisor decided. ``resumed_from_step``
+        (known once the job has loaded its checkpoint) replaces the value given at creation."""
         t = schema.attempts
+        extra = {} if resumed_from_step is None else {"resumed_from_step": resumed_from_step}
         stmt = (
             t.update()
             .where(t.c.id == attempt_id)
             .values(
+                **extra,
                 ended=ended,
                 status=status,
                 failure_category=failure_category,

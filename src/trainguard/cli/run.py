@@ -1,0 +1,277 @@
+"""`trainguard run` (supervise a job) and `trainguard inject` (faults into a running job)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+from typing import Annotated, Any
+
+import typer
+from rich.text import Text
+
+from trainguard.cli.console import err, fail
+from trainguard.errors import ConfigError, LaunchError
+from trainguard.faultspec import parse_faults
+from trainguard.recover import JobSpec, LocalBackend, RetryPolicy, RunResult, Supervisor
+from trainguard.recover.inject import append_line, xid_line
+from trainguard.store import Store
+
+_BACKENDS = ("local",)
+
+run_help = """Supervise a multi-node training job: every rank gets the torch.distributed
+environment; failures are classified, culprit nodes excluded, and the job relaunched from its
+last checkpoint. Put the command after `--`:
+
+    trainguard run --nodes node1,node2,node3 --spares node4 --nproc-per-node 2
+    --run-dir runs/gpt -- python examples/train_gpt.py --ckpt-dir runs/gpt/ckpt
+
+Exit status: 0 when the job finally succeeded, 1 when the chain stopped, 2 on usage errors,
+130 when cancelled (Ctrl-C).
+"""
+
+
+def _names(value: str, option: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in value.split(",") if n.strip())
+    if value.strip() and not names:
+        raise ConfigError(f"{option} has no node names: {value!r}")
+    return names
+
+
+@contextlib.contextmanager
+def _cancel_on_signals(sup: Supervisor) -> Iterator[None]:
+    """Ctrl-C / SIGTERM / SIGHUP stop the ranks and record the attempt as cancelled."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        err.print(f"trainguard: {signal.Signals(signum).name}: stopping every rank")
+        sup.cancel()
+
+    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {s: signal.signal(s, handler) for s in sigs}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def run(
+    command: Annotated[list[str] | None, typer.Argument(
+        help="The training command, after `--`.", metavar="-- COMMAND [ARGS]...",
+        show_default=False)] = None,
+    nodes: Annotated[str, typer.Option(
+        "--nodes", help="Comma-separated nodes of the first launch, in rank order.")] = "",
+    spares: Annotated[str, typer.Option(
+        "--spares", help="Comma-separated spare nodes that replace excluded ones.")] = "",
+    nproc_per_node: Annotated[int, typer.Option(
+        "--nproc-per-node", help="Ranks (processes) per node.")] = 1,
+    run_dir: Annotated[Path, typer.Option(
+        "--run-dir", help="Rank output, SDK events, node directories (nodes/<node>/kern.log) "
+        "and summary.json.")] = Path("trainguard-run"),
+    backend: Annotated[str, typer.Option(
+        "--backend", help=f"Launch backend: {', '.join(_BACKENDS)}.")] = "local",
+    min_nodes: Annotated[int | None, typer.Option(
+        "--min-nodes", help="Let the job shrink to this many nodes when spares run out "
+        "(default: never shrink).")] = None,
+    hang_timeout: Annotated[float, typer.Option(
+        "--hang-timeout", help="Seconds without progress (SDK heartbeat, else output) that "
+        "mean a hang.")] = 300.0,
+    startup_timeout: Annotated[float, typer.Option(
+        "--startup-timeout", help="Seconds allowed before a rank's first progress.")] = 900.0,
+    term_timeout: Annotated[float, typer.Option(
+        "--term-timeout", help="Seconds between SIGTERM and SIGKILL when stopping ranks.")
+    ] = 10.0,
+    max_retries: Annotated[int, typer.Option(
+        "--max-retries", help="Relaunches allowed in the chain.")] = 5,
+    backoff: Annotated[float, typer.Option(
+        "--backoff", help="Seconds before the first relaunch; doubles per further failure.")
+    ] = 1.0,
+    backoff_max: Annotated[float, typer.Option("--backoff-max", help="Cap on the backoff.")
+                           ] = 60.0,
+    kernel_log: Annotated[str | None, typer.Option(
+        "--kernel-log", help="Watched kernel log per node; {node} and {run_dir} are "
+        "substituted. Default: {run_dir}/nodes/{node}/kern.log.")] = None,
+    alerts: Annotated[Path | None, typer.Option(
+        "--alerts", help="Follow this JSON-lines file of detector alerts "
+        "(trainguard detect --alerts-out).")] = None,
+    stop_on_predictive: Annotated[bool, typer.Option(
+        "--stop-on-predictive", help="Also stop an attempt on predictive detector alerts "
+        "(hard alerts always stop it).")] = False,
+    db: Annotated[str | None, typer.Option(
+        "--db", help="Event store: SQLite path or postgresql:// URL "
+        "(default $TRAINGUARD_DB, else ./trainguard.db).")] = None,
+    no_db: Annotated[bool, typer.Option("--no-db", help="Do not write the event store.")
+                     ] = False,
+    inject: Annotated[list[str] | None, typer.Option(
+        "--inject", help="Inject a fault (repeatable), e.g. kill:rank=1,step=20 or "
+        "xid:node=node2,xid=79,after=10. See `trainguard inject --help`.")] = None,
+    slots_per_node: Annotated[int | None, typer.Option(
+        "--slots-per-node", help="local: ranks a virtual node holds (default: CPU count).",
+        min=1)] = None,
+    master_port: Annotated[int | None, typer.Option(
+        "--master-port", help="Rendezvous port (default: a free port per launch).")] = None,
+    name: Annotated[str | None, typer.Option("--name", help="Session name in the store.")
+                    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not echo rank output.")
+                     ] = False,
+    json_out: Annotated[bool, typer.Option(
+        "--json", help="Print summary.json to stdout at the end (rank output goes to stderr).")
+    ] = False,
+    overwrite: Annotated[bool, typer.Option(
+        "--overwrite", help="Reuse a run dir that holds an earlier run (its attempts/ and "
+        "summary.json are removed; nodes/ is kept).")] = False,
+) -> None:
+    try:
+        if backend not in _BACKENDS:
+            raise ConfigError(f"unknown backend {backend!r}; choose one of: "
+                              f"{', '.join(_BACKENDS)}")
+        node_names = _names(nodes, "--nodes")
+        faults = parse_faults(inject or ())
+        spec = JobSpec(
+            command=tuple(command or ()), nodes=node_names, spares=_names(spares, "--spares"),
+            nproc_per_node=nproc_per_node, run_dir=run_dir.absolute(), min_nodes=min_nodes,
+            name=name or Path((command or ["job"])[-1]).name, hang_timeout_s=hang_timeout,
+            startup_timeout_s=startup_timeout, term_timeout_s=term_timeout,
+            kernel_log=kernel_log or "{run_dir}/nodes/{node}/kern.log",
+            alerts_file=alerts.absolute() if alerts else None,
+            stop_on_predictive=stop_on_predictive, master_port=master_port, faults=faults,
+            policy=RetryPolicy(max_retries=max_retries, backoff_s=backoff,
+                               backoff_max_s=backoff_max))
+    except ConfigError as exc:
+        fail(str(exc), code=2)
+    store = None if no_db else Store.open(db)
+    echo_to = sys.stderr if json_out else sys.stdout
+
+    def on_output(rank: int, node: str, line: str) -> None:
+        if not quiet:
+            echo_to.write(f"[{node} r{rank}] {line}\n")
+            echo_to.flush()
+
+    def on_status(message: str) -> None:
+        err.print(Text.assemble(("trainguard: ", "bold cyan"), message))
+
+    sup = Supervisor(spec, LocalBackend(slots_per_node=slots_per_node), store=store,
+                     on_status=on_status, on_output=on_output, overwrite=overwrite)
+    try:
+        with _cancel_on_signals(sup):
+            try:
+                result = sup.run()
+            except ConfigError as exc:
+                fail(str(exc), code=2)
+    finally:
+        if store is not None:
+            store.close()
+    _report(result, json_out)
+    raise typer.Exit(result.exit_code)
+
+
+def _report(result: RunResult, json_out: bool) -> None:
+    if json_out:
+        sys.stdout.write(Path(result.run_dir / "summary.json").read_text())
+    n = len(result.attempts)
+    excluded = ", ".join(e.node for e in result.exclusions) or "none"
+    line = (f"{result.status}: {result.message} ({n} attempt{'s' if n != 1 else ''}; "
+            f"excluded: {excluded}; summary: {result.run_dir / 'summary.json'})")
+    style = "bold green" if result.status == "succeeded" else "bold red"
+    err.print(Text.assemble(("trainguard: ", "bold cyan"), (line, style)))
+
+
+# -- trainguard inject ----------------------------------------------------------------------
+
+inject_app = typer.Typer(
+    help="Inject faults into a running `trainguard run` (tests, demos, fire drills). The "
+    "in-process faults (nan, slow, cuda_error, exception, corrupt_checkpoint) are given to "
+    "`trainguard run --inject KIND:key=value,...` and fired by the SDK.",
+    no_args_is_help=True)
+
+
+def _state(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / "state.json"
+    try:
+        state: dict[str, Any] = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path} does not exist: is a `trainguard run --run-dir {run_dir}` "
+                          "running?") from None
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from exc
+    if state.get("status") != "running":
+        raise ConfigError(f"the run in {run_dir} is not running (status: "
+                          f"{state.get('status')})")
+    return state
+
+
+def _rank_pid(state: dict[str, Any], rank: int) -> tuple[int, str]:
+    for r in state.get("ranks", []):
+        if r.get("rank") == rank and isinstance(r.get("pid"), int):
+            return int(r["pid"]), str(r.get("node"))
+    raise ConfigError(f"rank {rank} is not part of the current attempt")
+
+
+RunDirOpt = Annotated[Path, typer.Option("--run-dir", help="The run's --run-dir.")]
+RankOpt = Annotated[int, typer.Option("--rank", help="Global rank.", min=0)]
+
+
+def _signal_rank(run_dir: Path, rank: int, signum: int, what: str) -> None:
+    try:
+        pid, node = _rank_pid(_state(run_dir), rank)
+        os.kill(pid, signum)
+    except ConfigError as exc:
+        fail(str(exc), code=2)
+    except ProcessLookupError:
+        fail(f"rank {rank} (pid {pid}) is no longer running")
+    err.print(f"{what} rank {rank} on {node} (pid {pid})")
+
+
+@inject_app.command("kill")
+def inject_kill(run_dir: RunDirOpt, rank: RankOpt = 0) -> None:
+    """SIGKILL one rank (a crash)."""
+    _signal_rank(run_dir, rank, signal.SIGKILL, "killed")
+
+
+@inject_app.command("hang")
+def inject_hang(run_dir: RunDirOpt, rank: RankOpt = 0) -> None:
+    """SIGSTOP one rank (a hang: the others block in their next collective)."""
+    _signal_rank(run_dir, rank, signal.SIGSTOP, "stopped")
+
+
+@inject_app.command("xid")
+def inject_xid(
+    run_dir: RunDirOpt,
+    node: Annotated[str, typer.Option("--node", help="Node whose kernel log gets the line.")],
+    xid: Annotated[int, typer.Option("--xid", help="XID number.", min=1)] = 79,
+) -> None:
+    """Append an NVRM XID line to a node's watched kernel log."""
+    try:
+        logs = _state(run_dir).get("kernel_logs", {})
+        if node not in logs:
+            raise ConfigError(f"node {node!r} is not watched by this run "
+                              f"(watched: {', '.join(sorted(logs))})")
+        append_line(Path(logs[node]), xid_line(node, xid))
+    except (ConfigError, LaunchError) as exc:
+        fail(str(exc), code=2)
+    err.print(f"appended XID {xid} to {logs[node]}")
+
+
+@inject_app.command("corrupt-checkpoint")
+def inject_corrupt(
+    ckpt_dir: Annotated[Path, typer.Argument(help="A trainguard checkpoint directory.")],
+) -> None:
+    """Damage the newest checkpoint (its SHA-256 no longer matches): resume must fall back."""
+    from trainguard.ckpt import CheckpointDir, corrupt_checkpoint
+
+    try:
+        infos = CheckpointDir(ckpt_dir).list()
+        if not infos:
+            raise ConfigError(f"no checkpoint in {ckpt_dir}")
+        damaged = corrupt_checkpoint(infos[-1])
+    except ConfigError as exc:
+        fail(str(exc), code=2)
+    err.print(f"corrupted {damaged} (checkpoint of step {infos[-1].step})")
+
+
+__all__ = ["inject_app", "run", "run_help"]

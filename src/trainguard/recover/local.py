@@ -1,0 +1,170 @@
+"""The ``local`` backend: virtual nodes on this machine.
+
+Each rank is its own process group (``start_new_session``) so stopping a rank also stops what it
+spawned (data-loader workers, compilers), and each asks the kernel to SIGKILL it if the supervisor
+dies (``PR_SET_PDEATHSIG``), so no rank outlives its supervisor. Output goes straight to a file per
+rank (no pipes that could fill up and block a rank).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from trainguard.errors import LaunchError
+from trainguard.recover.backend import LaunchPlan, RankExit
+
+log = logging.getLogger(__name__)
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def resolve_command(program: str, path_env: str | None = None) -> str:
+    """The executable ``program`` names; :class:`LaunchError` when there is none."""
+    if os.sep in program:
+        if not os.path.exists(program):
+            raise LaunchError(f"command not found: {program}")
+        if os.path.isdir(program) or not os.access(program, os.X_OK):
+            raise LaunchError(f"command is not executable: {program}")
+        return program
+    found = shutil.which(program, path=path_env)
+    if found is None:
+        raise LaunchError(f"command not found on PATH: {program}")
+    return found
+
+
+def process_state(pid: int) -> str | None:
+    """The one-letter state from ``/proc/PID/stat`` (``R``, ``S``, ``T``...), None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    # The command name is in parentheses and may contain spaces or ')'.
+    end = data.rfind(b")")
+    fields = data[end + 2:].split()
+    return fields[0].decode() if fields else None
+
+
+class LocalAttempt:
+    """The processes of one attempt on the local backend."""
+
+    def __init__(self, procs: Mapping[int, subprocess.Popen[bytes]]) -> None:
+        self._procs = dict(procs)
+        self._reported: set[int] = set()
+
+    def poll(self) -> list[RankExit]:
+        exits = []
+        for rank, proc in self._procs.items():
+            if rank in self._reported:
+                continue
+            code = proc.poll()
+            if code is not None:
+                self._reported.add(rank)
+                exits.append(RankExit(rank, code))
+        return exits
+
+    def running(self) -> frozenset[int]:
+        return frozenset(r for r in self._procs if r not in self._reported)
+
+    def pids(self) -> Mapping[int, int]:
+        return {rank: proc.pid for rank, proc in self._procs.items()}
+
+    def is_stopped(self, rank: int) -> bool:
+        proc = self._procs.get(rank)
+        if proc is None or proc.returncode is not None:
+            return False
+        return process_state(proc.pid) in ("T", "t")
+
+    def signal_rank(self, rank: int, signum: int) -> None:
+        proc = self._procs.get(rank)
+        if proc is None:
+            raise LaunchError(f"no rank {rank} in this attempt")
+        _killpg(proc.pid, signum)
+
+    def stop(self, grace_s: float) -> list[RankExit]:
+        """SIGTERM + SIGCONT to every live group, SIGKILL after ``grace_s``, then reap."""
+        live = [p for r, p in self._procs.items() if r not in self._reported]
+        for proc in live:
+            if proc.poll() is None:
+                _killpg(proc.pid, signal.SIGTERM)
+                _killpg(proc.pid, signal.SIGCONT)  # a stopped process handles TERM only now
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and any(p.poll() is None for p in live):
+            time.sleep(0.02)
+        for proc in self._procs.values():
+            # Also the group's other members (workers a rank spawned) whose leader is gone.
+            _killpg(proc.pid, signal.SIGKILL)
+        for proc in live:
+            proc.wait()
+        return self.poll()
+
+
+def _killpg(pgid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)
+
+
+class LocalBackend:
+    """Virtual nodes on this machine: every node's ranks run here, rendezvous on 127.0.0.1."""
+
+    name = "local"
+
+    def __init__(self, base_env: Mapping[str, str] | None = None,
+                 slots_per_node: int | None = None) -> None:
+        self._base_env = dict(os.environ if base_env is None else base_env)
+        self._slots = slots_per_node
+
+    def capacity(self) -> int | None:
+        """A virtual node is this machine: as many ranks as it has CPUs, unless told."""
+        return self._slots if self._slots is not None else (os.cpu_count() or 1)
+
+    def check(self, command: tuple[str, ...], nodes: tuple[str, ...]) -> None:
+        resolve_command(command[0], self._base_env.get("PATH"))
+
+    def master_addr(self, nodes: tuple[str, ...]) -> str:
+        return "127.0.0.1"
+
+    def free_port(self, nodes: tuple[str, ...]) -> int:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            return int(s.getsockname()[1])
+
+    def launch(self, plan: LaunchPlan) -> LocalAttempt:
+        program = resolve_command(plan.command[0], self._base_env.get("PATH"))
+        procs: dict[int, subprocess.Popen[bytes]] = {}
+        try:
+            for rl in plan.ranks:
+                rl.output.parent.mkdir(parents=True, exist_ok=True)
+                env = {**self._base_env, **rl.env}
+                with open(rl.output, "ab") as out:
+                    procs[rl.rank] = subprocess.Popen(
+                        [program, *plan.command[1:]], env=env, cwd=plan.workdir,
+                        stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                        start_new_session=True, preexec_fn=_die_with_parent)
+        except OSError as exc:
+            LocalAttempt(procs).stop(0.0)
+            raise LaunchError(f"cannot start {plan.command[0]}: {exc.strerror or exc}") from exc
+        log.debug("attempt %d launched: %s", plan.attempt,
+                  {r: p.pid for r, p in procs.items()})
+        return LocalAttempt(procs)
+
+
+__all__ = ["LocalAttempt", "LocalBackend", "process_state", "resolve_command"]

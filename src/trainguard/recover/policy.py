@@ -1,0 +1,215 @@
+"""The decision policy: from a failure and the chain's history, what to do next (pure).
+
+Rules are small functions tried in order; the first that returns a decision wins:
+
+1. a cancelled attempt stops the chain;
+2. a spent retry budget stops the chain;
+3. nodes with hardware evidence, or named as the culprit ``implicated_limit`` times in the chain,
+   are excluded: each is replaced in place by the next healthy spare, else dropped while the job
+   may shrink (``min_nodes``), else the chain stops;
+4. a user-code or configuration error (exception, GPU/host OOM, CUDA software error) gets
+   ``confirm_retries`` confirming relaunches, then stops the chain: retrying a bug burns GPUs;
+5. a non-finite loss or a bad checkpoint rolls back to an earlier checkpoint, at most
+   ``max_rollbacks`` times;
+6. anything else (a crash without evidence, a hang, a network error) retries on the same nodes.
+
+    >>> from trainguard.taxonomy import Category
+    >>> from trainguard.recover.failure import Failure, FailureKind
+    >>> f = Failure(FailureKind.NODE, Category.GPU_HARDWARE, "XID 79", culprit_nodes=("n2",),
+    ...             node_fault=True)
+    >>> d = decide(f, ChainState(nodes=("n1", "n2"), spares=("n3",), required_nodes=2),
+    ...            RetryPolicy())
+    >>> d.verdict.value, d.next_nodes, d.excluded
+    ('exclude_and_retry', ('n1', 'n3'), ('n2',))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from trainguard.recover.failure import Failure, FailureKind
+from trainguard.recover.spec import RetryPolicy
+from trainguard.taxonomy import Category
+
+CODE_CATEGORIES = frozenset({Category.USER_CODE_ERROR, Category.OOM_GPU, Category.OOM_HOST,
+                             Category.CUDA_SOFTWARE_BUG})
+"""Failures that a relaunch will most likely repeat."""
+ROLLBACK_CATEGORIES = frozenset({Category.NUMERICAL_NAN, Category.CHECKPOINT})
+NODE_SUSPECT_CATEGORIES = frozenset({
+    Category.GPU_HARDWARE, Category.GPU_MEMORY_ECC, Category.NVLINK_INTERCONNECT,
+    Category.SCHEDULER_NODE_FAILURE, Category.CUDA_SOFTWARE_BUG, Category.NCCL_TIMEOUT_HANG,
+    Category.NETWORK_IB, Category.STORAGE_IO, Category.UNKNOWN,
+})
+"""Failures whose culprit node counts as implicated (a bug in user code does not)."""
+
+
+class Verdict(StrEnum):
+    RETRY = "retry"
+    """Relaunch on the same nodes."""
+    EXCLUDE = "exclude_and_retry"
+    """Exclude node(s) and relaunch on spares or fewer nodes."""
+    ROLLBACK = "rollback_and_retry"
+    """Relaunch from an earlier checkpoint."""
+    STOP = "stop"
+    """End the chain as failed."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChainState:
+    """A frozen snapshot of the chain when an attempt has failed."""
+
+    nodes: tuple[str, ...]
+    """Nodes of the failed attempt, in rank order."""
+    spares: tuple[str, ...] = ()
+    """Healthy spares still available, in order of use."""
+    required_nodes: int = 1
+    """Fewest nodes the job may run on."""
+    retries_used: int = 0
+    history: tuple[Failure, ...] = ()
+    """Earlier failures of this chain, oldest first (not the current one)."""
+    implicated: Mapping[str, int] = field(default_factory=dict)
+    """How often each node was the culprit of an earlier failure."""
+    rollbacks_used: int = 0
+    checkpoint_steps: tuple[int, ...] = ()
+    """Steps of the checkpoints known to have been saved, ascending."""
+    resume_max_step: int | None = None
+    """The current rollback limit, if any."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    verdict: Verdict
+    reason: str
+    next_nodes: tuple[str, ...] = ()
+    excluded: tuple[str, ...] = ()
+    backoff_s: float = 0.0
+    resume_max_step: int | None = None
+    """Newest checkpoint step the next launch may resume from (None: no limit)."""
+
+    def to_dict(self) -> dict[str, object]:
+        return {"verdict": self.verdict.value, "reason": self.reason,
+                "next_nodes": list(self.next_nodes), "excluded": list(self.excluded),
+                "backoff_s": self.backoff_s, "resume_max_step": self.resume_max_step}
+
+
+Rule = Callable[[Failure, ChainState, RetryPolicy], Decision | None]
+
+
+def implicated_after(failure: Failure, state: ChainState) -> dict[str, int]:
+    """The chain's culprit counts including ``failure``."""
+    counts = dict(state.implicated)
+    if failure.category in NODE_SUSPECT_CATEGORIES or failure.node_fault:
+        for node in failure.culprit_nodes:
+            counts[node] = counts.get(node, 0) + 1
+    return counts
+
+
+def _retry(state: ChainState, policy: RetryPolicy, verdict: Verdict, reason: str,
+           nodes: tuple[str, ...] | None = None, excluded: tuple[str, ...] = (),
+           resume_max_step: int | None = None) -> Decision:
+    backoff = policy.backoff_for(len(state.history) + 1)
+    return Decision(verdict, reason, nodes if nodes is not None else state.nodes, excluded,
+                    backoff, resume_max_step if resume_max_step is not None
+                    else state.resume_max_step)
+
+
+def _cancelled(failure: Failure, state: ChainState, policy: RetryPolicy) -> Decision | None:
+    if failure.kind is FailureKind.CANCELLED:
+        return Decision(Verdict.STOP, "cancelled by the operator")
+    return None
+
+
+def _budget(failure: Failure, state: ChainState, policy: RetryPolicy) -> Decision | None:
+    if state.retries_used >= policy.max_retries:
+        return Decision(Verdict.STOP, f"retry budget of {policy.max_retries} relaunch(es) is "
+                        f"spent; last failure: {failure.summary}")
+    return None
+
+
+def _exclude(failure: Failure, state: ChainState, policy: RetryPolicy) -> Decision | None:
+    counts = implicated_after(failure, state)
+    bad = [n for n in state.nodes
+           if (failure.node_fault and n in failure.culprit_nodes)
+           or counts.get(n, 0) >= policy.implicated_limit]
+    if not bad:
+        return None
+    spares = list(state.spares)
+    nodes: list[str] = []
+    for node in state.nodes:
+        if node not in bad:
+            nodes.append(node)
+        elif spares:
+            nodes.append(spares.pop(0))
+    why = "hardware evidence" if failure.node_fault else \
+        f"implicated in {policy.implicated_limit} failures"
+    names = ", ".join(bad)
+    if len(nodes) < state.required_nodes:
+        return Decision(Verdict.STOP, f"{names} excluded ({why}) and no spare left: the job "
+                        f"needs {state.required_nodes} node(s), {len(nodes)} remain",
+                        excluded=tuple(bad))
+    replaced = [n for n in nodes if n not in state.nodes]
+    where = f"on spare(s) {', '.join(replaced)}" if replaced else f"on {len(nodes)} node(s)"
+    return _retry(state, policy, Verdict.EXCLUDE, f"exclude {names} ({why}); relaunch {where}",
+                  tuple(nodes), tuple(bad))
+
+
+def _code_error(failure: Failure, state: ChainState, policy: RetryPolicy) -> Decision | None:
+    if failure.category not in CODE_CATEGORIES:
+        return None
+    seen = sum(1 for f in state.history if f.category is failure.category)
+    if seen >= policy.confirm_retries:
+        return Decision(Verdict.STOP, f"{failure.category.value} on {seen + 1} attempt(s), "
+                        f"not retrying a bug: {failure.summary}")
+    return _retry(state, policy, Verdict.RETRY,
+                  f"{failure.category.value}: relaunching once to confirm")
+
+
+def _rollback(failure: Failure, state: ChainState, policy: RetryPolicy) -> Decision | None:
+    if failure.category not in ROLLBACK_CATEGORIES:
+        return None
+    if state.rollbacks_used >= policy.max_rollbacks:
+        return Decision(Verdict.STOP, f"{failure.category.value} again after "
+                        f"{state.rollbacks_used} rollback(s): {failure.summary}")
+    limit = state.resume_max_step
+    steps = [s for s in state.checkpoint_steps
+             if (limit is None or s <= limit)
+             and (failure.step is None or s <= failure.step)]
+    # Skip the newest checkpoint that the failing run could have resumed from or written.
+    target = steps[-2] if len(steps) >= 2 else 0
+    where = f"checkpoint of step {target}" if target else "the start"
+    return _retry(state, policy, Verdict.ROLLBACK,
+                  f"{failure.category.value}: roll back to {where}", resume_max_step=target)
+
+
+def _same_nodes(failure: Failure, state: ChainState, policy: RetryPolicy) -> Decision | None:
+    return _retry(state, policy, Verdict.RETRY, f"{failure.category.value}: relaunch on the "
+                  "same nodes")
+
+
+RULES: tuple[Rule, ...] = (_cancelled, _budget, _exclude, _code_error, _rollback, _same_nodes)
+
+
+def decide(failure: Failure, state: ChainState, policy: RetryPolicy,
+           rules: tuple[Rule, ...] = RULES) -> Decision:
+    """The first rule's decision for ``failure`` (the last rule always decides)."""
+    for rule in rules:
+        decision = rule(failure, state, policy)
+        if decision is not None:
+            return decision
+    raise AssertionError("the rule list must end with a rule that always decides")
+
+
+__all__ = [
+    "CODE_CATEGORIES",
+    "NODE_SUSPECT_CATEGORIES",
+    "ROLLBACK_CATEGORIES",
+    "RULES",
+    "ChainState",
+    "Decision",
+    "Rule",
+    "Verdict",
+    "decide",
+    "implicated_after",
+]

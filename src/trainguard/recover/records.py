@@ -1,0 +1,211 @@
+"""What a supervised run leaves behind: ``summary.json`` in the run directory and the store's
+session, attempts, events, exclusions and checkpoints.
+
+``summary.json`` is rewritten atomically after every attempt, so a reader (or a crashed
+supervisor's operator) always finds a complete document.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainguard.errors import LaunchError
+from trainguard.evidence.events import FailureEvent
+from trainguard.recover.failure import Failure
+from trainguard.recover.policy import Decision
+from trainguard.store import Store
+
+SUMMARY_FORMAT = "trainguard-run/1"
+
+
+@dataclass(frozen=True, slots=True)
+class Exclusion:
+    node: str
+    reason: str
+    attempt: int
+    evidence: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"node": self.node, "reason": self.reason, "attempt": self.attempt,
+                "evidence": list(self.evidence)}
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptResult:
+    """One launch of the job and how it ended."""
+
+    index: int
+    nodes: tuple[str, ...]
+    started: float
+    ended: float
+    status: str
+    """``succeeded``, ``failed`` or ``cancelled``."""
+    exit_codes: Mapping[int, int | None]
+    """Per rank; negative: killed by that signal; None: never exited by itself."""
+    failure: Failure | None = None
+    decision: Decision | None = None
+    resumed_from_step: int | None = None
+    skipped_checkpoints: tuple[Mapping[str, Any], ...] = ()
+    """Checkpoints the job's resume rejected (corrupt, incomplete), as the SDK reported them."""
+    startup_phases: Mapping[str, float] = field(default_factory=dict)
+    last_step: int | None = None
+    last_loss: float | None = None
+    faults: tuple[str, ...] = ()
+    """Faults injected into this attempt (tests, demos)."""
+    store_id: int | None = None
+
+    @property
+    def excluded_nodes(self) -> tuple[str, ...]:
+        return self.decision.excluded if self.decision is not None else ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "nodes": list(self.nodes),
+            "started": self.started,
+            "ended": self.ended,
+            "duration_s": round(self.ended - self.started, 3),
+            "status": self.status,
+            "exit_codes": {str(r): c for r, c in sorted(self.exit_codes.items())},
+            "failure_category": self.failure.category.value if self.failure else None,
+            "failure": self.failure.to_dict() if self.failure else None,
+            "decision": self.decision.verdict.value if self.decision else None,
+            "reason": self.decision.reason if self.decision else None,
+            "excluded_nodes": list(self.excluded_nodes),
+            "backoff_s": self.decision.backoff_s if self.decision else None,
+            "resumed_from_step": self.resumed_from_step,
+            "skipped_checkpoints": [dict(s) for s in self.skipped_checkpoints],
+            "startup_phases": {k: round(v, 3) for k, v in self.startup_phases.items()},
+            "last_step": self.last_step,
+            "last_loss": self.last_loss,
+            "faults": list(self.faults),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """The whole supervised run: every attempt, every exclusion, the final status."""
+
+    status: str
+    """``succeeded``, ``failed`` or ``cancelled``."""
+    message: str
+    attempts: tuple[AttemptResult, ...]
+    exclusions: tuple[Exclusion, ...]
+    run_dir: Path
+    session_id: int | None = None
+
+    @property
+    def exit_code(self) -> int:
+        return {"succeeded": 0, "cancelled": 130}.get(self.status, 1)
+
+
+def _atomic_write_json(path: Path, obj: Mapping[str, Any]) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=".summary-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(obj, f, indent=2, allow_nan=False, default=str)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+class Recorder:
+    """Writes the run's records as it goes: ``summary.json`` and, when given, the store."""
+
+    def __init__(self, run_dir: Path, header: Mapping[str, Any], store: Store | None) -> None:
+        self.run_dir = run_dir
+        self.summary_path = run_dir / "summary.json"
+        self._header = dict(header)
+        self._store = store
+        self.session_id: int | None = None
+
+    def start(self, name: str, backend: str, started: float,
+              config: Mapping[str, Any]) -> None:
+        if self._store is not None:
+            self.session_id = self._store.create_session(name, backend=backend, started=started,
+                                                         config=config)
+        self.write("running", "", (), ())
+
+    def start_attempt(self, index: int, nodes: Sequence[str], started: float,
+                      resume_max_step: int | None) -> int | None:
+        if self._store is None or self.session_id is None:
+            return None
+        return self._store.create_attempt(self.session_id, index=index, nodes=nodes,
+                                          started=started, automatic=True)
+
+    def finish_attempt(self, result: AttemptResult, events: Sequence[FailureEvent],
+                       exclusions: Sequence[Exclusion]) -> None:
+        store = self._store
+        if store is None or result.store_id is None:
+            return
+        failure = result.failure
+        store.finish_attempt(
+            result.store_id, ended=result.ended, status=result.status,
+            failure_category=failure.category.value if failure else None,
+            decision=result.decision.verdict.value if result.decision else None,
+            excluded_nodes=result.excluded_nodes,
+            exit_codes={str(r): c for r, c in result.exit_codes.items()},
+            startup_phases=result.startup_phases,
+            evidence=failure.evidence if failure else (),
+            detail={"failure": failure.to_dict() if failure else None,
+                    "decision": result.decision.to_dict() if result.decision else None,
+                    "skipped_checkpoints": [dict(s) for s in result.skipped_checkpoints],
+                    "faults": list(result.faults), "last_step": result.last_step,
+                    "last_loss": result.last_loss},
+            resumed_from_step=result.resumed_from_step)
+        store.add_events(events, session_id=self.session_id, attempt_id=result.store_id)
+        for ex in exclusions:
+            store.add_exclusion(ex.node, reason=ex.reason, created=result.ended,
+                                evidence=ex.evidence, session_id=self.session_id,
+                                attempt_id=result.store_id)
+
+    def add_checkpoint(self, attempt_id: int | None, rec: Mapping[str, Any]) -> None:
+        if self._store is None:
+            return
+        step, path = rec.get("step"), rec.get("path")
+        if not isinstance(step, int) or not isinstance(path, str):
+            return
+        size, save_s = rec.get("size_bytes"), rec.get("save_s")
+        self._store.add_checkpoint(
+            session_id=self.session_id, attempt_id=attempt_id, step=step, path=path,
+            created=float(rec.get("t", 0.0)),
+            size_bytes=size if isinstance(size, int) else None,
+            save_s=float(save_s) if isinstance(save_s, (int, float)) else None,
+            ok=bool(rec.get("ok", True)))
+
+    def write(self, status: str, message: str, attempts: Sequence[AttemptResult],
+              exclusions: Sequence[Exclusion], current: Mapping[str, Any] | None = None) -> None:
+        doc = {
+            "format": SUMMARY_FORMAT,
+            **self._header,
+            "session_id": self.session_id,
+            "status": status,
+            "message": message,
+            "attempts": [a.to_dict() for a in attempts],
+            "exclusions": [e.to_dict() for e in exclusions],
+        }
+        if current is not None:
+            doc["current_attempt"] = dict(current)
+        try:
+            _atomic_write_json(self.summary_path, doc)
+        except OSError as exc:
+            raise LaunchError(f"cannot write {self.summary_path}: {exc.strerror or exc}") \
+                from exc
+
+    def finish(self, result: RunResult, ended: float) -> None:
+        if self._store is not None and self.session_id is not None:
+            self._store.finish_session(self.session_id, status=result.status, ended=ended)
+        self.write(result.status, result.message, result.attempts, result.exclusions)
+
+
+__all__ = ["SUMMARY_FORMAT", "AttemptResult", "Exclusion", "Recorder", "RunResult"]

@@ -1,0 +1,139 @@
+"""What to run and how hard to try: the job spec and the retry policy's knobs.
+
+Both are validated when built, so a bad option is one clear :class:`ConfigError` before anything
+is launched.
+
+    >>> spec = JobSpec(command=("python", "train.py"), nodes=("n1", "n2"), nproc_per_node=2,
+    ...                run_dir=Path("run"))
+    >>> spec.world_size
+    4
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trainguard.errors import ConfigError
+from trainguard.faultspec import FaultSpec
+
+_NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How the supervisor reacts to failures (see :func:`trainguard.recover.policy.decide`)."""
+
+    max_retries: int = 5
+    """Relaunches per chain after the first launch; the chain stops when they are spent."""
+    backoff_s: float = 1.0
+    """Wait before the first relaunch; doubles after each further consecutive failure."""
+    backoff_max_s: float = 60.0
+    """Cap on the wait between relaunches."""
+    confirm_retries: int = 1
+    """Relaunches that may confirm a user-code or configuration error before the chain stops."""
+    max_rollbacks: int = 2
+    """Times the chain may step back to an earlier checkpoint (NaN loss, corrupt checkpoint)."""
+    implicated_limit: int = 2
+    """A node named as the culprit this many times in one chain is excluded."""
+
+    def __post_init__(self) -> None:
+        if self.max_retries < 0:
+            raise ConfigError("max_retries must be >= 0")
+        if self.backoff_s < 0 or self.backoff_max_s < 0:
+            raise ConfigError("backoff_s and backoff_max_s must be >= 0")
+        if self.confirm_retries < 0:
+            raise ConfigError("confirm_retries must be >= 0")
+        if self.max_rollbacks < 0:
+            raise ConfigError("max_rollbacks must be >= 0")
+        if self.implicated_limit < 1:
+            raise ConfigError("implicated_limit must be >= 1")
+
+    def backoff_for(self, consecutive_failures: int) -> float:
+        """Seconds to wait before relaunching after ``consecutive_failures`` (>= 1) failures."""
+        return float(min(self.backoff_max_s,
+                         self.backoff_s * 2.0 ** max(0, consecutive_failures - 1)))
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """One supervised training job."""
+
+    command: tuple[str, ...]
+    """The program and its arguments, run once per rank."""
+    nodes: tuple[str, ...]
+    """Nodes of the first launch, in rank order (node i holds ranks i*P .. i*P+P-1)."""
+    nproc_per_node: int
+    """Processes (ranks) per node."""
+    run_dir: Path
+    """Where rank output, SDK events, node directories and ``summary.json`` go."""
+    spares: tuple[str, ...] = ()
+    """Nodes that replace excluded ones, in order."""
+    min_nodes: int | None = None
+    """Smallest node count the job may shrink to when spares run out; None: never shrink."""
+    name: str = "job"
+    """Session name in the store."""
+    hang_timeout_s: float = 300.0
+    """A rank without progress (SDK heartbeat, else output) for this long means a hang."""
+    startup_timeout_s: float = 900.0
+    """Allowance before a rank's first progress (imports, rendezvous, checkpoint load)."""
+    term_timeout_s: float = 10.0
+    """Between SIGTERM and SIGKILL when stopping ranks."""
+    poll_interval_s: float = 0.1
+    """How often the supervisor looks at processes, heartbeats and watched logs."""
+    kernel_log: str = "{run_dir}/nodes/{node}/kern.log"
+    """Watched kernel log per node; ``{node}`` and ``{run_dir}`` are substituted."""
+    alerts_file: Path | None = None
+    """JSON lines of detector alerts (``trainguard detect --alerts-out``) to watch."""
+    stop_on_predictive: bool = False
+    """Stop an attempt on a predictive detector alert too (hard alerts always stop it)."""
+    master_port: int | None = None
+    """Rendezvous port; None picks a free one per launch."""
+    faults: tuple[FaultSpec, ...] = ()
+    """Faults to inject (tests, demos): ``trainguard run --inject``."""
+    policy: RetryPolicy = field(default_factory=RetryPolicy)
+
+    def __post_init__(self) -> None:
+        if not self.command or not self.command[0].strip():
+            raise ConfigError("no command given: trainguard run [OPTIONS] -- COMMAND ARGS...")
+        if not self.nodes:
+            raise ConfigError("--nodes is empty: name at least one node")
+        for node in (*self.nodes, *self.spares):
+            if not _NODE_NAME.match(node):
+                raise ConfigError(f"invalid node name {node!r}: use letters, digits, '.', '_', '-'")
+        everyone = (*self.nodes, *self.spares)
+        dupes = sorted({n for n in everyone if everyone.count(n) > 1})
+        if dupes:
+            raise ConfigError(f"node(s) listed twice in --nodes/--spares: {', '.join(dupes)}")
+        if self.nproc_per_node < 1:
+            raise ConfigError("--nproc-per-node must be >= 1")
+        if self.min_nodes is not None and not 1 <= self.min_nodes <= len(self.nodes):
+            raise ConfigError(f"--min-nodes must be between 1 and the {len(self.nodes)} node(s) "
+                              "of --nodes")
+        for key, value in (("hang_timeout_s", self.hang_timeout_s),
+                           ("startup_timeout_s", self.startup_timeout_s),
+                           ("poll_interval_s", self.poll_interval_s)):
+            if not value > 0:
+                raise ConfigError(f"{key} must be > 0")
+        if self.term_timeout_s < 0:
+            raise ConfigError("term_timeout_s must be >= 0")
+        if "{node}" not in self.kernel_log:
+            raise ConfigError("the kernel-log template must contain {node}")
+        if self.master_port is not None and not 1 <= self.master_port <= 65535:
+            raise ConfigError("--master-port must be between 1 and 65535")
+        for fault in self.faults:
+            if fault.node is not None and fault.node not in everyone:
+                raise ConfigError(f"fault {fault} names node {fault.node!r}, which is not in "
+                                  "--nodes or --spares")
+
+    @property
+    def world_size(self) -> int:
+        return len(self.nodes) * self.nproc_per_node
+
+    def kernel_log_path(self, node: str) -> Path:
+        return Path(self.kernel_log.replace("{run_dir}", str(self.run_dir))
+                    .replace("{node}", node))
+
+
+__all__ = ["JobSpec", "RetryPolicy"]

@@ -1,0 +1,552 @@
+"""The supervisor: launch, watch, classify, decide, relaunch; every step recorded.
+
+Outline of one chain (:meth:`Supervisor.run`):
+1. prepare: check the command, node list, capacity and run directory before launching anything;
+   create each node's directory and watched kernel log; start following kernel logs and alerts;
+2. launch an attempt: every rank gets the torch.distributed environment plus trainguard's
+   (node name, SDK event file, faults to inject, rollback limit);
+3. watch it: rank exits, SDK heartbeats (else output) for hangs, non-finite losses, fatal node
+   evidence (kernel-log XIDs, detector alerts) which stops the attempt even while ranks run;
+4. stop what is left (SIGTERM, SIGKILL after the grace period), read the failing ranks' output
+   tails, and :func:`~trainguard.recover.failure.analyze` the attempt;
+5. :func:`~trainguard.recover.policy.decide`: retry, exclude and retry on spares, roll back, or
+   stop; record the attempt, its evidence and exclusions; back off; go to 2.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from trainguard.errors import ConfigError, LaunchError
+from trainguard.evidence.events import EvidenceLine, FailureEvent
+from trainguard.evidence.rules import RuleSet, load_rules
+from trainguard.evidence.scanner import scan_bytes
+from trainguard.faultspec import SDK_KINDS, FaultKind, join_faults
+from trainguard.recover.backend import AttemptHandle, Backend, LaunchPlan, RankLaunch
+from trainguard.recover.failure import (
+    AttemptFacts,
+    Failure,
+    RankOutcome,
+    Trigger,
+    analyze,
+    is_node_fault,
+)
+from trainguard.recover.inject import FaultSchedule, append_line, signal_for, xid_line
+from trainguard.recover.lifecycle import Lifecycle, State
+from trainguard.recover.policy import ChainState, Decision, Verdict, decide, implicated_after
+from trainguard.recover.records import AttemptResult, Exclusion, Recorder, RunResult
+from trainguard.recover.spec import JobSpec
+from trainguard.recover.watch import NodeWatch, RankWatch
+from trainguard.store import Store
+from trainguard.taxonomy import Action, Category, Severity
+
+log = logging.getLogger(__name__)
+
+_TAIL_BYTES = 256 << 10
+
+
+@dataclass(slots=True)
+class _Chain:
+    """Mutable bookkeeping of one chain (the policy only ever sees frozen snapshots)."""
+
+    nodes: tuple[str, ...]
+    spares: list[str]
+    attempts: list[AttemptResult] = field(default_factory=list)
+    exclusions: list[Exclusion] = field(default_factory=list)
+    history: list[Failure] = field(default_factory=list)
+    implicated: dict[str, int] = field(default_factory=dict)
+    checkpoint_steps: set[int] = field(default_factory=set)
+    retries: int = 0
+    rollbacks: int = 0
+    resume_max_step: int | None = None
+
+
+@dataclass(slots=True)
+class _Outcome:
+    result: AttemptResult
+    failure: Failure | None
+    events: list[FailureEvent]
+
+
+class Supervisor:
+    """Run one job to success or a decided stop.
+
+        sup = Supervisor(spec, LocalBackend(), store=Store.open("tg.db"))
+        result = sup.run()          # sup.cancel() from a signal handler stops it cleanly
+    """
+
+    def __init__(self, spec: JobSpec, backend: Backend, *, store: Store | None = None,
+                 rules: RuleSet | None = None, clock: Callable[[], float] = time.time,
+                 sleep: Callable[[float], None] = time.sleep,
+                 on_status: Callable[[str], None] | None = None,
+                 on_output: Callable[[int, str, str], None] | None = None,
+                 overwrite: bool = False) -> None:
+        self.spec = spec
+        self.backend = backend
+        self.store = store
+        self.rules = rules if rules is not None else load_rules()
+        self.clock = clock
+        self.sleep = sleep
+        self._status = on_status or (lambda msg: log.info("%s", msg))
+        self._output = on_output
+        self._overwrite = overwrite
+        self._cancelled = False
+        self.lifecycle = Lifecycle()
+        self.run_id = uuid.uuid4().hex[:12]
+        self._recorder: Recorder | None = None
+        self._node_watch: NodeWatch | None = None
+
+    # -- public ------------------------------------------------------------------------------
+
+    def cancel(self) -> None:
+        """Ask the run to stop (safe from a signal handler): ranks are stopped, the attempt is
+        recorded as cancelled."""
+        self._cancelled = True
+
+    def run(self) -> RunResult:
+        spec = self.spec
+        self.prepare()
+        started = self.clock()
+        recorder = Recorder(spec.run_dir, self._header(), self.store)
+        self._recorder = recorder
+        recorder.start(spec.name, self.backend.name, started, self._config())
+        all_nodes = (*spec.nodes, *spec.spares)
+        self._node_watch = NodeWatch(
+            {n: spec.kernel_log_path(n) for n in all_nodes}, self.rules,
+            alerts_file=spec.alerts_file, store=self.store,
+            stop_on_predictive=spec.stop_on_predictive, since=started)
+        chain = _Chain(spec.nodes, list(spec.spares))
+        while True:
+            if self._cancelled:
+                self.lifecycle.to(State.CANCELLED)
+                return self._finish(chain, "cancelled", "cancelled before launch")
+            self.lifecycle.to(State.LAUNCHING)
+            try:
+                outcome = self._attempt(len(chain.attempts), chain)
+            except LaunchError as exc:
+                self.lifecycle.to(State.FAILED)
+                return self._finish(chain, "failed", f"launch failed: {exc}")
+            chain.attempts.append(outcome.result)
+            failure = outcome.failure
+            if failure is None:
+                self.lifecycle.to(State.SUCCEEDED)
+                recorder.finish_attempt(outcome.result, outcome.events, ())
+                n = len(chain.attempts)
+                return self._finish(chain, "succeeded",
+                                    f"job succeeded after {n} attempt{'s' if n > 1 else ''}")
+            decision = self._decide(failure, chain)
+            result = replace(outcome.result, decision=decision)
+            chain.attempts[-1] = result
+            new_exclusions = [Exclusion(node, decision.reason, result.index, failure.evidence)
+                              for node in decision.excluded]
+            chain.exclusions.extend(new_exclusions)
+            recorder.finish_attempt(result, outcome.events, new_exclusions)
+            self._status(f"attempt {result.index}: {failure.summary}")
+            self._status(f"decision: {decision.verdict.value}: {decision.reason}")
+            if decision.verdict is Verdict.STOP:
+                final = "cancelled" if result.status == "cancelled" else "failed"
+                self.lifecycle.to(State.CANCELLED if final == "cancelled" else State.FAILED)
+                return self._finish(chain, final, decision.reason)
+            self._advance(chain, decision)
+            self.lifecycle.to(State.BACKOFF)
+            recorder.write("running", decision.reason, chain.attempts, chain.exclusions)
+            if decision.backoff_s > 0:
+                self._status(f"waiting {decision.backoff_s:.1f} s before attempt "
+                             f"{len(chain.attempts)}")
+            if not self._wait(decision.backoff_s, chain):
+                self.lifecycle.to(State.CANCELLED)
+                return self._finish(chain, "cancelled", "cancelled during backoff")
+
+    def prepare(self) -> None:
+        """Every check that can fail before a process starts (one clear error each)."""
+        spec = self.spec
+        self.backend.check(spec.command, spec.nodes)
+        cap = self.backend.capacity()
+        if cap is not None and spec.nproc_per_node > cap:
+            raise ConfigError(
+                f"--nproc-per-node {spec.nproc_per_node} is more than a {self.backend.name} node "
+                f"holds ({cap}); lower it or set --slots-per-node")
+        for fault in spec.faults:
+            if fault.rank is not None and fault.rank >= spec.world_size:
+                raise ConfigError(f"fault {fault} names rank {fault.rank}, but the job has "
+                                  f"{spec.world_size} rank(s)")
+        run_dir = spec.run_dir
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            probe = run_dir / f".trainguard-write-test-{os.getpid()}"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            raise LaunchError(f"run dir {run_dir} is not writable: {exc.strerror or exc}") \
+                from exc
+        previous = [p for p in (run_dir / "summary.json", run_dir / "attempts") if p.exists()]
+        if previous and not self._overwrite:
+            raise ConfigError(f"run dir {run_dir} already holds a run ({previous[0].name}); "
+                              "choose a new --run-dir or pass --overwrite")
+        for p in previous:
+            if p.is_dir():
+                shutil.rmtree(p)
+            else:
+                p.unlink()
+        for node in (*spec.nodes, *spec.spares):
+            (run_dir / "nodes" / node).mkdir(parents=True, exist_ok=True)
+            klog = spec.kernel_log_path(node)
+            try:
+                klog.parent.mkdir(parents=True, exist_ok=True)
+                klog.touch(exist_ok=True)
+            except OSError as exc:
+                raise LaunchError(f"cannot create the watched kernel log {klog}: "
+                                  f"{exc.strerror or exc}") from exc
+
+    # -- one attempt -------------------------------------------------------------------------
+
+    def _attempt(self, index: int, chain: _Chain) -> _Outcome:
+        spec = self.spec
+        nodes = chain.nodes
+        assert self._recorder is not None and self._node_watch is not None
+        port = spec.master_port or self.backend.free_port(nodes)
+        plan = self._plan(index, nodes, port, chain.resume_max_step)
+        self._status(f"attempt {index}: launching {len(plan.ranks)} rank(s) on "
+                     f"{', '.join(nodes)}")
+        t0 = self.clock()
+        handle = self.backend.launch(plan)
+        launched = self.clock()
+        self.lifecycle.to(State.RUNNING)
+        store_id = self._recorder.start_attempt(index, nodes, t0, chain.resume_max_step)
+        watches = {rl.rank: RankWatch(rl.rank, rl.node, rl.output,
+                                      Path(rl.env["TRAINGUARD_EVENTS"]), launched)
+                   for rl in plan.ranks}
+        self._write_state(index, plan, handle)
+        schedule = FaultSchedule.for_attempt(spec.faults, index, nodes, spec.nproc_per_node,
+                                             launched)
+        codes: dict[int, int | None] = {r: None for r in watches}
+        exited_at: dict[int, float] = {}
+        node_events: dict[str, list[FailureEvent]] = {}
+        fired: list[str] = []
+        seen_ckpts: dict[int, int] = {r: 0 for r in watches}
+        trigger: Trigger | None = None
+        hang_for: float | None = None
+        while trigger is None:
+            now = self.clock()
+            for ex in handle.poll():
+                codes[ex.rank], exited_at[ex.rank] = ex.returncode, now
+                w = watches[ex.rank]
+                if ex.returncode != 0:
+                    self._status(f"attempt {index}: rank {ex.rank} on {w.node} "
+                                 f"{RankOutcome(ex.rank, w.node, ex.returncode).exit_text()}")
+            self._poll_ranks(watches, chain, store_id, seen_ckpts, now)
+            trigger = self._poll_nodes(nodes, chain, node_events, now)
+            for firing in schedule.due(now, {r: w.last_step for r, w in watches.items()}):
+                fired.append(str(firing.spec))
+                self._fire(firing.spec.kind, firing.rank, firing.node, firing.spec.xid, handle,
+                           index)
+            if trigger is not None:
+                break
+            nonfinite = [w for w in watches.values() if w.nonfinite is not None]
+            if nonfinite:
+                trigger = Trigger.NONFINITE
+            elif any(c not in (None, 0) for c in codes.values()):
+                trigger = Trigger.EXIT
+            elif all(c == 0 for c in codes.values()):
+                trigger = Trigger.SUCCESS
+            elif self._cancelled:
+                trigger = Trigger.CANCEL
+            else:
+                hang_for = self._hang(watches, codes, now)
+                if hang_for is not None:
+                    trigger = Trigger.HANG
+                    self._status(f"attempt {index}: no progress for {hang_for:.0f} s: hang")
+                else:
+                    self.sleep(spec.poll_interval_s)
+        return self._end_attempt(index, chain, plan, handle, watches, codes, exited_at,
+                                 node_events, trigger, hang_for, fired, t0, launched, store_id)
+
+    def _end_attempt(self, index: int, chain: _Chain, plan: LaunchPlan, handle: AttemptHandle,
+                     watches: Mapping[int, RankWatch], codes: dict[int, int | None],
+                     exited_at: Mapping[int, float], node_events: dict[str, list[FailureEvent]],
+                     trigger: Trigger, hang_for: float | None, fired: list[str], t0: float,
+                     launched: float, store_id: int | None) -> _Outcome:
+        spec = self.spec
+        assert self._node_watch is not None
+        stopped = {r: handle.is_stopped(r) for r in handle.running()}
+        self.lifecycle.to(State.STOPPING)
+        if handle.running():
+            for ex in handle.stop(spec.term_timeout_s):
+                codes[ex.rank] = ex.returncode
+        ended = self.clock()
+        self.lifecycle.to(State.DECIDING)
+        self._poll_ranks(watches, chain, store_id, {r: len(w.checkpoints) for r, w in
+                                                    watches.items()}, ended)
+        self._poll_nodes(chain.nodes, chain, node_events, ended)
+        outcomes = tuple(
+            RankOutcome(r, w.node, codes[r], exited_at.get(r), stopped.get(r, False),
+                        w.last_step, w.last_progress) for r, w in sorted(watches.items()))
+        rank_events = {r: self._tail_events(watches[r]) for r in watches
+                       if codes[r] not in (None, 0) and r in exited_at}
+        nonfinite = next(((r, w.nonfinite[0], w.nonfinite[1]) for r, w in sorted(
+            watches.items()) if w.nonfinite is not None), None)
+        facts = AttemptFacts(trigger, outcomes, rank_events,
+                             {n: tuple(evs) for n, evs in node_events.items()}, nonfinite,
+                             hang_for)
+        failure = analyze(facts)
+        status = "succeeded" if failure is None else (
+            "cancelled" if trigger is Trigger.CANCEL else "failed")
+        first = watches[min(watches)]
+        phases: dict[str, float] = {"launch": launched - t0}
+        for w in watches.values():
+            for name, dur in w.phases.items():
+                phases[name] = max(phases.get(name, 0.0), dur)
+        resume = first.resume or next((w.resume for w in watches.values() if w.resume), None)
+        resumed = resume.get("step") if resume else None
+        skipped = tuple(s for s in (resume.get("skipped") or []) if isinstance(s, dict)) \
+            if resume else ()
+        faults = tuple(fired) + tuple(f for w in watches.values() for f in w.faults)
+        result = AttemptResult(
+            index=index, nodes=chain.nodes, started=t0, ended=ended, status=status,
+            exit_codes=dict(codes), failure=failure,
+            resumed_from_step=resumed if isinstance(resumed, int) else None,
+            skipped_checkpoints=skipped, startup_phases=phases, last_step=first.last_step,
+            last_loss=first.last_loss, faults=faults, store_id=store_id)
+        events = [ev for evs in node_events.values() for ev in evs]
+        events += [ev for evs in rank_events.values() for ev in evs]
+        events += self._checkpoint_events(skipped, first)
+        if failure is None:
+            self._status(f"attempt {index}: succeeded")
+        return _Outcome(result, failure, events)
+
+    # -- watching ----------------------------------------------------------------------------
+
+    def _poll_ranks(self, watches: Mapping[int, RankWatch], chain: _Chain,
+                    store_id: int | None, seen: dict[int, int], now: float) -> None:
+        assert self._recorder is not None
+        for rank, w in watches.items():
+            for line in w.poll(now):
+                if self._output is not None:
+                    self._output(rank, w.node, line)
+            for rec in w.checkpoints[seen.get(rank, 0):]:
+                step = rec.get("step")
+                if isinstance(step, int) and rec.get("ok", True):
+                    chain.checkpoint_steps.add(step)
+                self._recorder.add_checkpoint(store_id, rec)
+            seen[rank] = len(w.checkpoints)
+
+    def _poll_nodes(self, nodes: tuple[str, ...], chain: _Chain,
+                    node_events: dict[str, list[FailureEvent]], now: float) -> Trigger | None:
+        assert self._node_watch is not None
+        trigger = None
+        for ev in self._node_watch.poll(now):
+            node = ev.host or ""
+            if node in nodes:
+                node_events.setdefault(node, []).append(ev)
+                if is_node_fault(ev):
+                    self._status(f"{node}: {ev.summary}: stopping the attempt")
+                    trigger = Trigger.NODE_EVIDENCE
+            elif node in chain.spares and is_node_fault(ev):
+                chain.spares.remove(node)
+                reason = f"spare {node} failed while idle: {ev.summary}"
+                self._status(reason)
+                chain.exclusions.append(Exclusion(
+                    node, reason, len(chain.attempts),
+                    tuple(f"{e.path}:{e.line_no}: {e.text.strip()}" for e in ev.evidence)))
+                if self.store is not None:
+                    self.store.add_exclusion(node, reason=reason, created=now,
+                                             evidence=[e.text for e in ev.evidence],
+                                             session_id=self._recorder.session_id
+                                             if self._recorder else None)
+        return trigger
+
+    def _hang(self, watches: Mapping[int, RankWatch], codes: Mapping[int, int | None],
+              now: float) -> float | None:
+        """Seconds without progress when a running rank has passed its allowance, else None."""
+        spec = self.spec
+        for rank, w in watches.items():
+            if codes[rank] is not None:
+                continue
+            limit = spec.hang_timeout_s if w.progressed else spec.startup_timeout_s
+            silent = w.silent_for(now)
+            if silent > limit:
+                return silent
+        return None
+
+    def _tail_events(self, w: RankWatch) -> tuple[FailureEvent, ...]:
+        """Classified evidence in the last part of a failed rank's output."""
+        try:
+            size = w.output.stat().st_size
+            with open(w.output, "rb") as f:
+                start = max(0, size - _TAIL_BYTES)
+                f.seek(start)
+                data = f.read()
+                first = 1
+                if start:
+                    f.seek(0)
+                    first = f.read(start).count(b"\n") + 1
+        except OSError:
+            return ()
+        if start:
+            nl = data.find(b"\n")
+            data, first = data[nl + 1:], first + 1
+        found = scan_bytes(data, self.rules, path=str(w.output), first_line=first,
+                           host_hint=w.node)
+        return tuple(replace(ev, rank=w.rank if ev.rank is None else ev.rank, host=w.node)
+                     for ev in found)
+
+    def _checkpoint_events(self, skipped: tuple[Mapping[str, Any], ...],
+                           w: RankWatch) -> list[FailureEvent]:
+        events = []
+        for s in skipped:
+            summary = f"checkpoint {s.get('path')} rejected on resume: {s.get('reason')}"
+            events.append(FailureEvent(
+                category=Category.CHECKPOINT, action=Action.CHECK_STORAGE,
+                severity=Severity.NON_FATAL, signature="checkpoint_rejected",
+                summary=summary[:300], host=w.node, rank=w.rank,
+                evidence=(EvidenceLine(str(w.events_path), 0, summary[:2000]),)))
+        return events
+
+    # -- acting ------------------------------------------------------------------------------
+
+    def _fire(self, kind: FaultKind, rank: int | None, node: str, xid: int,
+              handle: AttemptHandle, index: int) -> None:
+        if kind is FaultKind.XID:
+            self._status(f"inject: XID {xid} into {node}'s kernel log")
+            append_line(self.spec.kernel_log_path(node), xid_line(node, xid))
+            return
+        assert rank is not None
+        self._status(f"inject: {kind.value} rank {rank} on {node}")
+        handle.signal_rank(rank, signal_for(kind))
+
+    def _decide(self, failure: Failure, chain: _Chain) -> Decision:
+        spec = self.spec
+        required = spec.min_nodes if spec.min_nodes is not None else len(spec.nodes)
+        state = ChainState(
+            nodes=chain.nodes, spares=tuple(chain.spares), required_nodes=required,
+            retries_used=chain.retries, history=tuple(chain.history),
+            implicated=dict(chain.implicated), rollbacks_used=chain.rollbacks,
+            checkpoint_steps=tuple(sorted(chain.checkpoint_steps)),
+            resume_max_step=chain.resume_max_step)
+        decision = decide(failure, state, spec.policy)
+        chain.implicated = implicated_after(failure, state)
+        chain.history.append(failure)
+        return decision
+
+    def _advance(self, chain: _Chain, decision: Decision) -> None:
+        chain.retries += 1
+        if decision.verdict is Verdict.ROLLBACK:
+            chain.rollbacks += 1
+        chain.resume_max_step = decision.resume_max_step
+        chain.spares = [s for s in chain.spares
+                        if s not in decision.next_nodes and s not in decision.excluded]
+        chain.nodes = decision.next_nodes
+
+    def _wait(self, seconds: float, chain: _Chain) -> bool:
+        """Back off for ``seconds`` (still following node evidence); False when cancelled."""
+        deadline = self.clock() + seconds
+        node_events: dict[str, list[FailureEvent]] = {}
+        while True:
+            if self._cancelled:
+                return False
+            now = self.clock()
+            self._poll_nodes((), chain, node_events, now)
+            if now >= deadline:
+                return True
+            self.sleep(min(self.spec.poll_interval_s, deadline - now))
+
+    def _finish(self, chain: _Chain, status: str, message: str) -> RunResult:
+        assert self._recorder is not None
+        result = RunResult(status, message, tuple(chain.attempts), tuple(chain.exclusions),
+                           self.spec.run_dir, self._recorder.session_id)
+        self._recorder.finish(result, self.clock())
+        self._write_json(self.spec.run_dir / "state.json", {"status": status,
+                                                            "supervisor_pid": os.getpid()})
+        return result
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def _plan(self, index: int, nodes: tuple[str, ...], port: int,
+              resume_max_step: int | None) -> LaunchPlan:
+        spec = self.spec
+        nproc = spec.nproc_per_node
+        world = len(nodes) * nproc
+        addr = self.backend.master_addr(nodes)
+        sdk_faults = [f for f in spec.faults if f.kind in SDK_KINDS and f.applies_to(index, None)]
+        attempt_dir = spec.run_dir / "attempts" / str(index)
+        launch_time = repr(self.clock())
+        ranks = []
+        for node_rank, node in enumerate(nodes):
+            for local in range(nproc):
+                rank = node_rank * nproc + local
+                out_dir = attempt_dir / node
+                env = {
+                    "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(local),
+                    "LOCAL_WORLD_SIZE": str(nproc), "GROUP_RANK": str(node_rank),
+                    "NODE_RANK": str(node_rank), "ROLE_RANK": str(rank),
+                    "ROLE_WORLD_SIZE": str(world), "GROUP_WORLD_SIZE": str(len(nodes)),
+                    "ROLE_NAME": "default", "MASTER_ADDR": addr, "MASTER_PORT": str(port),
+                    "TORCHELASTIC_RESTART_COUNT": str(index),
+                    "TORCHELASTIC_MAX_RESTARTS": str(spec.policy.max_retries),
+                    "TORCHELASTIC_RUN_ID": self.run_id,
+                    "TRAINGUARD_NODE": node, "TRAINGUARD_RUN_DIR": str(spec.run_dir),
+                    "TRAINGUARD_ATTEMPT": str(index),
+                    "TRAINGUARD_EVENTS": str(out_dir / f"rank{rank}.events.jsonl"),
+                    "TRAINGUARD_LAUNCH_TIME": launch_time,
+                }
+                if "PYTHONUNBUFFERED" not in os.environ:
+                    env["PYTHONUNBUFFERED"] = "1"  # output is progress: don't sit in a buffer
+                if "OMP_NUM_THREADS" not in os.environ and nproc > 1:
+                    env["OMP_NUM_THREADS"] = "1"  # as torchrun does
+                if sdk_faults:
+                    env["TRAINGUARD_INJECT"] = join_faults(sdk_faults)
+                if resume_max_step is not None:
+                    env["TRAINGUARD_RESUME_MAX_STEP"] = str(resume_max_step)
+                ranks.append(RankLaunch(rank, local, node, node_rank, env,
+                                        out_dir / f"rank{rank}.log"))
+        return LaunchPlan(index, spec.command, nodes, tuple(ranks), Path.cwd())
+
+    def _header(self) -> dict[str, Any]:
+        spec = self.spec
+        return {"name": spec.name, "backend": self.backend.name, "run_id": self.run_id,
+                "command": list(spec.command), "nodes": list(spec.nodes),
+                "spares": list(spec.spares), "nproc_per_node": spec.nproc_per_node,
+                "run_dir": str(spec.run_dir)}
+
+    def _config(self) -> dict[str, Any]:
+        spec, pol = self.spec, self.spec.policy
+        return {**self._header(), "hang_timeout_s": spec.hang_timeout_s,
+                "min_nodes": spec.min_nodes, "max_retries": pol.max_retries,
+                "faults": [str(f) for f in spec.faults]}
+
+    def _write_state(self, index: int, plan: LaunchPlan, handle: AttemptHandle) -> None:
+        pids = handle.pids()
+        self._write_json(self.spec.run_dir / "state.json", {
+            "status": "running", "supervisor_pid": os.getpid(), "attempt": index,
+            "nodes": list(plan.nodes),
+            "kernel_logs": {n: str(self.spec.kernel_log_path(n))
+                            for n in (*self.spec.nodes, *self.spec.spares)},
+            "ranks": [{"rank": rl.rank, "node": rl.node, "pid": pids.get(rl.rank),
+                       "output": str(rl.output)} for rl in plan.ranks],
+        })
+
+    @staticmethod
+    def _write_json(path: Path, obj: Mapping[str, Any]) -> None:
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        try:
+            tmp.write_text(json.dumps(obj, indent=2) + "\n")
+            os.replace(tmp, path)
+        except OSError as exc:
+            raise LaunchError(f"cannot write {path}: {exc.strerror or exc}") from exc
+
+
+def run_job(spec: JobSpec, backend: Backend, **kwargs: Any) -> RunResult:
+    """Supervise ``spec`` on ``backend`` to the end (see :class:`Supervisor`)."""
+    return Supervisor(spec, backend, **kwargs).run()
+
+
+__all__ = ["Supervisor", "run_job"]

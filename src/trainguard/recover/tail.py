@@ -1,0 +1,111 @@
+"""Follow growing files: rank output, SDK event files, kernel logs, alert files.
+
+A :class:`FileTail` hands out complete lines only (a half-written line waits for its newline),
+numbers them for evidence references, and starts over when the file is truncated or replaced
+(log rotation, ``echo > kern.log``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+_READ_MAX = 4 << 20
+
+
+class FileTail:
+    """Incremental reader of one file.
+
+        >>> tail = FileTail(Path("/nonexistent"))
+        >>> tail.read()
+        (b'', 1)
+    """
+
+    def __init__(self, path: Path, *, from_end: bool = False) -> None:
+        self.path = path
+        self._offset = 0
+        self._next_line = 1
+        self._partial = b""
+        self._inode: int | None = None
+        self._drop_first = False
+        if from_end:
+            self._skip_existing()
+
+    def _skip_existing(self) -> None:
+        try:
+            with open(self.path, "rb") as f:
+                st = os.fstat(f.fileno())
+                self._inode = st.st_ino
+                lines = 0
+                last = b""
+                while chunk := f.read(1 << 20):
+                    lines += chunk.count(b"\n")
+                    self._offset += len(chunk)
+                    last = chunk
+                # Part of a line written before we looked: skip the rest of it too.
+                self._drop_first = bool(self._offset) and not last.endswith(b"\n")
+                self._next_line = lines + 1
+        except OSError:
+            pass
+
+    @property
+    def offset(self) -> int:
+        return self._offset
+
+    def read(self, max_bytes: int = _READ_MAX) -> tuple[bytes, int]:
+        """New complete lines (joined, each ending in ``\\n``) and the number of the first."""
+        try:
+            with open(self.path, "rb") as f:
+                st = os.fstat(f.fileno())
+                if (self._inode is not None and st.st_ino != self._inode) \
+                        or st.st_size < self._offset:
+                    log.debug("%s was truncated or replaced; reading it from the start",
+                              self.path)
+                    self._offset, self._next_line, self._partial = 0, 1, b""
+                    self._drop_first = False
+                self._inode = st.st_ino
+                if st.st_size == self._offset:
+                    return b"", self._next_line
+                f.seek(self._offset)
+                data = f.read(max_bytes)
+        except OSError:
+            return b"", self._next_line
+        self._offset += len(data)
+        data = self._partial + data
+        cut = data.rfind(b"\n") + 1
+        self._partial = data[cut:]
+        complete = data[:cut]
+        if self._drop_first and complete:
+            nl = complete.find(b"\n")
+            complete = complete[nl + 1:]
+            self._next_line += 1
+            self._drop_first = False
+        first = self._next_line
+        self._next_line += complete.count(b"\n")
+        return complete, first
+
+
+def parse_json_lines(data: bytes, where: str) -> list[dict[str, Any]]:
+    """Objects of a JSON-lines chunk; malformed lines are logged and skipped."""
+    records: list[dict[str, Any]] = []
+    for raw in data.splitlines():
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except ValueError:
+            log.warning("%s: not a JSON line, ignored: %.120r", where, raw)
+            continue
+        if isinstance(obj, dict):
+            records.append(obj)
+        else:
+            log.warning("%s: not a JSON object, ignored: %.120r", where, raw)
+    return records
+
+
+__all__ = ["FileTail", "parse_json_lines"]

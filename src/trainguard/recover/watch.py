@@ -1,0 +1,175 @@
+"""What the supervisor watches while an attempt runs.
+
+- :class:`RankWatch`: one rank's output and SDK event file: progress (heartbeats, else output),
+  steps, loss, startup phases, checkpoints, resumes, non-finite losses;
+- :class:`NodeWatch`: every node's kernel log (job nodes and spares, from the session's start) and
+  the detector's alerts (a JSON-lines file and/or the store), as :class:`FailureEvent`\\ s.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from trainguard.evidence.events import EvidenceLine, FailureEvent, TimeKind
+from trainguard.evidence.rules import RuleSet
+from trainguard.evidence.scanner import scan_bytes
+from trainguard.recover.tail import FileTail, parse_json_lines
+from trainguard.store import Store
+from trainguard.taxonomy import Action, Category, Severity
+
+log = logging.getLogger(__name__)
+
+_STORE_ALERT_POLL_S = 2.0
+
+
+class RankWatch:
+    """Progress and SDK reports of one rank."""
+
+    def __init__(self, rank: int, node: str, output: Path, events: Path, launched: float) -> None:
+        self.rank = rank
+        self.node = node
+        self.output = output
+        self.events_path = events
+        self._out = FileTail(output)
+        self._events = FileTail(events)
+        self.launched = launched
+        self.last_progress = launched
+        self.progressed = False
+        """Any progress at all since launch (startup allowance ends)."""
+        self.sdk = False
+        """The rank reports through the SDK: only its events count as progress."""
+        self.last_step: int | None = None
+        self.last_loss: float | None = None
+        self.phases: dict[str, float] = {}
+        self.nonfinite: tuple[int, str] | None = None
+        self.checkpoints: list[dict[str, Any]] = []
+        self.resume: dict[str, Any] | None = None
+        self.faults: list[str] = []
+        self.finished = False
+
+    def poll(self, now: float) -> list[str]:
+        """Read what is new; returns the new output lines (for echoing)."""
+        data, _ = self._out.read()
+        lines = data.decode("utf-8", "replace").splitlines() if data else []
+        if lines and not self.sdk:
+            self._progress(now)
+        raw, _ = self._events.read()
+        if raw:
+            for rec in parse_json_lines(raw, str(self.events_path)):
+                self._event(rec, now)
+        return lines
+
+    def _progress(self, now: float) -> None:
+        self.last_progress = now
+        self.progressed = True
+
+    def _event(self, rec: Mapping[str, Any], now: float) -> None:
+        self.sdk = True
+        self._progress(now)
+        kind = rec.get("kind")
+        if kind == "step":
+            step = rec.get("step")
+            if isinstance(step, int):
+                self.last_step = step
+            loss = rec.get("loss")
+            if isinstance(loss, (int, float)) and math.isfinite(loss):
+                self.last_loss = float(loss)
+        elif kind == "phase":
+            name, start, end = rec.get("name"), rec.get("start"), rec.get("end")
+            if isinstance(name, str) and isinstance(start, (int, float)) \
+                    and isinstance(end, (int, float)):
+                self.phases[name] = self.phases.get(name, 0.0) + max(0.0, end - start)
+        elif kind == "nonfinite":
+            step = rec.get("step")
+            if self.nonfinite is None and isinstance(step, int):
+                self.nonfinite = (step, str(rec.get("loss", "nan")))
+        elif kind == "checkpoint":
+            self.checkpoints.append(dict(rec))
+        elif kind == "resume":
+            self.resume = dict(rec)
+        elif kind == "fault":
+            self.faults.append(str(rec.get("fault")))
+        elif kind == "finish":
+            self.finished = True
+
+    def silent_for(self, now: float) -> float:
+        return now - self.last_progress
+
+
+class NodeWatch:
+    """Kernel logs and detector alerts for a set of nodes, followed from construction on."""
+
+    def __init__(self, kernel_logs: Mapping[str, Path], rules: RuleSet, *,
+                 alerts_file: Path | None = None, store: Store | None = None,
+                 stop_on_predictive: bool = False, since: float = 0.0) -> None:
+        self._rules = rules
+        self._tails = {node: FileTail(path, from_end=True) for node, path in kernel_logs.items()}
+        self._alerts = FileTail(alerts_file, from_end=True) if alerts_file else None
+        self._alerts_path = alerts_file
+        self._store = store
+        self._since = since
+        self._seen_alerts: set[int] = set()
+        self._next_store_poll = 0.0
+        self._stop_on_predictive = stop_on_predictive
+
+    @property
+    def nodes(self) -> frozenset[str]:
+        return frozenset(self._tails)
+
+    def poll(self, now: float) -> list[FailureEvent]:
+        events: list[FailureEvent] = []
+        for node, tail in self._tails.items():
+            data, first = tail.read()
+            if data:
+                found = scan_bytes(data, self._rules, path=str(tail.path), first_line=first,
+                                   host_hint=node)
+                # The watched file *is* that node's kernel log, whatever host a line names.
+                events.extend(replace(ev, host=node) for ev in found)
+        if self._alerts is not None:
+            data, first = self._alerts.read()
+            if data:
+                for i, rec in enumerate(parse_json_lines(data, str(self._alerts_path))):
+                    ev = self._alert_event(rec, f"{self._alerts_path}", first + i)
+                    if ev is not None:
+                        events.append(ev)
+        if self._store is not None and now >= self._next_store_poll:
+            self._next_store_poll = now + _STORE_ALERT_POLL_S
+            for alert in self._store.alerts(since=self._since):
+                if alert.id in self._seen_alerts:
+                    continue
+                self._seen_alerts.add(alert.id)
+                ev = self._alert_event({"node": alert.node, "start": alert.start,
+                                        "kind": alert.kind, "peak_score": alert.peak_score,
+                                        "signals": list(alert.signals),
+                                        "source": alert.source}, "store", alert.id)
+                if ev is not None:
+                    events.append(ev)
+        return events
+
+    def _alert_event(self, rec: Mapping[str, Any], where: str, line: int) -> FailureEvent | None:
+        node = rec.get("node")
+        if not isinstance(node, str) or node not in self._tails:
+            return None
+        kind = str(rec.get("kind", "predictive"))
+        fatal = kind == "hard" or self._stop_on_predictive
+        signals = rec.get("signals") or []
+        top = ", ".join(str(s.get("metric")) for s in signals[:3] if isinstance(s, dict))
+        start = rec.get("start")
+        summary = f"detector {kind} alert on {node}" + (f" ({top})" if top else "")
+        return FailureEvent(
+            category=Category.GPU_HARDWARE, action=Action.EXCLUDE_NODE,
+            severity=Severity.FATAL if fatal else Severity.NON_FATAL,
+            signature="detector_alert", summary=summary[:300],
+            time=float(start) if isinstance(start, (int, float)) else None,
+            time_kind=TimeKind.ABSOLUTE if isinstance(start, (int, float)) else TimeKind.NONE,
+            host=node, confidence=0.8 if kind == "hard" else 0.5,
+            fields=(("alert_kind", kind), ("source", str(rec.get("source", where)))),
+            evidence=(EvidenceLine(where, line, summary[:2000]),))
+
+
+__all__ = ["NodeWatch", "RankWatch"]
