@@ -51,7 +51,10 @@ def main() -> None:
     try:
         app()
     except TrainguardError as exc:
-        fail(str(exc))
+        try:
+            fail(str(exc))
+        except typer.Exit as done:  # raised outside click's handling: exit here
+            sys.exit(done.exit_code)
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         sys.exit(130)

@@ -1,0 +1,236 @@
+"""`trainguard run` on the local backend with real processes, signals and files.
+
+The job here does not import the SDK: the supervisor still sees exits, output progress (hangs)
+and the watched kernel logs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trainguard.store import Store
+
+pytestmark = pytest.mark.integration
+
+SCRIPT = Path(__file__).parent / "scripts" / "plain_job.py"
+TG = [sys.executable, "-m", "trainguard.cli.main"]
+
+
+def tg_run(tmp_path: Path, *opts: str, steps: int = 20, env: dict[str, str] | None = None,
+           timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    cmd = [*TG, "run", "--run-dir", str(tmp_path / "run"), "--db", str(tmp_path / "tg.db"),
+           "--backoff", "0.2", *opts, "--", sys.executable, str(SCRIPT), str(steps)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})}, cwd=tmp_path)
+
+
+def summary(tmp_path: Path) -> dict[str, Any]:
+    return json.loads((tmp_path / "run" / "summary.json").read_text())  # type: ignore[no-any-return]
+
+
+def pids_gone(pids: list[int]) -> bool:
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        alive = []
+        for pid in pids:
+            try:
+                os.kill(pid, 0)
+                alive.append(pid)
+            except ProcessLookupError:
+                pass
+        if not alive:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.fixture
+def reap() -> Iterator[list[subprocess.Popen[str]]]:
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for p in started:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def test_fault_free_run_gets_the_torch_environment(tmp_path: Path) -> None:
+    env_out = tmp_path / "env.json"
+    r = tg_run(tmp_path, "--nodes", "node1,node2", "--spares", "node3", "--nproc-per-node", "2",
+               steps=3, env={"PLAIN_ENV_OUT": str(env_out)})
+    assert r.returncode == 0, r.stderr
+    env = json.loads(env_out.read_text())
+    assert env["RANK"] == "0" and env["WORLD_SIZE"] == "4" and env["LOCAL_WORLD_SIZE"] == "2"
+    assert env["MASTER_ADDR"] == "127.0.0.1" and int(env["MASTER_PORT"]) > 0
+    assert env["TRAINGUARD_NODE"] == "node1" and env["TRAINGUARD_ATTEMPT"] == "0"
+    s = summary(tmp_path)
+    assert s["status"] == "succeeded" and len(s["attempts"]) == 1
+    a = s["attempts"][0]
+    assert a["nodes"] == ["node1", "node2"] and a["exit_codes"] == {str(r): 0 for r in range(4)}
+    assert a["failure_category"] is None and a["decision"] is None and a["excluded_nodes"] == []
+    assert "[node2 r3] rank 3 done" in r.stdout
+    for node in ("node1", "node2", "node3"):
+        assert (tmp_path / "run" / "nodes" / node / "kern.log").exists()
+    with Store.open(str(tmp_path / "tg.db")) as store:
+        (session,) = store.sessions()
+        assert session.status == "succeeded" and session.backend == "local"
+        (att,) = store.attempts(session.id)
+        assert att.status == "succeeded" and att.nodes == ("node1", "node2")
+
+
+def test_sigkill_of_a_rank_is_retried_and_the_job_resumes(tmp_path: Path) -> None:
+    r = tg_run(tmp_path, "--nodes", "node1,node2", "--nproc-per-node", "2",
+               "--inject", "kill:rank=3,after=1", steps=25,
+               env={"PLAIN_CKPT": str(tmp_path / "ckpt.json")})
+    assert r.returncode == 0, r.stderr
+    first, last = summary(tmp_path)["attempts"]
+    assert first["exit_codes"]["3"] == -signal.SIGKILL
+    assert first["failure"]["culprit_rank"] == 3 and first["failure"]["culprit_nodes"] == ["node2"]
+    assert first["decision"] == "retry" and last["status"] == "succeeded"
+    assert "rank 0 step 0\n" not in (tmp_path / "run/attempts/1/node1/rank0.log").read_text()
+
+
+def test_xid_in_a_kernel_log_excludes_the_node_and_uses_the_spare(
+        tmp_path: Path, reap: list[subprocess.Popen[str]]) -> None:
+    cmd = [*TG, "run", "--run-dir", str(tmp_path / "run"), "--no-db", "--backoff", "0.2",
+           "--nodes", "node1,node2,node3", "--spares", "node4", "--nproc-per-node", "2", "-q",
+           "--", sys.executable, str(SCRIPT), "40"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=tmp_path, env={**os.environ, "PLAIN_CKPT": str(tmp_path / "c")})
+    reap.append(proc)
+    state_file = tmp_path / "run" / "state.json"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if state_file.exists() and json.loads(state_file.read_text()).get("ranks"):
+            break
+        time.sleep(0.05)
+    pids = [r["pid"] for r in json.loads(state_file.read_text())["ranks"]]
+    time.sleep(0.5)
+    # What a real driver would log, appended the way syslog does.
+    with open(tmp_path / "run" / "nodes" / "node2" / "kern.log", "a") as f:
+        f.write("Nov 21 10:00:01 gpu-node02 kernel: [ 8812.123456] NVRM: Xid (PCI:0000:3b:00): "
+                "79, pid=4242, name=python, GPU has fallen off the bus.\n")
+    out, errs = proc.communicate(timeout=120)
+    assert proc.returncode == 0, errs
+    assert pids_gone(pids)
+    s = summary(tmp_path)
+    first, last = s["attempts"][0], s["attempts"][-1]
+    assert first["failure_category"] == "gpu_hardware"
+    assert first["decision"] == "exclude_and_retry" and first["excluded_nodes"] == ["node2"]
+    assert last["nodes"] == ["node1", "node4", "node3"] and last["status"] == "succeeded"
+    assert [e["node"] for e in s["exclusions"]] == ["node2"]
+    assert "Xid" in first["failure"]["evidence"][0]
+
+
+def test_user_code_error_on_every_rank_stops_after_two_attempts(tmp_path: Path) -> None:
+    r = tg_run(tmp_path, "--nodes", "node1,node2", "--spares", "node3", "--nproc-per-node", "2",
+               env={"PLAIN_FAIL": "every_rank"})
+    assert r.returncode == 1
+    assert "ValueError: bad hyperparameter" in r.stderr.splitlines()[-1]
+    s = summary(tmp_path)
+    assert s["status"] == "failed" and len(s["attempts"]) == 2
+    assert [a["decision"] for a in s["attempts"]] == ["retry", "stop"]
+    assert all(a["failure_category"] == "user_code_error" for a in s["attempts"])
+    assert s["exclusions"] == []
+
+
+def test_a_hang_is_detected_within_the_timeout(tmp_path: Path) -> None:
+    r = tg_run(tmp_path, "--nodes", "node1,node2", "--nproc-per-node", "1",
+               "--hang-timeout", "2", "--inject", "hang:rank=1,after=1", steps=30,
+               env={"PLAIN_CKPT": str(tmp_path / "c")})
+    assert r.returncode == 0, r.stderr
+    first = summary(tmp_path)["attempts"][0]
+    assert first["failure_category"] == "nccl_timeout_hang"
+    assert first["failure"]["culprit_rank"] == 1 and "SIGSTOP" in first["failure"]["summary"]
+    # stopped at ~1 s after launch; declared after 2 s of silence (+ poll), torn down at once
+    assert first["duration_s"] < 1 + 2 + 5
+
+
+def test_ctrl_c_stops_every_rank_and_records_the_attempt_as_cancelled(
+        tmp_path: Path, reap: list[subprocess.Popen[str]]) -> None:
+    cmd = [*TG, "run", "--run-dir", str(tmp_path / "run"), "--db", str(tmp_path / "tg.db"),
+           "--nodes", "node1,node2", "--nproc-per-node", "2", "-q", "--",
+           sys.executable, str(SCRIPT), "1000"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=tmp_path)
+    reap.append(proc)
+    state_file = tmp_path / "run" / "state.json"
+    deadline = time.monotonic() + 30
+    while not (state_file.exists() and json.loads(state_file.read_text()).get("ranks")):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    pids = [r["pid"] for r in json.loads(state_file.read_text())["ranks"]]
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert pids_gone(pids)
+    s = summary(tmp_path)
+    assert s["status"] == "cancelled" and s["attempts"][0]["status"] == "cancelled"
+    with Store.open(str(tmp_path / "tg.db")) as store:
+        (session,) = store.sessions()
+        assert session.status == "cancelled"
+        assert store.attempts(session.id)[0].status == "cancelled"
+
+
+def test_killing_the_supervisor_leaves_no_orphans(
+        tmp_path: Path, reap: list[subprocess.Popen[str]]) -> None:
+    cmd = [*TG, "run", "--run-dir", str(tmp_path / "run"), "--no-db", "--nodes", "a",
+           "--nproc-per-node", "2", "-q", "--", sys.executable, str(SCRIPT), "1000"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=tmp_path)
+    reap.append(proc)
+    state_file = tmp_path / "run" / "state.json"
+    deadline = time.monotonic() + 30
+    while not (state_file.exists() and json.loads(state_file.read_text()).get("ranks")):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    pids = [r["pid"] for r in json.loads(state_file.read_text())["ranks"]]
+    proc.kill()
+    proc.wait()
+    assert pids_gone(pids)
+
+
+@pytest.mark.parametrize(("opts", "message", "code"), [
+    (["--nodes", "a", "--", "/nonexistent/train"], "command not found", 1),
+    (["--nodes", "a", "--", "no-such-program-xyz"], "command not found on PATH", 1),
+    (["--nodes", " , ", "--", "true"], "--nodes", 2),
+    (["--", "true"], "--nodes is empty", 2),
+    (["--nodes", "a"], "no command", 2),
+    (["--nodes", "a", "--nproc-per-node", "64", "--slots-per-node", "8", "--", "true"],
+     "more than a local node holds", 2),
+    (["--nodes", "a", "--inject", "explode:rank=1", "--", "true"], "unknown", 2),
+    (["--nodes", "a", "--inject", "kill:rank=5", "--", "true"], "names rank 5", 2),
+])
+def test_bad_input_is_one_clear_error_before_launch(tmp_path: Path, opts: list[str],
+                                                    message: str, code: int) -> None:
+    r = subprocess.run([*TG, "run", "--run-dir", str(tmp_path / "run"), "--no-db", *opts],
+                       capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert r.returncode == code, r.stderr
+    assert message in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "run" / "attempts").exists()
+
+
+def test_unwritable_run_dir(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    r = subprocess.run([*TG, "run", "--run-dir", str(blocker / "run"), "--no-db", "--nodes", "a",
+                        "--", "true"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "not writable" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_run_dir_is_not_reused_by_accident(tmp_path: Path) -> None:
+    assert tg_run(tmp_path, "--nodes", "a", steps=1).returncode == 0
+    again = tg_run(tmp_path, "--nodes", "a", steps=1)
+    assert again.returncode == 2 and "--overwrite" in again.stderr
+    assert tg_run(tmp_path, "--nodes", "a", "--overwrite", steps=1).returncode == 0

@@ -1,0 +1,133 @@
+"""The decision policy, as a table: failure + chain state -> verdict, nodes, exclusions."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainguard.recover.failure import Failure, FailureKind
+from trainguard.recover.policy import ChainState, Verdict, decide, implicated_after
+from trainguard.recover.spec import RetryPolicy
+from trainguard.taxonomy import Category
+
+POLICY = RetryPolicy(max_retries=5, backoff_s=1.0, backoff_max_s=8.0)
+NODES = ("n1", "n2", "n3")
+
+
+def crash(category: Category, node: str = "n2", **kw: object) -> Failure:
+    return Failure(FailureKind.CRASH, category, f"{category.value} on {node}",
+                   culprit_nodes=(node,), culprit_rank=2, **kw)  # type: ignore[arg-type]
+
+
+def hw(node: str = "n2") -> Failure:
+    return Failure(FailureKind.NODE, Category.GPU_HARDWARE, "XID 79", culprit_nodes=(node,),
+                   node_fault=True)
+
+
+CASES = [
+    # (id, failure, state, verdict, next_nodes, excluded)
+    ("hardware->spare", hw(), ChainState(NODES, ("n4",), 3), Verdict.EXCLUDE,
+     ("n1", "n4", "n3"), ("n2",)),
+    ("hardware, no spare, may shrink", hw(), ChainState(NODES, (), 2), Verdict.EXCLUDE,
+     ("n1", "n3"), ("n2",)),
+    ("hardware, no spare, cannot shrink", hw(), ChainState(NODES, (), 3), Verdict.STOP,
+     (), ("n2",)),
+    ("crash without evidence: same nodes", crash(Category.UNKNOWN),
+     ChainState(NODES, ("n4",), 3), Verdict.RETRY, NODES, ()),
+    ("second crash on the same node: exclude", crash(Category.UNKNOWN),
+     ChainState(NODES, ("n4",), 3, retries_used=1, history=(crash(Category.UNKNOWN),),
+                implicated={"n2": 1}), Verdict.EXCLUDE, ("n1", "n4", "n3"), ("n2",)),
+    ("crash on another node: not yet", crash(Category.UNKNOWN, node="n3"),
+     ChainState(NODES, ("n4",), 3, retries_used=1, history=(crash(Category.UNKNOWN),),
+                implicated={"n2": 1}), Verdict.RETRY, NODES, ()),
+    ("user error: one confirming retry", crash(Category.USER_CODE_ERROR),
+     ChainState(NODES, ("n4",), 3), Verdict.RETRY, NODES, ()),
+    ("user error confirmed: stop", crash(Category.USER_CODE_ERROR),
+     ChainState(NODES, ("n4",), 3, retries_used=1,
+                history=(crash(Category.USER_CODE_ERROR),)), Verdict.STOP, (), ()),
+    ("user errors never implicate the node", crash(Category.USER_CODE_ERROR),
+     ChainState(NODES, ("n4",), 3, implicated={"n2": 1}), Verdict.RETRY, NODES, ()),
+    ("GPU OOM is configuration: confirm then stop", crash(Category.OOM_GPU),
+     ChainState(NODES, (), 3, retries_used=1, history=(crash(Category.OOM_GPU),)),
+     Verdict.STOP, (), ()),
+    ("CUDA error twice on one node: exclude it", crash(Category.CUDA_SOFTWARE_BUG),
+     ChainState(NODES, ("n4",), 3, retries_used=1,
+                history=(crash(Category.CUDA_SOFTWARE_BUG),), implicated={"n2": 1}),
+     Verdict.EXCLUDE, ("n1", "n4", "n3"), ("n2",)),
+    ("CUDA error on two nodes: a bug", crash(Category.CUDA_SOFTWARE_BUG, node="n3"),
+     ChainState(NODES, ("n4",), 3, retries_used=1,
+                history=(crash(Category.CUDA_SOFTWARE_BUG),), implicated={"n2": 1}),
+     Verdict.STOP, (), ()),
+    ("hang: same nodes", Failure(FailureKind.HANG, Category.NCCL_TIMEOUT_HANG, "hang",
+                                 culprit_nodes=("n3",), culprit_rank=5),
+     ChainState(NODES, ("n4",), 3), Verdict.RETRY, NODES, ()),
+    ("budget spent", crash(Category.UNKNOWN),
+     ChainState(NODES, ("n4",), 3, retries_used=5), Verdict.STOP, (), ()),
+    ("budget beats hardware", hw(), ChainState(NODES, ("n4",), 3, retries_used=5),
+     Verdict.STOP, (), ()),
+    ("cancel", Failure(FailureKind.CANCELLED, Category.UNKNOWN, "cancelled"),
+     ChainState(NODES, ("n4",), 3), Verdict.STOP, (), ()),
+    ("NaN: roll back", Failure(FailureKind.NONFINITE, Category.NUMERICAL_NAN, "nan", step=31),
+     ChainState(NODES, (), 3, checkpoint_steps=(10, 20, 30)), Verdict.ROLLBACK, NODES, ()),
+    ("NaN after too many rollbacks", Failure(FailureKind.NONFINITE, Category.NUMERICAL_NAN,
+                                             "nan", step=31),
+     ChainState(NODES, (), 3, rollbacks_used=2, checkpoint_steps=(10, 20, 30)),
+     Verdict.STOP, (), ()),
+]
+
+
+@pytest.mark.parametrize(("failure", "state", "verdict", "nodes", "excluded"),
+                         [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_decision_table(failure: Failure, state: ChainState, verdict: Verdict,
+                        nodes: tuple[str, ...], excluded: tuple[str, ...]) -> None:
+    d = decide(failure, state, POLICY)
+    assert d.verdict is verdict, d.reason
+    assert d.next_nodes == nodes
+    assert d.excluded == excluded
+    assert d.reason
+
+
+@pytest.mark.parametrize(("steps", "limit", "nan_step", "target"), [
+    ((10, 20, 30), None, 31, 20),     # skip the newest checkpoint before the NaN
+    ((10, 20, 30), 20, 25, 10),       # a second rollback goes further back
+    ((10,), None, 15, 0),             # nothing older: from the start
+    ((), None, 3, 0),
+    ((10, 20, 30, 40), None, 25, 10),  # checkpoints after the NaN do not count
+])
+def test_rollback_target(steps: tuple[int, ...], limit: int | None, nan_step: int,
+                         target: int) -> None:
+    f = Failure(FailureKind.NONFINITE, Category.NUMERICAL_NAN, "nan", step=nan_step)
+    d = decide(f, ChainState(NODES, (), 3, checkpoint_steps=steps, resume_max_step=limit),
+               POLICY)
+    assert d.verdict is Verdict.ROLLBACK
+    assert d.resume_max_step == target
+
+
+def test_corrupt_checkpoint_rolls_back_past_the_newest() -> None:
+    f = Failure(FailureKind.CRASH, Category.CHECKPOINT, "bad zip", culprit_nodes=("n1",))
+    d = decide(f, ChainState(NODES, (), 3, checkpoint_steps=(10, 20)), POLICY)
+    assert (d.verdict, d.resume_max_step) == (Verdict.ROLLBACK, 10)
+
+
+@pytest.mark.parametrize(("history", "backoff"), [(0, 1.0), (1, 2.0), (2, 4.0), (5, 8.0)])
+def test_backoff_doubles_to_its_cap(history: int, backoff: float) -> None:
+    past = tuple(crash(Category.NETWORK_IB, node="n1") for _ in range(history))
+    state = ChainState(NODES, (), 3, history=past)
+    assert decide(crash(Category.NETWORK_IB, node="n3"), state, POLICY).backoff_s == backoff
+
+
+def test_retry_keeps_the_rollback_limit() -> None:
+    d = decide(crash(Category.NETWORK_IB), ChainState(NODES, (), 3, resume_max_step=20), POLICY)
+    assert d.resume_max_step == 20
+
+
+def test_implicated_counts_only_node_suspect_failures() -> None:
+    state = ChainState(NODES, implicated={"n2": 1})
+    assert implicated_after(crash(Category.UNKNOWN), state) == {"n2": 2}
+    assert implicated_after(crash(Category.USER_CODE_ERROR), state) == {"n2": 1}
+    assert implicated_after(hw("n1"), state) == {"n2": 1, "n1": 1}
+
+
+def test_every_category_gets_a_decision() -> None:
+    for category in Category:
+        d = decide(crash(category), ChainState(NODES, ("n4",), 3), POLICY)
+        assert d.verdict in Verdict
