@@ -120,7 +120,7 @@ def test_xid_in_a_kernel_log_excludes_the_node_and_uses_the_spare(
     with open(tmp_path / "run" / "nodes" / "node2" / "kern.log", "a") as f:
         f.write("Nov 21 10:00:01 gpu-node02 kernel: [ 8812.123456] NVRM: Xid (PCI:0000:3b:00): "
                 "79, pid=4242, name=python, GPU has fallen off the bus.\n")
-    out, errs = proc.communicate(timeout=120)
+    _out, errs = proc.communicate(timeout=120)
     assert proc.returncode == 0, errs
     assert pids_gone(pids)
     s = summary(tmp_path)

@@ -25,8 +25,8 @@ app.add_typer(xid.app, name="xid")
 app.command("simulate")(simulate.simulate)
 app.command("detect")(detect.detect)
 app.command("backtest")(detect.backtest)
-app.command("run", help=run.run_help, context_settings={"allow_interspersed_args": False})(
-    run.run)
+app.command("run", help=run.run_help, no_args_is_help=True,
+            context_settings={"allow_interspersed_args": False})(run.run)
 app.add_typer(run.inject_app, name="inject")
 
 

@@ -19,7 +19,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
-from pathlib import Path
 
 from trainguard.errors import LaunchError
 from trainguard.recover.backend import LaunchPlan, RankExit

@@ -1,0 +1,148 @@
+"""`Checkpoints`: a `CheckpointDir` that reports saves and resumes and fires checkpoint faults."""
+
+from __future__ import annotations
+
+import builtins
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TypeVar
+
+from trainguard.ckpt import (
+    CheckpointDir,
+    CheckpointInfo,
+    SavedCheckpoint,
+    SkippedCheckpoint,
+    Writer,
+    bytes_writer,
+)
+from trainguard.ckpt.manifest import step_dirname
+from trainguard.errors import CheckpointError
+from trainguard.train import api
+from trainguard.train.session import Session
+
+__all__ = ["Checkpoints"]
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def _one_line(exc: BaseException, limit: int = 300) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip().splitlines()[0]
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class Checkpoints:
+    """Checkpoint directory of a training script, with reporting and fault injection.
+
+    >>> import tempfile
+    >>> ckpts = Checkpoints(tempfile.mkdtemp(), keep_last=3)
+    >>> ckpts.save_bytes(10, {"state.bin": b"step 10"}).step
+    10
+    >>> ckpts.latest().step          # newest checkpoint that validates (a resume record)
+    10
+    >>> data, info = ckpts.load(lambda info: info.file("state.bin").read_bytes())
+    >>> data, info.step
+    (b'step 10', 10)
+
+    Never resumes above ``TRAINGUARD_RESUME_MAX_STEP`` (the supervisor's rollback after a NaN).
+    """
+
+    def __init__(
+        self, root: str | os.PathLike[str], keep_last: int = 3, *, session: Session | None = None
+    ) -> None:
+        self.dir = CheckpointDir(root, keep_last)
+        self._session = session
+
+    def __repr__(self) -> str:
+        return f"Checkpoints({str(self.root)!r}, keep_last={self.dir.keep_last})"
+
+    @property
+    def root(self) -> Path:
+        return self.dir.root
+
+    @property
+    def session(self) -> Session:
+        """The session that records events: the one given, else the process-global one."""
+        return self._session if self._session is not None else api.init()
+
+    # ---- saving --------------------------------------------------------------------------
+
+    def save(self, step: int, writers: Mapping[str, Writer]) -> SavedCheckpoint:
+        """`CheckpointDir.save` plus a ``checkpoint`` record (``ok: false`` and re-raise on
+        failure) and any due ``corrupt_checkpoint`` fault."""
+        session = self.session
+        started = time.monotonic()
+        try:
+            saved = self.dir.save(step, writers)
+        except CheckpointError as exc:
+            path = self.root / step_dirname(step) if isinstance(step, int) else self.root
+            session.checkpoint_failed(step, path, time.monotonic() - started, str(exc))
+            raise
+        session.checkpoint_saved(saved)
+        return saved
+
+    def save_bytes(self, step: int, files: Mapping[str, bytes]) -> SavedCheckpoint:
+        """`save` for contents already in memory."""
+        return self.save(step, {name: bytes_writer(data) for name, data in files.items()})
+
+    # ---- reading -------------------------------------------------------------------------
+
+    def list(self) -> builtins.list[CheckpointInfo]:
+        """Checkpoints sorted by step, newest last (not validated)."""
+        return self.dir.list()
+
+    def validate(self, info: CheckpointInfo) -> str | None:
+        """None when valid, else the reason."""
+        return self.dir.validate(info)
+
+    def max_step(self, max_step: int | None = None) -> int | None:
+        """The tighter of `max_step` and ``TRAINGUARD_RESUME_MAX_STEP``."""
+        env_max = self.session.env.resume_max_step
+        bounds = [b for b in (max_step, env_max) if b is not None]
+        return min(bounds) if bounds else None
+
+    def latest(self, max_step: int | None = None) -> CheckpointInfo | None:
+        """The newest valid checkpoint to resume from (None: start from scratch); writes a
+        ``resume`` record listing the newer ones passed over."""
+        found = self.load(lambda info: info, max_step=max_step)
+        return None if found is None else found[1]
+
+    def load(
+        self, loader: Callable[[CheckpointInfo], T], *, max_step: int | None = None
+    ) -> tuple[T, CheckpointInfo] | None:
+        """Load the newest valid checkpoint with `loader`, falling back to older ones.
+
+        A checkpoint is passed over when it fails validation, lies above the max step, or when
+        `loader` raises on it. Writes one ``resume`` record. Returns None when no checkpoint
+        exists (or none validates); raises `CheckpointError` when intact checkpoints exist
+        but `loader` failed on every one of them: that is a bug or an environment problem
+        (a missing module, an incompatible version), and silently starting from scratch
+        would throw the run away.
+        """
+        session = self.session
+        bound = self.max_step(max_step)
+        skipped: builtins.list[SkippedCheckpoint] = []
+        load_errors: builtins.list[str] = []
+        for info, reason in self.dir.iter_newest(bound):
+            if reason is None:
+                try:
+                    obj = loader(info)
+                except Exception as exc:  # the loader is user code: any failure means "skip"
+                    reason = f"load failed: {_one_line(exc)}"
+                    load_errors.append(f"step {info.step}: {reason}")
+                else:
+                    session.resumed(info.step, info.path, skipped)
+                    logger.info("resuming from checkpoint %s", info.path)
+                    return obj, info
+            logger.warning("skipping checkpoint %s: %s", info.path, reason)
+            skipped.append(SkippedCheckpoint(info.step, info.path, reason))
+        session.resumed(None, None, skipped)
+        if load_errors:
+            raise CheckpointError(
+                f"no checkpoint in {self.root} could be loaded ({'; '.join(load_errors)})"
+            )
+        return None

@@ -1,0 +1,80 @@
+"""The rank's JSON-lines event file: one record per line, each line one ``os.write``.
+
+The fd is opened with ``O_APPEND``, and every record goes out in a single ``write`` call with no
+buffering, so a SIGKILL between two records never leaves half a line and several processes
+appending to one file never interleave inside a line (POSIX appends to a regular file are atomic
+with respect to each other on local file systems).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from trainguard.errors import ConfigError
+
+__all__ = ["EventLog", "encode_record"]
+
+logger = logging.getLogger(__name__)
+
+
+def encode_record(record: dict[str, Any]) -> bytes:
+    """One compact JSON line; NaN/inf are refused (the SDK writes them as strings or null)."""
+    return (json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n").encode("utf-8")
+
+
+class EventLog:
+    """Append-only writer of event records.
+
+    >>> import tempfile, pathlib
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "rank0.jsonl"
+    >>> log = EventLog(path)
+    >>> log.write({"t": 1.0, "rank": 0, "kind": "finish"})
+    >>> log.close()
+    >>> path.read_text()
+    '{"t":1.0,"rank":0,"kind":"finish"}\\n'
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd: int | None = os.open(
+                path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644
+            )
+        except OSError as exc:
+            raise ConfigError(
+                f"TRAINGUARD_EVENTS={path}: cannot open event file: {exc.strerror or exc}"
+            ) from exc
+        self._warned = False
+
+    def write(self, record: dict[str, Any]) -> None:
+        """Append one record. I/O errors are logged once, not raised: reporting must never be
+        the reason a training run dies."""
+        if self._fd is None:
+            return
+        line = encode_record(record)
+        try:
+            written = os.write(self._fd, line)
+        except OSError as exc:
+            self._warn("cannot write event to %s: %s", self.path, exc)
+            return
+        if written != len(line):
+            # Only when the disk is full: end the partial line so the next record starts clean.
+            self._warn("short write of event to %s (%d of %d bytes)", self.path, written, len(line))
+            with contextlib.suppress(OSError):
+                os.write(self._fd, b"\n")
+
+    def _warn(self, msg: str, *args: object) -> None:
+        if not self._warned:
+            self._warned = True
+            logger.warning(msg, *args)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
