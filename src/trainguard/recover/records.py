@@ -60,6 +60,8 @@ class AttemptResult:
     faults: tuple[str, ...] = ()
     """Faults injected into this attempt (tests, demos)."""
     store_id: int | None = None
+    failed_at: float | None = None
+    """When the supervisor saw the failure (before stopping the other ranks)."""
 
     @property
     def excluded_nodes(self) -> tuple[str, ...]:
@@ -72,6 +74,7 @@ class AttemptResult:
             "started": self.started,
             "ended": self.ended,
             "duration_s": round(self.ended - self.started, 3),
+            "failed_at": self.failed_at,
             "status": self.status,
             "exit_codes": {str(r): c for r, c in sorted(self.exit_codes.items())},
             "failure_category": self.failure.category.value if self.failure else None,

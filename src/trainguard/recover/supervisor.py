@@ -277,6 +277,7 @@ class Supervisor:
                      launched: float, store_id: int | None) -> _Outcome:
         spec = self.spec
         assert self._node_watch is not None
+        failed_at = self.clock()
         stopped = {r: handle.is_stopped(r) for r in handle.running()}
         self.lifecycle.to(State.STOPPING)
         if handle.running():
@@ -315,7 +316,8 @@ class Supervisor:
             exit_codes=dict(codes), failure=failure,
             resumed_from_step=resumed if isinstance(resumed, int) else None,
             skipped_checkpoints=skipped, startup_phases=phases, last_step=first.last_step,
-            last_loss=first.last_loss, faults=faults, store_id=store_id)
+            last_loss=first.last_loss, faults=faults, store_id=store_id,
+            failed_at=None if failure is None else failed_at)
         events = [ev for evs in node_events.values() for ev in evs]
         events += [ev for evs in rank_events.values() for ev in evs]
         events += self._checkpoint_events(skipped, first)
