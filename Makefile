@@ -23,15 +23,26 @@ sysdeps:
 
 # The main job on embedded defaults: simulate a 16-node x 8-GPU cluster for 2 days (DCGM and
 # node-exporter telemetry, kernel logs, ground truth), then backtest the failure detector on it
-# against static DCGM-style rules and PyOD's ECOD, and print where and why it alerted.
+# against static DCGM-style rules and PyOD's ECOD, and print where and why it alerted. Then
+# supervise the example GPT through two injected faults (a killed rank, an XID 79 on node2).
 DEMO_DIR ?= demo-data/cluster
+DEMO_RUN ?= demo-data/run
 demo: install
 	$(BIN)/trainguard simulate --nodes 16 --gpus-per-node 8 --days 2 --seed 8 \
 		--failures-per-day 3 --gzip --overwrite --out $(DEMO_DIR)
 	$(BIN)/trainguard backtest $(DEMO_DIR) --baseline static --baseline ecod \
 		--alerts-out $(DEMO_DIR)/alerts.jsonl
 	@echo
+	@echo "== Recovery: a 3-node GPT job (real PyTorch, gloo) with a rank killed and an XID 79 on node2 =="
+	rm -rf $(DEMO_RUN)
+	$(BIN)/trainguard run --run-dir $(DEMO_RUN) --db $(DEMO_RUN)/trainguard.db \
+		--nodes node1,node2,node3 --spares node4 --nproc-per-node 1 \
+		--inject kill:rank=1,step=25 --inject xid:node=node2,xid=79,step=45,attempt=1 \
+		-- $(BIN)/python examples/train_gpt.py --steps 80 --ckpt-every 10 \
+		--ckpt-dir $(DEMO_RUN)/ckpt --loss-log $(DEMO_RUN)/loss.txt
+	@echo
 	@echo "Alerts of every detector (JSON lines): $(DEMO_DIR)/alerts.jsonl"
+	@echo "Supervised run: $(DEMO_RUN)/summary.json (attempts, failures, decisions, exclusions)"
 	@echo "Detect only, as JSON:   $(BIN)/trainguard detect $(DEMO_DIR) --json"
 	@echo "Classify failure logs:  $(BIN)/trainguard logs classify --host-from-path examples/incidents/xid79-allreduce-hang"
 

@@ -90,6 +90,14 @@ def create_engine(url: str) -> Engine:
 
 
 def _sqlite_engine(url: URL, shown: str) -> Engine:
+    if url.database and url.database != ":memory:":
+        # A store path inside a directory that does not exist yet (a fresh run dir): create it.
+        parent = os.path.dirname(url.database)
+        try:
+            os.makedirs(parent or ".", exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create the directory of {shown}: "
+                             f"{exc.strerror or exc}") from exc
     try:
         engine = sa.create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
     except (ArgumentError, NoSuchModuleError) as exc:

@@ -2,7 +2,10 @@
 
 The supervisor (``trainguard run``) launches every rank with::
 
-    TRAINGUARD_EVENTS          this rank's JSON-lines event file (absent: unsupervised)
+    TRAINGUARD_EVENTS          this rank's JSON-lines event file (absent: unsupervised);
+                               ``{rank}`` and ``{restart}`` in it become RANK and
+                               TORCHELASTIC_RESTART_COUNT (0 when unset), so one value serves
+                               every rank and restart under torchrun
     TRAINGUARD_NODE            node name as the supervisor knows it
     TRAINGUARD_RUN_DIR         the run's directory
     TRAINGUARD_ATTEMPT         0-based launch number of the job
@@ -11,11 +14,14 @@ The supervisor (``trainguard run``) launches every rank with::
     TRAINGUARD_RESUME_MAX_STEP never resume from a checkpoint above this step
     TRAINGUARD_HEARTBEAT_S     minimum seconds between step records (default 0.5)
     RANK, LOCAL_RANK, WORLD_SIZE   as torchrun sets them
+    TORCHELASTIC_RESTART_COUNT     as torchrun sets it (only for ``{restart}`` above)
 """
 
 from __future__ import annotations
 
 import math
+import os
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +29,7 @@ from pathlib import Path
 from trainguard.errors import ConfigError
 from trainguard.faultspec import FaultSpec, split_faults
 
-__all__ = ["DEFAULT_HEARTBEAT_S", "TrainEnv"]
+__all__ = ["DEFAULT_HEARTBEAT_S", "TrainEnv", "process_start_time", "start_time_from_stat"]
 
 DEFAULT_HEARTBEAT_S = 0.5
 
@@ -52,6 +58,53 @@ def _float(environ: Mapping[str, str], name: str) -> float | None:
     if not math.isfinite(value) or value < 0:
         raise ConfigError(f"{name} must be a finite number >= 0, got {text!r}")
     return value
+
+
+def _events_path(environ: Mapping[str, str]) -> Path | None:
+    text = environ.get("TRAINGUARD_EVENTS", "").strip()
+    if not text:
+        return None
+    if "{rank}" in text:
+        text = text.replace("{rank}", str(_int(environ, "RANK") or 0))
+    if "{restart}" in text:
+        text = text.replace("{restart}", str(_int(environ, "TORCHELASTIC_RESTART_COUNT") or 0))
+    return Path(text)
+
+
+def start_time_from_stat(stat: str, clk_tck: int, since_boot: float, now: float) -> float:
+    """Unix time a process started, from its ``/proc/<pid>/stat`` line.
+
+    Field 22 (``starttime``) counts clock ticks since boot; ``since_boot`` is the boot clock
+    read together with the unix time ``now``. The command name (field 2) may hold spaces and
+    parentheses, so fields are counted from the last ``)``. `ValueError` on a malformed line.
+    """
+    _, paren, rest = stat.rpartition(")")
+    fields = rest.split()
+    if not paren or len(fields) < 20 or clk_tck <= 0:
+        raise ValueError("not a /proc/<pid>/stat line")
+    return now - (since_boot - int(fields[19]) / clk_tck)
+
+
+def process_start_time() -> float | None:
+    """Unix time this process started (Linux ``/proc``), None where that cannot be read.
+
+    The boot clock comes from ``CLOCK_BOOTTIME``, which counts what ``starttime`` counts to the
+    tick; ``/proc/stat``'s ``btime`` (whole seconds) is only the fallback, as it can be up to
+    a second off.
+    """
+    try:
+        stat = Path("/proc/self/stat").read_text()
+        clk_tck = os.sysconf("SC_CLK_TCK")
+        now = time.time()
+        try:
+            since_boot = time.clock_gettime(time.CLOCK_BOOTTIME)
+        except (AttributeError, OSError):
+            with open("/proc/stat") as f:
+                btime = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+            since_boot = now - btime
+        return start_time_from_stat(stat, clk_tck, since_boot, now)
+    except (OSError, ValueError, StopIteration, IndexError):
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +147,6 @@ class TrainEnv:
     @staticmethod
     def from_environ(environ: Mapping[str, str]) -> TrainEnv:
         """Parse the variables; `ConfigError` names the variable that is malformed."""
-        events = environ.get("TRAINGUARD_EVENTS", "").strip()
         run_dir = environ.get("TRAINGUARD_RUN_DIR", "").strip()
         inject = environ.get("TRAINGUARD_INJECT", "")
         try:
@@ -106,7 +158,7 @@ class TrainEnv:
         if world_size == 0:
             raise ConfigError("WORLD_SIZE must be >= 1, got 0")
         return TrainEnv(
-            events_path=Path(events) if events else None,
+            events_path=_events_path(environ),
             node=environ.get("TRAINGUARD_NODE", "").strip() or None,
             run_dir=Path(run_dir) if run_dir else None,
             attempt=_int(environ, "TRAINGUARD_ATTEMPT") or 0,

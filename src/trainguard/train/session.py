@@ -33,7 +33,7 @@ from typing import Any, Literal, NoReturn, SupportsFloat, TextIO
 from trainguard.ckpt import SavedCheckpoint, SkippedCheckpoint, corrupt_checkpoint
 from trainguard.errors import CheckpointError, TrainguardError
 from trainguard.faultspec import FaultKind, FaultSpec, format_fault
-from trainguard.train.env import TrainEnv
+from trainguard.train.env import TrainEnv, process_start_time
 from trainguard.train.events import EventLog
 from trainguard.train.faults import cuda_error_text, is_due, sdk_faults
 
@@ -71,7 +71,12 @@ class Session:
         sleep: Callable[[float], None] = time.sleep,
         stderr: TextIO | None = None,
         exit_process: Callable[[int], NoReturn] = os._exit,
+        process_start: Callable[[], float | None] | None = None,
     ) -> None:
+        """``process_start`` gives the unix time this process started, the ``imports`` phase's
+        start when ``TRAINGUARD_LAUNCH_TIME`` is absent (None: no such phase). By default it is
+        read from ``/proc``, but only with the real clock: another clock's times would not be
+        comparable with it."""
         self.env = env
         self._clock = clock
         self._sleep = sleep
@@ -91,8 +96,16 @@ class Session:
         self._pending: tuple[float, dict[str, Any]] | None = None
         self._first_step_done = False
         self.finished = False
+        # Without a launch time the imports phase starts when the process did, and goes out
+        # with the first startup record (a phase or the first step): a process that only uses
+        # the checkpoint helpers reports no startup.
+        self._inferred_imports: float | None = None
         if env.launch_time is not None:
             self.record("phase", name="imports", start=env.launch_time, end=self.started)
+        else:
+            if process_start is None and clock is time.time:
+                process_start = process_start_time
+            self._inferred_imports = process_start() if process_start is not None else None
 
     # ---- identity ------------------------------------------------------------------------
 
@@ -125,6 +138,11 @@ class Session:
         record.update(fields)
         self._log.write(record)
 
+    def _flush_inferred_imports(self) -> None:
+        if self._inferred_imports is not None:
+            start, self._inferred_imports = self._inferred_imports, None
+            self.record("phase", t=self.started, name="imports", start=start, end=self.started)
+
     def _flush_pending(self) -> None:
         if self._pending is not None:
             t, fields = self._pending
@@ -138,6 +156,7 @@ class Session:
         start = self._clock()
         yield
         end = self._clock()
+        self._flush_inferred_imports()
         self.record("phase", name=name, start=start, end=end)
         self._last_phase_end = end
 
@@ -186,6 +205,7 @@ class Session:
         self._last_step_call = now
         if not self._first_step_done:
             self._first_step_done = True
+            self._flush_inferred_imports()
             self.record("phase", t=now, name="first_step", start=self._last_phase_end, end=now)
 
         if value is not None and not math.isfinite(value):

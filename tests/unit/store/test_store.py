@@ -97,10 +97,17 @@ def test_memory_store() -> None:
 # -- errors ------------------------------------------------------------------------------------
 
 
-def test_missing_directory_is_a_store_error(tmp_path: Path) -> None:
+def test_missing_directory_is_created(tmp_path: Path) -> None:
     path = tmp_path / "no" / "such" / "dir" / "tg.db"
-    with pytest.raises(StoreError, match=r"cannot open store sqlite:///.*: unable to open"):
-        Store.open(str(path))
+    with Store.open(str(path)) as store:
+        assert store.sessions() == []
+    assert path.exists()
+
+
+def test_directory_under_a_file_is_a_store_error(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(StoreError, match=r"cannot create the directory of sqlite:///"):
+        Store.open(str(tmp_path / "file" / "sub" / "tg.db"))
 
 
 def test_directory_as_database_is_a_store_error(tmp_path: Path) -> None:

@@ -332,3 +332,55 @@ def test_forked_child_writes_nothing(tmp_path: Path, clock: FakeClock, records: 
     assert [(r["kind"], r.get("step")) for r in got] == [
         ("phase", None), ("step", 0), ("step", 1), ("finish", None)
     ]  # fmt: skip
+
+
+def test_imports_phase_from_process_start_without_launch_time(
+    tmp_path: Path, clock: FakeClock, records: Records
+) -> None:
+    s = Session(_env(tmp_path), clock=clock, sleep=clock.sleep, process_start=lambda: 997.5)
+    s.step(0)
+    assert records(tmp_path / "events.jsonl")[0] == {
+        "t": 1000.0, "rank": 0, "kind": "phase", "name": "imports", "start": 997.5, "end": 1000.0
+    }  # fmt: skip
+
+
+def test_launch_time_wins_over_process_start(
+    tmp_path: Path, clock: FakeClock, records: Records
+) -> None:
+    s = Session(_env(tmp_path, launch_time=990.0), clock=clock, process_start=lambda: 997.5)
+    s.step(0)
+    got = records(tmp_path / "events.jsonl")
+    assert [(r.get("name"), r.get("start")) for r in got[:2]] == [
+        ("imports", 990.0), ("first_step", 1000.0)
+    ]  # fmt: skip
+
+
+def test_inferred_imports_phase_goes_out_with_the_first_phase(
+    tmp_path: Path, clock: FakeClock, records: Records
+) -> None:
+    s = Session(_env(tmp_path), clock=clock, sleep=clock.sleep, process_start=lambda: 997.5)
+    s.record("checkpoint", step=1)
+    clock.advance(2)
+    with s.phase("dist_init"):
+        clock.advance(1)
+    got = [(r["t"], r["kind"], r.get("name")) for r in records(tmp_path / "events.jsonl")]
+    assert got == [
+        (1000.0, "checkpoint", None), (1000.0, "phase", "imports"), (1003.0, "phase", "dist_init")
+    ]  # fmt: skip
+
+
+def test_unreadable_process_start_skips_the_imports_phase(
+    tmp_path: Path, clock: FakeClock, records: Records
+) -> None:
+    s = Session(_env(tmp_path), clock=clock, process_start=lambda: None)
+    s.step(0)
+    assert [r.get("name") for r in records(tmp_path / "events.jsonl")] == ["first_step", None]
+
+
+def test_real_clock_reads_the_process_start(tmp_path: Path, records: Records) -> None:
+    s = Session(_env(tmp_path))
+    s.step(0)
+    s.close()
+    got = records(tmp_path / "events.jsonl")
+    if os.path.exists("/proc/self/stat"):
+        assert got[0]["name"] == "imports" and got[0]["start"] <= got[0]["end"]
