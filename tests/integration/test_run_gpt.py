@@ -21,6 +21,12 @@ NODES = ["--nodes", "node1,node2,node3", "--spares", "node4", "--nproc-per-node"
 STEPS = 40
 
 
+def slow_from(step: int) -> tuple[str, str]:
+    """Slow every rank from ``step`` on, so a fault the supervisor fires on seeing that step
+    (heartbeats come every 0.5 s) lands before the next checkpoint even on a loaded machine."""
+    return ("--inject", f"slow:step={step},delay=0.4")
+
+
 def run_gpt(tmp: Path, *opts: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     run_dir = tmp / "run"
     cmd = [sys.executable, "-m", "trainguard.cli.main", "run", "-q", "--run-dir", str(run_dir),
@@ -50,7 +56,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def test_sigkill_of_a_rank_resumes_to_the_same_loss(tmp_path: Path, reference: str) -> None:
-    r, s = run_gpt(tmp_path, "--inject", "kill:rank=1,step=15")
+    r, s = run_gpt(tmp_path, "--inject", "kill:rank=1,step=15", *slow_from(15))
     assert r.returncode == 0, r.stderr
     first, last = s["attempts"]
     assert first["exit_codes"]["1"] == -9 and first["decision"] == "retry"
@@ -59,7 +65,7 @@ def test_sigkill_of_a_rank_resumes_to_the_same_loss(tmp_path: Path, reference: s
 
 
 def test_xid79_excludes_node2_and_finishes_on_the_spare(tmp_path: Path, reference: str) -> None:
-    r, s = run_gpt(tmp_path, "--inject", "xid:node=node2,xid=79,step=25")
+    r, s = run_gpt(tmp_path, "--inject", "xid:node=node2,xid=79,step=25", *slow_from(25))
     assert r.returncode == 0, r.stderr
     first, last = s["attempts"][0], s["attempts"][-1]
     assert first["failure_category"] == "gpu_hardware"
@@ -79,7 +85,7 @@ def test_xid79_excludes_node2_and_finishes_on_the_spare(tmp_path: Path, referenc
 def test_a_corrupt_newest_checkpoint_falls_back_to_the_previous(tmp_path: Path,
                                                                 reference: str) -> None:
     r, s = run_gpt(tmp_path, "--inject", "corrupt_checkpoint:step=20",
-                   "--inject", "kill:rank=0,step=25")
+                   "--inject", "kill:rank=0,step=25", *slow_from(25))
     assert r.returncode == 0, r.stderr
     last = s["attempts"][-1]
     assert last["resumed_from_step"] == 10

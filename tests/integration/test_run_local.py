@@ -234,3 +234,126 @@ def test_a_run_dir_is_not_reused_by_accident(tmp_path: Path) -> None:
     again = tg_run(tmp_path, "--nodes", "a", steps=1)
     assert again.returncode == 2 and "--overwrite" in again.stderr
     assert tg_run(tmp_path, "--nodes", "a", "--overwrite", steps=1).returncode == 0
+
+
+def start_run(tmp_path: Path, *opts: str, steps: int = 200,
+              env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], list[int]]:
+    """Start `trainguard run` in the background; returns it and the first attempt's rank PIDs."""
+    cmd = [*TG, "run", "--run-dir", str(tmp_path / "run"), "--db", str(tmp_path / "tg.db"),
+           "--backoff", "0.2", "-q", *opts, "--", sys.executable, str(SCRIPT), str(steps)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=tmp_path, env={**os.environ, "PLAIN_CKPT": str(tmp_path / "c"),
+                                               **(env or {})})
+    state_file = tmp_path / "run" / "state.json"
+    deadline = time.monotonic() + 30
+    while not (state_file.exists() and json.loads(state_file.read_text()).get("ranks")):
+        if time.monotonic() > deadline or proc.poll() is not None:
+            proc.kill()
+            raise AssertionError(f"run did not start: {proc.communicate()[1]}")
+        time.sleep(0.05)
+    return proc, [r["pid"] for r in json.loads(state_file.read_text())["ranks"]]
+
+
+def tg_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*TG, *args], capture_output=True, text=True, timeout=60)
+
+
+def test_trainguard_inject_on_a_running_job(tmp_path: Path,
+                                            reap: list[subprocess.Popen[str]]) -> None:
+    proc, pids = start_run(tmp_path, "--nodes", "node1,node2", "--spares", "node3",
+                           "--nproc-per-node", "1", steps=40)
+    reap.append(proc)
+    time.sleep(0.5)
+    r = tg_cli("inject", "kill", "--run-dir", str(tmp_path / "run"), "--rank", "1")
+    assert r.returncode == 0 and f"pid {pids[1]}" in r.stderr
+    # The relaunch gets new PIDs; wait for them, then an XID on node2 moves the job to node3.
+    state_file = tmp_path / "run" / "state.json"
+    deadline = time.monotonic() + 30
+    while json.loads(state_file.read_text()).get("attempt") != 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(0.5)
+    r = tg_cli("inject", "xid", "--run-dir", str(tmp_path / "run"), "--node", "node2",
+               "--xid", "48")
+    assert r.returncode == 0, r.stderr
+    _, errs = proc.communicate(timeout=120)
+    assert proc.returncode == 0, errs
+    a0, a1, a2 = summary(tmp_path)["attempts"]
+    assert a0["exit_codes"]["1"] == -signal.SIGKILL and a0["decision"] == "retry"
+    assert a1["failure_category"] == "gpu_memory_ecc" and a1["excluded_nodes"] == ["node2"]
+    assert a2["nodes"] == ["node1", "node3"] and a2["status"] == "succeeded"
+
+
+def test_inject_errors_are_one_line(tmp_path: Path) -> None:
+    r = tg_cli("inject", "kill", "--run-dir", str(tmp_path), "--rank", "0")
+    assert r.returncode == 2 and "state.json does not exist" in r.stderr
+    r = tg_cli("inject", "corrupt-checkpoint", str(tmp_path))
+    assert r.returncode == 2 and "no checkpoint" in r.stderr
+
+
+def test_a_hard_detector_alert_stops_the_attempt_and_excludes_the_node(
+        tmp_path: Path, reap: list[subprocess.Popen[str]]) -> None:
+    alerts = tmp_path / "alerts.jsonl"
+    old = {"node": "node2", "start": 1.0, "end": 2.0, "peak_score": 50.0, "kind": "hard",
+           "signals": [], "source": "trainguard"}
+    alerts.write_text(json.dumps(old) + "\n")  # history from before the run: ignored
+    proc, _ = start_run(tmp_path, "--nodes", "node1,node2", "--spares", "node3",
+                        "--nproc-per-node", "1", "--alerts", str(alerts), steps=40)
+    reap.append(proc)
+    time.sleep(1.0)
+    predictive = {**old, "kind": "predictive", "start": time.time(),
+                  "signals": [{"metric": "DCGM_FI_DEV_GPU_TEMP", "gpu": "0", "deviation": 9.1}]}
+    with open(alerts, "a") as f:
+        f.write(json.dumps(predictive) + "\n")
+    time.sleep(1.0)
+    assert proc.poll() is None  # a predictive alert alone does not stop the job
+    with open(alerts, "a") as f:
+        f.write(json.dumps({**old, "start": time.time(), "signals": [
+            {"metric": "DCGM_FI_DEV_XID_ERRORS", "gpu": "3", "deviation": 79.0}]}) + "\n")
+    _, errs = proc.communicate(timeout=120)
+    assert proc.returncode == 0, errs
+    first, last = summary(tmp_path)["attempts"]
+    assert first["failure"]["kind"] == "node" and first["excluded_nodes"] == ["node2"]
+    assert "detector hard alert" in first["failure"]["summary"]
+    assert last["nodes"] == ["node1", "node3"]
+    with Store.open(str(tmp_path / "tg.db")) as store:
+        sigs = {e.signature for e in store.events()}
+        assert "detector_alert" in sigs
+
+
+def test_an_alert_in_the_store_is_acted_on(tmp_path: Path,
+                                           reap: list[subprocess.Popen[str]]) -> None:
+    proc, _ = start_run(tmp_path, "--nodes", "node1,node2", "--spares", "node3",
+                        "--nproc-per-node", "1", steps=40)
+    reap.append(proc)
+    time.sleep(0.5)
+    with Store.open(str(tmp_path / "tg.db")) as store:  # e.g. written by `trainguard watch`
+        store.add_alert(node="node1", start=time.time(), end=None, peak_score=30.0, kind="hard",
+                        signals=[{"metric": "DCGM_FI_DEV_ROW_REMAP_FAILURE", "gpu": "1",
+                                  "deviation": 1.0}], source="detector")
+    _, errs = proc.communicate(timeout=120)
+    assert proc.returncode == 0, errs
+    first, last = summary(tmp_path)["attempts"]
+    assert first["excluded_nodes"] == ["node1"] and last["nodes"] == ["node3", "node2"]
+
+
+def test_an_xid_logged_just_before_the_run_still_counts(tmp_path: Path) -> None:
+    klog = tmp_path / "run" / "nodes" / "node2" / "kern.log"
+    klog.parent.mkdir(parents=True)
+    klog.write_text("[ 8812.123456] NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, name=python, "
+                    "GPU has fallen off the bus.\n")
+    r = tg_run(tmp_path, "--nodes", "node1,node2", "--spares", "node3", steps=5)
+    assert r.returncode == 0, r.stderr
+    first, last = summary(tmp_path)["attempts"]
+    assert first["failure_category"] == "gpu_hardware" and first["excluded_nodes"] == ["node2"]
+    assert last["nodes"] == ["node1", "node3"]
+
+
+def test_old_kernel_log_history_is_ignored(tmp_path: Path) -> None:
+    klog = tmp_path / "run" / "nodes" / "node2" / "kern.log"
+    klog.parent.mkdir(parents=True)
+    klog.write_text("2020-01-01T00:00:00+00:00 node2 kernel: NVRM: Xid (PCI:0000:3b:00): 79, "
+                    "pid=1, name=python, GPU has fallen off the bus.\n")
+    r = tg_run(tmp_path, "--nodes", "node1,node2", "--spares", "node3", steps=5)
+    assert r.returncode == 0, r.stderr
+    assert len(summary(tmp_path)["attempts"]) == 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -25,6 +26,10 @@ from trainguard.taxonomy import Action, Category, Severity
 log = logging.getLogger(__name__)
 
 _STORE_ALERT_POLL_S = 2.0
+_HISTORY_BYTES = 8 << 20
+HISTORY_S = 600.0
+"""Kernel-log lines logged this long before the session starts still count (a GPU that fell off
+the bus five minutes before launch is still gone); older history is ignored."""
 
 
 class RankWatch:
@@ -106,9 +111,12 @@ class NodeWatch:
 
     def __init__(self, kernel_logs: Mapping[str, Path], rules: RuleSet, *,
                  alerts_file: Path | None = None, store: Store | None = None,
-                 stop_on_predictive: bool = False, since: float = 0.0) -> None:
+                 stop_on_predictive: bool = False, since: float = 0.0,
+                 history_s: float = HISTORY_S) -> None:
         self._rules = rules
         self._tails = {node: FileTail(path, from_end=True) for node, path in kernel_logs.items()}
+        self._pending = [ev for node, path in kernel_logs.items()
+                         for ev in self._history(node, path, since - history_s)]
         self._alerts = FileTail(alerts_file, from_end=True) if alerts_file else None
         self._alerts_path = alerts_file
         self._store = store
@@ -121,8 +129,34 @@ class NodeWatch:
     def nodes(self) -> frozenset[str]:
         return frozenset(self._tails)
 
+    def _history(self, node: str, path: Path, cutoff: float) -> list[FailureEvent]:
+        """Events already in a kernel log that are recent enough to matter: timestamped ones
+        at/after ``cutoff``; untimestamped ones if the file was written since ``cutoff``."""
+        try:
+            with open(path, "rb") as f:
+                st = os.fstat(f.fileno())
+                start = max(0, st.st_size - _HISTORY_BYTES)
+                f.seek(start)
+                data = f.read(_HISTORY_BYTES)
+        except OSError:
+            return []
+        if start:
+            data = data[data.find(b"\n") + 1:]
+        recent_file = st.st_mtime >= cutoff
+        found = scan_bytes(data, self._rules, path=str(path), host_hint=node,
+                           first_line=1 if not start else 0)
+        keep = []
+        for ev in found:
+            if ev.time_kind is TimeKind.ABSOLUTE and ev.time is not None:
+                if ev.time < cutoff:
+                    continue
+            elif not recent_file:
+                continue
+            keep.append(replace(ev, host=node))
+        return keep
+
     def poll(self, now: float) -> list[FailureEvent]:
-        events: list[FailureEvent] = []
+        events, self._pending = self._pending, []
         for node, tail in self._tails.items():
             data, first = tail.read()
             if data:
