@@ -54,6 +54,28 @@ def pids_gone(pids: list[int]) -> bool:
     return False
 
 
+def start_run(tmp_path: Path, *opts: str, steps: int = 200,
+              env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], list[int]]:
+    """Start `trainguard run` in the background; returns it and the first attempt's rank PIDs."""
+    cmd = [*TG, "run", "--run-dir", str(tmp_path / "run"), "--db", str(tmp_path / "tg.db"),
+           "--backoff", "0.2", "-q", *opts, "--", sys.executable, str(SCRIPT), str(steps)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=tmp_path, env={**os.environ, "PLAIN_CKPT": str(tmp_path / "c"),
+                                               **(env or {})})
+    state_file = tmp_path / "run" / "state.json"
+    deadline = time.monotonic() + 30
+    while not (state_file.exists() and json.loads(state_file.read_text()).get("ranks")):
+        if time.monotonic() > deadline or proc.poll() is not None:
+            proc.kill()
+            raise AssertionError(f"run did not start: {proc.communicate()[1]}")
+        time.sleep(0.05)
+    return proc, [r["pid"] for r in json.loads(state_file.read_text())["ranks"]]
+
+
+def tg_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*TG, *args], capture_output=True, text=True, timeout=60)
+
+
 @pytest.fixture
 def reap() -> Iterator[list[subprocess.Popen[str]]]:
     started: list[subprocess.Popen[str]] = []
@@ -102,19 +124,9 @@ def test_sigkill_of_a_rank_is_retried_and_the_job_resumes(tmp_path: Path) -> Non
 
 def test_xid_in_a_kernel_log_excludes_the_node_and_uses_the_spare(
         tmp_path: Path, reap: list[subprocess.Popen[str]]) -> None:
-    cmd = [*TG, "run", "--run-dir", str(tmp_path / "run"), "--no-db", "--backoff", "0.2",
-           "--nodes", "node1,node2,node3", "--spares", "node4", "--nproc-per-node", "2", "-q",
-           "--", sys.executable, str(SCRIPT), "40"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=tmp_path, env={**os.environ, "PLAIN_CKPT": str(tmp_path / "c")})
+    proc, pids = start_run(tmp_path, "--nodes", "node1,node2,node3", "--spares", "node4",
+                           "--nproc-per-node", "2", steps=40)
     reap.append(proc)
-    state_file = tmp_path / "run" / "state.json"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if state_file.exists() and json.loads(state_file.read_text()).get("ranks"):
-            break
-        time.sleep(0.05)
-    pids = [r["pid"] for r in json.loads(state_file.read_text())["ranks"]]
     time.sleep(0.5)
     # What a real driver would log, appended the way syslog does.
     with open(tmp_path / "run" / "nodes" / "node2" / "kern.log", "a") as f:
@@ -158,18 +170,9 @@ def test_a_hang_is_detected_within_the_timeout(tmp_path: Path) -> None:
 
 def test_ctrl_c_stops_every_rank_and_records_the_attempt_as_cancelled(
         tmp_path: Path, reap: list[subprocess.Popen[str]]) -> None:
-    cmd = [*TG, "run", "--run-dir", str(tmp_path / "run"), "--db", str(tmp_path / "tg.db"),
-           "--nodes", "node1,node2", "--nproc-per-node", "2", "-q", "--",
-           sys.executable, str(SCRIPT), "1000"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=tmp_path)
+    proc, pids = start_run(tmp_path, "--nodes", "node1,node2", "--nproc-per-node", "2",
+                           steps=1000)
     reap.append(proc)
-    state_file = tmp_path / "run" / "state.json"
-    deadline = time.monotonic() + 30
-    while not (state_file.exists() and json.loads(state_file.read_text()).get("ranks")):
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    pids = [r["pid"] for r in json.loads(state_file.read_text())["ranks"]]
     time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=60)
@@ -185,17 +188,8 @@ def test_ctrl_c_stops_every_rank_and_records_the_attempt_as_cancelled(
 
 def test_killing_the_supervisor_leaves_no_orphans(
         tmp_path: Path, reap: list[subprocess.Popen[str]]) -> None:
-    cmd = [*TG, "run", "--run-dir", str(tmp_path / "run"), "--no-db", "--nodes", "a",
-           "--nproc-per-node", "2", "-q", "--", sys.executable, str(SCRIPT), "1000"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=tmp_path)
+    proc, pids = start_run(tmp_path, "--nodes", "a", "--nproc-per-node", "2", steps=1000)
     reap.append(proc)
-    state_file = tmp_path / "run" / "state.json"
-    deadline = time.monotonic() + 30
-    while not (state_file.exists() and json.loads(state_file.read_text()).get("ranks")):
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    pids = [r["pid"] for r in json.loads(state_file.read_text())["ranks"]]
     proc.kill()
     proc.wait()
     assert pids_gone(pids)
@@ -234,28 +228,6 @@ def test_a_run_dir_is_not_reused_by_accident(tmp_path: Path) -> None:
     again = tg_run(tmp_path, "--nodes", "a", steps=1)
     assert again.returncode == 2 and "--overwrite" in again.stderr
     assert tg_run(tmp_path, "--nodes", "a", "--overwrite", steps=1).returncode == 0
-
-
-def start_run(tmp_path: Path, *opts: str, steps: int = 200,
-              env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], list[int]]:
-    """Start `trainguard run` in the background; returns it and the first attempt's rank PIDs."""
-    cmd = [*TG, "run", "--run-dir", str(tmp_path / "run"), "--db", str(tmp_path / "tg.db"),
-           "--backoff", "0.2", "-q", *opts, "--", sys.executable, str(SCRIPT), str(steps)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=tmp_path, env={**os.environ, "PLAIN_CKPT": str(tmp_path / "c"),
-                                               **(env or {})})
-    state_file = tmp_path / "run" / "state.json"
-    deadline = time.monotonic() + 30
-    while not (state_file.exists() and json.loads(state_file.read_text()).get("ranks")):
-        if time.monotonic() > deadline or proc.poll() is not None:
-            proc.kill()
-            raise AssertionError(f"run did not start: {proc.communicate()[1]}")
-        time.sleep(0.05)
-    return proc, [r["pid"] for r in json.loads(state_file.read_text())["ranks"]]
-
-
-def tg_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*TG, *args], capture_output=True, text=True, timeout=60)
 
 
 def test_trainguard_inject_on_a_running_job(tmp_path: Path,
