@@ -9,7 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import bench_classify, bench_detect, bench_openmetrics
+from benchmarks import bench_classify, bench_detect, bench_openmetrics, bench_recovery
 
 if __name__ == "__main__":
     print("== log classification (issue #2) ==")
@@ -22,3 +22,5 @@ if __name__ == "__main__":
         os.sched_setaffinity(0, cpus)
     print("\n== node failure detection ==")
     bench_detect.main()
+    print("\n== failure-to-resume (issue #4) ==")
+    bench_recovery.main([])

@@ -86,10 +86,14 @@ def run(
     term_timeout: Annotated[float, typer.Option(
         "--term-timeout", help="Seconds between SIGTERM and SIGKILL when stopping ranks.")
     ] = 10.0,
+    exit_grace: Annotated[float, typer.Option(
+        "--exit-grace", help="Seconds a rank that reported finish() (SDK) may take to exit "
+        "before it is stopped and counted as done (teardown hangs).")] = 30.0,
     max_retries: Annotated[int, typer.Option(
         "--max-retries", help="Relaunches allowed in the chain.")] = 5,
     backoff: Annotated[float, typer.Option(
-        "--backoff", help="Seconds before the first relaunch; doubles per further failure.")
+        "--backoff", help="Seconds before the second relaunch of a run of failures (the first "
+        "is immediate); doubles per further failure.")
     ] = 1.0,
     backoff_max: Annotated[float, typer.Option("--backoff-max", help="Cap on the backoff.")
                            ] = 60.0,
@@ -137,6 +141,7 @@ def run(
             nproc_per_node=nproc_per_node, run_dir=run_dir.absolute(), min_nodes=min_nodes,
             name=name or Path((command or ["job"])[-1]).name, hang_timeout_s=hang_timeout,
             startup_timeout_s=startup_timeout, term_timeout_s=term_timeout,
+            exit_grace_s=exit_grace,
             kernel_log=kernel_log or "{run_dir}/nodes/{node}/kern.log",
             alerts_file=alerts.absolute() if alerts else None,
             stop_on_predictive=stop_on_predictive, master_port=master_port, faults=faults,

@@ -28,7 +28,8 @@ class RetryPolicy:
     max_retries: int = 5
     """Relaunches per chain after the first launch; the chain stops when they are spent."""
     backoff_s: float = 1.0
-    """Wait before the first relaunch; doubles after each further consecutive failure."""
+    """Wait before the second relaunch of a run of failures (the first relaunch is immediate,
+    as torchrun's); doubles after each further one."""
     backoff_max_s: float = 60.0
     """Cap on the wait between relaunches."""
     confirm_retries: int = 1
@@ -51,9 +52,12 @@ class RetryPolicy:
             raise ConfigError("implicated_limit must be >= 1")
 
     def backoff_for(self, consecutive_failures: int) -> float:
-        """Seconds to wait before relaunching after ``consecutive_failures`` (>= 1) failures."""
+        """Seconds to wait before relaunching after ``consecutive_failures`` (>= 1) failures:
+        0, then ``backoff_s``, doubling, capped at ``backoff_max_s``."""
+        if consecutive_failures <= 1:
+            return 0.0
         return float(min(self.backoff_max_s,
-                         self.backoff_s * 2.0 ** max(0, consecutive_failures - 1)))
+                         self.backoff_s * 2.0 ** (consecutive_failures - 2)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +84,10 @@ class JobSpec:
     """Allowance before a rank's first progress (imports, rendezvous, checkpoint load)."""
     term_timeout_s: float = 10.0
     """Between SIGTERM and SIGKILL when stopping ranks."""
-    poll_interval_s: float = 0.1
+    exit_grace_s: float = 30.0
+    """A rank that told the SDK it finished but has not exited after this long (a hang in
+    the framework's teardown) is stopped, and counts as having succeeded."""
+    poll_interval_s: float = 0.05
     """How often the supervisor looks at processes, heartbeats and watched logs."""
     kernel_log: str = "{run_dir}/nodes/{node}/kern.log"
     """Watched kernel log per node; ``{node}`` and ``{run_dir}`` are substituted."""
@@ -116,8 +123,8 @@ class JobSpec:
                            ("poll_interval_s", self.poll_interval_s)):
             if not value > 0:
                 raise ConfigError(f"{key} must be > 0")
-        if self.term_timeout_s < 0:
-            raise ConfigError("term_timeout_s must be >= 0")
+        if self.term_timeout_s < 0 or self.exit_grace_s < 0:
+            raise ConfigError("term_timeout_s and exit_grace_s must be >= 0")
         if "{node}" not in self.kernel_log:
             raise ConfigError("the kernel-log template must contain {node}")
         if self.master_port is not None and not 1 <= self.master_port <= 65535:

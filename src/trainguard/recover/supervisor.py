@@ -256,7 +256,13 @@ class Supervisor:
                 trigger = Trigger.NONFINITE
             elif any(c not in (None, 0) for c in codes.values()):
                 trigger = Trigger.EXIT
-            elif all(c == 0 for c in codes.values()):
+            elif all(c == 0 or self._stuck_at_exit(watches[r], c, now)
+                     for r, c in codes.items()):
+                stuck = sorted(r for r, c in codes.items() if c is None)
+                if stuck:
+                    self._status(f"attempt {index}: rank(s) {', '.join(map(str, stuck))} "
+                                 f"finished training but did not exit within "
+                                 f"{spec.exit_grace_s:g} s: stopping them")
                 trigger = Trigger.SUCCESS
             elif self._cancelled:
                 trigger = Trigger.CANCEL
@@ -366,13 +372,17 @@ class Supervisor:
                                              if self._recorder else None)
         return trigger
 
+    def _stuck_at_exit(self, w: RankWatch, code: int | None, now: float) -> bool:
+        """Reported ``finish()`` through the SDK, yet still running after the exit grace."""
+        return code is None and w.finished and w.silent_for(now) > self.spec.exit_grace_s
+
     def _hang(self, watches: Mapping[int, RankWatch], codes: Mapping[int, int | None],
               now: float) -> float | None:
         """Seconds without progress when a running rank has passed its allowance, else None."""
         spec = self.spec
         for rank, w in watches.items():
-            if codes[rank] is not None:
-                continue
+            if codes[rank] is not None or w.finished:
+                continue  # a finished rank is on its exit grace, not hung
             limit = spec.hang_timeout_s if w.progressed else spec.startup_timeout_s
             silent = w.silent_for(now)
             if silent > limit:

@@ -108,8 +108,10 @@ def test_corrupt_checkpoint_rolls_back_past_the_newest() -> None:
     assert (d.verdict, d.resume_max_step) == (Verdict.ROLLBACK, 10)
 
 
-@pytest.mark.parametrize(("history", "backoff"), [(0, 1.0), (1, 2.0), (2, 4.0), (5, 8.0)])
-def test_backoff_doubles_to_its_cap(history: int, backoff: float) -> None:
+@pytest.mark.parametrize(("history", "backoff"), [(0, 0.0), (1, 1.0), (2, 2.0), (3, 4.0),
+                                                  (5, 8.0)])
+def test_first_relaunch_is_immediate_then_backoff_doubles_to_its_cap(history: int,
+                                                                    backoff: float) -> None:
     past = tuple(crash(Category.NETWORK_IB, node="n1") for _ in range(history))
     state = ChainState(NODES, (), 3, history=past)
     assert decide(crash(Category.NETWORK_IB, node="n3"), state, POLICY).backoff_s == backoff
