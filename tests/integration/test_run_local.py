@@ -329,3 +329,22 @@ def test_old_kernel_log_history_is_ignored(tmp_path: Path) -> None:
     r = tg_run(tmp_path, "--nodes", "node1,node2", "--spares", "node3", steps=5)
     assert r.returncode == 0, r.stderr
     assert len(summary(tmp_path)["attempts"]) == 1
+
+
+def test_operator_exclusions_are_honoured_and_local_ones_end_with_the_session(
+        tmp_path: Path) -> None:
+    with Store.open(str(tmp_path / "tg.db")) as store:
+        store.add_exclusion("node1", reason="bad PSU", created=time.time(), source="operator")
+    r = tg_run(tmp_path, "--nodes", "node1,node2", "--spares", "node3,node4",
+               "--inject", "xid:node=node2,after=1", steps=20,
+               env={"PLAIN_CKPT": str(tmp_path / "c")})
+    assert r.returncode == 0, r.stderr
+    assert "node1 is excluded (bad PSU); using spare node3" in r.stderr
+    s = summary(tmp_path)
+    assert s["attempts"][0]["nodes"] == ["node3", "node2"]
+    assert s["attempts"][0]["excluded_nodes"] == ["node2"]
+    assert s["attempts"][-1]["nodes"] == ["node3", "node4"]
+    with Store.open(str(tmp_path / "tg.db")) as store:
+        # the operator's exclusion stays; the virtual node2's ended with the session
+        assert store.active_excluded_nodes() == {"node1"}
+        assert [e.node for e in store.exclusions()] == ["node1", "node2"]

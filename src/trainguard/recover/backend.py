@@ -85,6 +85,9 @@ class Backend(Protocol):
     """Starts attempts and knows the nodes' addresses."""
 
     name: str
+    persistent_nodes: bool
+    """Nodes outlive the job (real machines): exclusions stay until an operator releases them.
+    False for virtual nodes, whose exclusions end with the session."""
 
     def check(self, command: tuple[str, ...], nodes: tuple[str, ...]) -> None:
         """Raise :class:`~trainguard.errors.LaunchError` (one clear line) when the job cannot

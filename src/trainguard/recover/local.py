@@ -125,6 +125,7 @@ class LocalBackend:
     """Virtual nodes on this machine: every node's ranks run here, rendezvous on 127.0.0.1."""
 
     name = "local"
+    persistent_nodes = False
 
     def __init__(self, base_env: Mapping[str, str] | None = None,
                  slots_per_node: int | None = None) -> None:

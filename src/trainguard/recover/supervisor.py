@@ -46,7 +46,7 @@ from trainguard.recover.policy import ChainState, Decision, Verdict, decide, imp
 from trainguard.recover.records import AttemptResult, Exclusion, Recorder, RunResult
 from trainguard.recover.spec import JobSpec
 from trainguard.recover.watch import NodeWatch, RankWatch
-from trainguard.store import Store
+from trainguard.store import ExclusionRecord, Store
 from trainguard.taxonomy import Action, Category, Severity
 
 log = logging.getLogger(__name__)
@@ -115,6 +115,7 @@ class Supervisor:
     def run(self) -> RunResult:
         spec = self.spec
         self.prepare()
+        nodes, spares, skipped = self._usable_nodes()
         started = self.clock()
         recorder = Recorder(spec.run_dir, self._header(), self.store)
         self._recorder = recorder
@@ -124,7 +125,9 @@ class Supervisor:
             {n: spec.kernel_log_path(n) for n in all_nodes}, self.rules,
             alerts_file=spec.alerts_file, store=self.store,
             stop_on_predictive=spec.stop_on_predictive, since=started)
-        chain = _Chain(spec.nodes, list(spec.spares))
+        chain = _Chain(nodes, spares)
+        for message in skipped:
+            self._status(message)
         while True:
             if self._cancelled:
                 self.lifecycle.to(State.CANCELLED)
@@ -206,6 +209,39 @@ class Supervisor:
             except OSError as exc:
                 raise LaunchError(f"cannot create the watched kernel log {klog}: "
                                   f"{exc.strerror or exc}") from exc
+
+    def _usable_nodes(self) -> tuple[tuple[str, ...], list[str], list[str]]:
+        """Nodes and spares minus those the store says are excluded (until an operator releases
+        them): each excluded node is replaced in place by a spare; one clear error if the job
+        cannot be placed."""
+        spec = self.spec
+        if self.store is None:
+            return spec.nodes, list(spec.spares), []
+        active: dict[str, ExclusionRecord] = {}
+        for record in self.store.exclusions(active_only=True):
+            active.setdefault(record.node, record)
+        spares = [s for s in spec.spares if s not in active]
+        nodes: list[str] = []
+        notes = []
+        for node in spec.nodes:
+            ex = active.get(node)
+            if ex is None:
+                nodes.append(node)
+                continue
+            sub = spares.pop(0) if spares else None
+            notes.append(f"{node} is excluded ({ex.reason}); "
+                         + (f"using spare {sub}" if sub else "no spare to replace it"))
+            if sub is not None:
+                nodes.append(sub)
+        notes += [f"spare {s} is excluded ({active[s].reason}); not used"
+                  for s in spec.spares if s in active]
+        required = spec.min_nodes if spec.min_nodes is not None else len(spec.nodes)
+        if len(nodes) < required:
+            names = ", ".join(n for n in (*spec.nodes, *spec.spares) if n in active)
+            raise ConfigError(
+                f"excluded node(s) {names} leave {len(nodes)} of the {required} node(s) the job "
+                f"needs; after repair: trainguard nodes release NODE (or add --spares)")
+        return tuple(nodes), spares, notes
 
     # -- one attempt -------------------------------------------------------------------------
 
@@ -475,6 +511,12 @@ class Supervisor:
         assert self._recorder is not None
         result = RunResult(status, message, tuple(chain.attempts), tuple(chain.exclusions),
                            self.spec.run_dir, self._recorder.session_id)
+        if self.store is not None and self._recorder.session_id is not None \
+                and not self.backend.persistent_nodes:
+            # Virtual nodes do not outlive the session: neither do its exclusions (they stay in
+            # the history, released).
+            self.store.release_session_exclusions(self._recorder.session_id,
+                                                  released=self.clock())
         self._recorder.finish(result, self.clock())
         self._write_json(self.spec.run_dir / "state.json", {"status": status,
                                                             "supervisor_pid": os.getpid()})

@@ -129,6 +129,15 @@ class FleetMixin(StoreCore):
         with self._write("release exclusion") as conn:
             return conn.execute(stmt).rowcount
 
+    def release_session_exclusions(self, session_id: int, *, released: float) -> int:
+        """Release the active exclusions one session made (a backend whose nodes do not outlive
+        the session); returns how many."""
+        t = schema.exclusions
+        stmt = t.update().where(t.c.session_id == session_id, t.c.released.is_(None)) \
+            .values(released=released)
+        with self._write("release exclusions") as conn:
+            return conn.execute(stmt).rowcount
+
     def exclusions(self, *, active_only: bool = False) -> list[ExclusionRecord]:
         t = schema.exclusions
         query = sa.select(t).order_by(t.c.created, t.c.id)

@@ -72,6 +72,7 @@ class ScriptedAttempt:
 
 class ScriptedBackend:
     name = "scripted"
+    persistent_nodes = True
 
     def __init__(self, clock: Clock, script: list[Mapping[int, tuple[float, int]]],
                  finished: frozenset[int] = frozenset()) -> None:

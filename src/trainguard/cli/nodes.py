@@ -1,0 +1,107 @@
+"""`trainguard nodes`: the fleet's health memory; exclude and release nodes."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from trainguard.cli.console import err, fail, out
+from trainguard.errors import TrainguardError
+from trainguard.recover.nodes import exclusion_concentration, node_health
+from trainguard.store import Store
+
+app = typer.Typer(
+    help="Node-health memory: exclusions, XIDs, alerts, jobs taken down, lemon scores. "
+    "Without a sub-command: list the nodes.",
+    invoke_without_command=True)
+
+DbOpt = Annotated[str | None, typer.Option(
+    "--db", help="Event store: SQLite path or postgresql:// URL "
+    "(default $TRAINGUARD_DB, else ./trainguard.db).")]
+
+
+def _when(t: float | None) -> str:
+    return "-" if t is None else time.strftime("%Y-%m-%d %H:%M", time.localtime(t))
+
+
+@app.callback()
+def nodes(
+    ctx: typer.Context,
+    db: DbOpt = None,
+    json_out: Annotated[bool, typer.Option("--json", help="One JSON document.")] = False,
+) -> None:
+    """List nodes, worst lemon score first: state, exclusions, XIDs, alerts, last evidence."""
+    if ctx.invoked_subcommand is not None:
+        return
+    try:
+        with Store.open(db) as store:
+            health = node_health(store, now=time.time())
+            conc = exclusion_concentration(store)
+    except TrainguardError as exc:
+        fail(str(exc))
+    if json_out:
+        out.print_json(json.dumps({"nodes": [h.to_dict() for h in health],
+                                   "exclusion_concentration": conc.to_dict()}))
+        return
+    if not health:
+        err.print("no nodes in the store yet")
+        return
+    table = Table(title="nodes (worst first)")
+    for col in ("node", "state", "exclusions", "XIDs", "alerts", "jobs down", "lemon score",
+                "last evidence"):
+        table.add_column(col)
+    for h in health:
+        state = f"[red]excluded[/red] since {_when(h.excluded_since)}: {h.exclusion_reason}" \
+            if h.excluded else (h.state or "ok")
+        lemon = f"[bold red]{h.lemon_score:.2f} lemon[/bold red]" if h.lemon \
+            else f"{h.lemon_score:.2f}"
+        evidence = f"{_when(h.last_evidence_time)} {h.last_evidence}" if h.last_evidence else "-"
+        table.add_row(h.node, state, str(h.exclusions), str(h.xids), str(h.alerts),
+                      str(h.jobs_taken_down), lemon, evidence[:80])
+    out.print(table)
+    if conc.total:
+        out.print(f"exclusions: {conc.total} over {conc.nodes} node(s); top {conc.top_k} "
+                  f"share {conc.top_k_share:.0%}, Gini {conc.gini:.2f}")
+
+
+@app.command("exclude")
+def exclude(
+    node: Annotated[str, typer.Argument(help="Node name.")],
+    reason: Annotated[str, typer.Option("--reason", help="Why (kept with the exclusion).")],
+    db: DbOpt = None,
+) -> None:
+    """Exclude a node: no trainguard run uses it until `trainguard nodes release`."""
+    if not node.strip() or not reason.strip():
+        fail("node and --reason must not be empty", code=2)
+    try:
+        with Store.open(db) as store:
+            store.add_exclusion(node, reason=reason, created=time.time(), source="operator")
+            store.upsert_node(node, state="excluded", seen=time.time())
+    except TrainguardError as exc:
+        fail(str(exc))
+    err.print(f"{node} excluded: {reason}")
+
+
+@app.command("release")
+def release(
+    node: Annotated[str, typer.Argument(help="Node name.")],
+    db: DbOpt = None,
+) -> None:
+    """Release a node after repair: later runs may use it again."""
+    try:
+        with Store.open(db) as store:
+            n = store.release_exclusion(node, released=time.time())
+            if n:
+                store.upsert_node(node, state="ok", seen=time.time())
+    except TrainguardError as exc:
+        fail(str(exc))
+    if not n:
+        fail(f"{node} has no active exclusion", code=1)
+    err.print(f"{node} released ({n} exclusion{'s' if n > 1 else ''})")
+
+
+__all__ = ["app"]

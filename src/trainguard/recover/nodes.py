@@ -1,0 +1,133 @@
+"""The fleet as the store remembers it: per node, exclusions, XIDs, alerts, the jobs it took down,
+its lemon score, and whether it may be used.
+
+    >>> from trainguard.store import ExclusionRecord, Store
+    >>> with Store.open(":memory:") as store:
+    ...     _ = store.add_exclusion("node7", reason="XID 79", created=0.0, source="operator")
+    ...     [(h.node, h.excluded) for h in node_health(store, now=10.0)]
+    [('node7', True)]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from trainguard.recover.health import (
+    Concentration,
+    IncidentKind,
+    LemonPolicy,
+    NodeIncident,
+    by_node,
+    concentration,
+    lemon_score,
+)
+from trainguard.recover.policy import NODE_SUSPECT_CATEGORIES
+from trainguard.store import ExclusionRecord, Store
+from trainguard.taxonomy import Category, Severity
+
+
+@dataclass(frozen=True, slots=True)
+class NodeHealth:
+    node: str
+    excluded: bool
+    """An active exclusion: no trainguard run uses the node until it is released."""
+    exclusion_reason: str | None
+    excluded_since: float | None
+    exclusions: int
+    """All exclusions ever (released ones included)."""
+    xids: int
+    alerts: int
+    jobs_taken_down: int
+    last_evidence: str | None
+    last_evidence_time: float | None
+    lemon_score: float
+    lemon: bool
+    state: str | None = None
+    """The state last recorded for the node (scheduler state when a backend reports one)."""
+
+    def to_dict(self) -> dict[str, object]:
+        return {"node": self.node, "excluded": self.excluded,
+                "exclusion_reason": self.exclusion_reason, "excluded_since": self.excluded_since,
+                "exclusions": self.exclusions, "xids": self.xids, "alerts": self.alerts,
+                "jobs_taken_down": self.jobs_taken_down, "last_evidence": self.last_evidence,
+                "last_evidence_time": self.last_evidence_time,
+                "lemon_score": self.lemon_score, "lemon": self.lemon, "state": self.state}
+
+
+def incidents(store: Store) -> list[NodeIncident]:
+    """Every node incident the store knows, oldest first."""
+    out: list[NodeIncident] = []
+    for ex in store.exclusions():
+        out.append(NodeIncident(ex.node, ex.created, IncidentKind.EXCLUSION,
+                                _job(ex.session_id), f"excluded: {ex.reason}"))
+    for ev in store.events():
+        if ev.xid is not None and ev.host and ev.severity is not Severity.INFO \
+                and ev.time is not None:
+            out.append(NodeIncident(ev.host, ev.time, IncidentKind.XID, None, ev.summary))
+    for al in store.alerts():
+        out.append(NodeIncident(al.node, al.start, IncidentKind.ALERT, None,
+                                f"{al.kind} alert (score {al.peak_score:g})"))
+    for at in store.attempts():
+        failure = at.detail.get("failure") if at.detail else None
+        if at.status != "failed" or not isinstance(failure, dict):
+            continue
+        try:
+            category = Category(failure.get("category", "unknown"))
+        except ValueError:
+            category = Category.UNKNOWN
+        if category not in NODE_SUSPECT_CATEGORIES and not failure.get("node_fault"):
+            continue
+        for node in failure.get("culprit_nodes") or ():
+            out.append(NodeIncident(str(node), at.ended or at.started, IncidentKind.JOB_FAILURE,
+                                    _job(at.session_id), str(failure.get("summary", ""))))
+    out.sort(key=lambda i: i.time)
+    return out
+
+
+def _job(session_id: int | None) -> str | None:
+    return None if session_id is None else f"session:{session_id}"
+
+
+def node_health(store: Store, now: float, policy: LemonPolicy | None = None,
+                extra_nodes: Iterable[str] = ()) -> list[NodeHealth]:
+    """Every node the store has seen (plus ``extra_nodes``), worst lemon score first."""
+    policy = policy or LemonPolicy()
+    grouped = by_node(incidents(store))
+    active: dict[str, ExclusionRecord] = {}
+    for record in store.exclusions(active_only=True):
+        active.setdefault(record.node, record)
+    states = {n.name: n.state for n in store.nodes()}
+    members = {node for at in store.attempts() for node in at.nodes}
+    names = set(grouped) | set(active) | set(states) | members | set(extra_nodes)
+    out = []
+    for node in names:
+        incs = grouped.get(node, [])
+        score = lemon_score(incs, now, policy)
+        last = incs[-1] if incs else None
+        ex = active.get(node)
+        out.append(NodeHealth(
+            node=node, excluded=ex is not None,
+            exclusion_reason=ex.reason if ex else None,
+            excluded_since=ex.created if ex else None,
+            exclusions=sum(1 for i in incs if i.kind is IncidentKind.EXCLUSION),
+            xids=sum(1 for i in incs if i.kind is IncidentKind.XID),
+            alerts=sum(1 for i in incs if i.kind is IncidentKind.ALERT),
+            jobs_taken_down=len({i.job for i in incs if i.kind is IncidentKind.JOB_FAILURE}),
+            last_evidence=last.summary if last else None,
+            last_evidence_time=last.time if last else None,
+            lemon_score=score.score, lemon=score.lemon, state=states.get(node)))
+    out.sort(key=lambda h: (-h.lemon_score, not h.excluded, h.node))
+    return out
+
+
+def exclusion_concentration(store: Store, top_k: int = 3) -> Concentration:
+    """How unevenly exclusions fall on the nodes the store has seen."""
+    counts: dict[str, int] = {}
+    for ex in store.exclusions():
+        counts[ex.node] = counts.get(ex.node, 0) + 1
+    seen = {node for at in store.attempts() for node in at.nodes}
+    return concentration(counts, top_k, sorted(seen))
+
+
+__all__ = ["NodeHealth", "exclusion_concentration", "incidents", "node_health"]

@@ -1,0 +1,71 @@
+"""Node-health memory built from the store, and the `trainguard nodes` command."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from trainguard.cli.main import app
+from trainguard.evidence.events import FailureEvent, TimeKind
+from trainguard.recover.nodes import exclusion_concentration, node_health
+from trainguard.store import Store
+from trainguard.taxonomy import Action, Category, Severity
+
+runner = CliRunner()
+
+
+def xid_event(host: str, t: float) -> FailureEvent:
+    return FailureEvent(category=Category.GPU_HARDWARE, action=Action.REBOOT_NODE,
+                        severity=Severity.FATAL, signature="xid", summary="XID 79", xid=79,
+                        host=host, time=t, time_kind=TimeKind.ABSOLUTE)
+
+
+def failed_attempt(store: Store, session: int, index: int, culprit: str, category: str,
+                   t: float) -> None:
+    aid = store.create_attempt(session, index=index, nodes=["n1", "n2", "n3"], started=t)
+    store.finish_attempt(aid, ended=t + 1, status="failed", failure_category=category,
+                         detail={"failure": {"category": category, "culprit_nodes": [culprit],
+                                             "summary": f"{category} on {culprit}",
+                                             "node_fault": category == "gpu_hardware"}})
+
+
+def test_node_health_from_the_store(tmp_path: Path) -> None:
+    with Store.open(str(tmp_path / "tg.db")) as store:
+        s1 = store.create_session("a", backend="slurm", started=0.0)
+        s2 = store.create_session("b", backend="slurm", started=50.0)
+        failed_attempt(store, s1, 0, "n2", "gpu_hardware", 10.0)
+        store.add_events([xid_event("n2", 10.0)], session_id=s1)
+        store.add_exclusion("n2", reason="XID 79", created=11.0, session_id=s1)
+        failed_attempt(store, s2, 0, "n2", "nccl_timeout_hang", 60.0)
+        failed_attempt(store, s2, 1, "n3", "user_code_error", 70.0)  # not the node's fault
+        store.add_alert(node="n1", start=80.0, end=None, peak_score=9.0, kind="predictive")
+        health = {h.node: h for h in node_health(store, now=100.0)}
+        assert health["n2"].excluded and health["n2"].exclusion_reason == "XID 79"
+        assert (health["n2"].xids, health["n2"].exclusions, health["n2"].jobs_taken_down) == \
+            (1, 1, 2)
+        assert health["n2"].lemon and health["n2"].lemon_score >= 2.0
+        assert health["n3"].jobs_taken_down == 0 and not health["n3"].lemon
+        assert health["n1"].alerts == 1 and not health["n1"].excluded
+        assert next(iter(node_health(store, now=100.0))).node == "n2"  # worst first
+        assert exclusion_concentration(store).top_k_share == 1.0
+
+
+def test_nodes_cli_exclude_list_release(tmp_path: Path) -> None:
+    db = str(tmp_path / "tg.db")
+    hostile = 'xid 79; $(reboot) "quoted"'
+    r = runner.invoke(app, ["nodes", "exclude", "node7", "--reason", hostile, "--db", db])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["nodes", "--json", "--db", db])
+    doc = json.loads(r.stdout)
+    (node,) = doc["nodes"]
+    assert node["node"] == "node7" and node["excluded"] and node["exclusion_reason"] == hostile
+    r = runner.invoke(app, ["nodes", "--db", db])
+    assert r.exit_code == 0 and "node7" in r.stdout and "excluded" in r.stdout
+    r = runner.invoke(app, ["nodes", "release", "node7", "--db", db])
+    assert r.exit_code == 0
+    r = runner.invoke(app, ["nodes", "release", "node7", "--db", db])
+    assert r.exit_code == 1 and "no active exclusion" in r.stderr
+    with Store.open(db) as store:
+        assert store.active_excluded_nodes() == set()
