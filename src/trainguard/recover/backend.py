@@ -109,5 +109,10 @@ class Backend(Protocol):
     def launch(self, plan: LaunchPlan) -> AttemptHandle:
         ...
 
+    def exclude(self, node: str, reason: str) -> None:
+        """Take ``node`` out of the scheduler's service (Slurm: drain with ``reason``); the
+        supervisor already avoids it. A no-op where the backend has no scheduler."""
+        ...
+
 
 __all__ = ["AttemptHandle", "Backend", "LaunchPlan", "RankExit", "RankLaunch"]

@@ -147,6 +147,9 @@ class LocalBackend:
             s.bind(("127.0.0.1", 0))
             return int(s.getsockname()[1])
 
+    def exclude(self, node: str, reason: str) -> None:
+        """Virtual nodes have no scheduler to tell."""
+
     def launch(self, plan: LaunchPlan) -> LocalAttempt:
         program = resolve_command(plan.command[0], self._base_env.get("PATH"))
         procs: dict[int, subprocess.Popen[bytes]] = {}

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from trainguard.errors import ConfigError, LaunchError
+from trainguard.errors import ConfigError, LaunchError, TrainguardError
 from trainguard.evidence.events import EvidenceLine, FailureEvent
 from trainguard.evidence.rules import RuleSet, load_rules
 from trainguard.evidence.scanner import scan_bytes
@@ -153,6 +153,8 @@ class Supervisor:
                               for node in decision.excluded]
             chain.exclusions.extend(new_exclusions)
             recorder.finish_attempt(result, outcome.events, new_exclusions)
+            for ex in new_exclusions:
+                self._tell_scheduler(ex.node, f"trainguard: {failure.summary}")
             self._status(f"attempt {result.index}: {failure.summary}")
             self._status(f"decision: {decision.verdict.value}: {decision.reason}")
             if decision.verdict is Verdict.STOP:
@@ -401,6 +403,7 @@ class Supervisor:
                 chain.exclusions.append(Exclusion(
                     node, reason, len(chain.attempts),
                     tuple(f"{e.path}:{e.line_no}: {e.text.strip()}" for e in ev.evidence)))
+                self._tell_scheduler(node, f"trainguard: {reason}")
                 if self.store is not None:
                     self.store.add_exclusion(node, reason=reason, created=now,
                                              evidence=[e.text for e in ev.evidence],
@@ -493,6 +496,12 @@ class Supervisor:
         chain.spares = [s for s in chain.spares
                         if s not in decision.next_nodes and s not in decision.excluded]
         chain.nodes = decision.next_nodes
+
+    def _tell_scheduler(self, node: str, reason: str) -> None:
+        try:
+            self.backend.exclude(node, reason)
+        except TrainguardError as exc:  # the job goes on without the node either way
+            self._status(f"could not take {node} out of service: {exc}")
 
     def _wait(self, seconds: float, chain: _Chain) -> bool:
         """Back off for ``seconds`` (still following node evidence); False when cancelled."""

@@ -77,6 +77,7 @@ class ScriptedBackend:
     def __init__(self, clock: Clock, script: list[Mapping[int, tuple[float, int]]],
                  finished: frozenset[int] = frozenset()) -> None:
         self.clock, self.script, self.finished = clock, list(script), finished
+        self.drained: list[tuple[str, str]] = []
         self.attempts: list[ScriptedAttempt] = []
 
     def check(self, command: tuple[str, ...], nodes: tuple[str, ...]) -> None:
@@ -90,6 +91,9 @@ class ScriptedBackend:
 
     def free_port(self, nodes: tuple[str, ...]) -> int:
         return 29500
+
+    def exclude(self, node: str, reason: str) -> None:
+        self.drained.append((node, reason))
 
     def launch(self, plan: LaunchPlan) -> ScriptedAttempt:
         attempt = ScriptedAttempt(plan, self.clock, self.script.pop(0), self.finished)
@@ -141,11 +145,12 @@ def test_the_retry_budget_ends_the_chain(tmp_path: Path) -> None:
 def test_a_node_culprit_twice_is_excluded_and_without_spares_the_chain_stops(
         tmp_path: Path) -> None:
     crash = {0: (1.0, 1), 1: (1.0, 0)}
-    sup, _, _ = make(tmp_path, [crash] * 2, policy=RetryPolicy(backoff_s=0.0))
+    sup, backend, _ = make(tmp_path, [crash] * 2, policy=RetryPolicy(backoff_s=0.0))
     result = sup.run()
     assert result.status == "failed" and len(result.attempts) == 2
     assert "n1 excluded (implicated in 2 failures) and no spare left" in result.message
     assert [e.node for e in result.exclusions] == ["n1"]
+    assert [node for node, _ in backend.drained] == ["n1"]  # the scheduler is told too
 
 
 def test_a_rank_stuck_after_finish_counts_as_done_after_the_exit_grace(tmp_path: Path) -> None:
