@@ -14,6 +14,10 @@ set -euo pipefail
 PACKAGES=(
   postgresql   # tests/integration/conftest.py: postgres_url fixture (initdb, pg_ctl)
   prometheus   # tests/integration/prometheus_server.py: prometheus_factory fixture (prometheus, promtool)
+  slurmctld    # tests/integration/slurm_cluster.py: slurm_cluster fixture (controller)
+  slurmd       # tests/integration/slurm_cluster.py: slurm_cluster fixture (one slurmd per node)
+  slurm-client # tests/integration/slurm_cluster.py: slurm_cluster fixture (sbatch, scontrol, ...)
+  munge        # tests/integration/slurm_cluster.py: slurm_cluster fixture (munged, auth)
 )
 
 warn() { printf 'sysdeps: warning: %s\n' "$*" >&2; }

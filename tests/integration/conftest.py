@@ -2,6 +2,7 @@
 
 ``postgres_url`` starts a private PostgreSQL (Debian's ``postgresql`` package; install it with
 ``scripts/sysdeps.sh``) on a loopback port and a temporary socket directory, once per test session.
+``slurm_cluster`` starts a private Slurm cluster (controller + 4 virtual nodes, slurm_cluster.py).
 Without the server binaries the tests skip, except under ``CI=true`` where they fail so that CI
 cannot pass without having run them.
 """
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import NoReturn
 
 import pytest
+from slurm_cluster import SlurmCluster, SlurmClusterError, missing_programs
 
 _PG_USER = "postgres"  # OS user to run the server as when tests run as root; also the DB superuser
 
@@ -191,3 +193,30 @@ _fresh_db_numbers = itertools.count()
 def fresh_postgres_url(postgres_server: PostgresServer) -> str:
     """A new, empty database on the private server for each test."""
     return postgres_server.create_database(f"trainguard_t{next(_fresh_db_numbers)}")
+
+
+# -- Slurm ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[SlurmCluster]:
+    """A private Slurm 22.05 cluster (slurmctld + 4 slurmd + munged; see slurm_cluster.py),
+    started once per test session and stopped (by PID) at the end.
+
+    Tests that drain nodes must resume them. Without the packages (scripts/sysdeps.sh) or root
+    the tests skip, except under ``CI=true`` where they fail.
+    """
+    missing = missing_programs()
+    if missing:
+        _unavailable(f"Slurm test cluster needs {', '.join(missing)}: run scripts/sysdeps.sh")
+    if os.geteuid() != 0:
+        _unavailable("Slurm test cluster needs root (slurmd in a private mount namespace)")
+    cluster = SlurmCluster(nodes=4, cpus=4)
+    try:
+        cluster.start()
+    except SlurmClusterError as exc:
+        pytest.fail(f"Slurm test cluster did not start: {exc}", pytrace=False)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

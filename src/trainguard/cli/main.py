@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from trainguard import __version__
-from trainguard.cli import detect, logs, nodes, run, simulate, xid
+from trainguard.cli import detect, logs, nodes, run, simulate, slurm, xid
 from trainguard.cli.console import fail
 from trainguard.errors import TrainguardError
 
@@ -29,6 +29,7 @@ app.command("run", help=run.run_help, no_args_is_help=True,
             context_settings={"allow_interspersed_args": False})(run.run)
 app.add_typer(run.inject_app, name="inject")
 app.add_typer(nodes.app, name="nodes")
+app.add_typer(slurm.app, name="slurm")
 
 
 def _version(value: bool) -> None:

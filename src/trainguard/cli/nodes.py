@@ -68,16 +68,35 @@ def nodes(
                   f"share {conc.top_k_share:.0%}, Gini {conc.gini:.2f}")
 
 
+SlurmOpt = Annotated[bool, typer.Option(
+    "--slurm", help="Also tell Slurm (scontrol update: drain with the reason / resume).")]
+
+
+def _slurm(action: str, node: str, reason: str = "") -> None:
+    from trainguard.recover.slurm.commands import SlurmCommands
+    from trainguard.recover.slurm.safety import validate_node_name
+
+    commands = SlurmCommands()
+    validate_node_name(node)
+    if action == "drain":
+        commands.drain(node, f"trainguard: {reason}")
+    else:
+        commands.resume(node)
+
+
 @app.command("exclude")
 def exclude(
     node: Annotated[str, typer.Argument(help="Node name.")],
     reason: Annotated[str, typer.Option("--reason", help="Why (kept with the exclusion).")],
     db: DbOpt = None,
+    slurm: SlurmOpt = False,
 ) -> None:
     """Exclude a node: no trainguard run uses it until `trainguard nodes release`."""
     if not node.strip() or not reason.strip():
         fail("node and --reason must not be empty", code=2)
     try:
+        if slurm:
+            _slurm("drain", node, reason)
         with Store.open(db) as store:
             store.add_exclusion(node, reason=reason, created=time.time(), source="operator")
             store.upsert_node(node, state="excluded", seen=time.time())
@@ -90,16 +109,19 @@ def exclude(
 def release(
     node: Annotated[str, typer.Argument(help="Node name.")],
     db: DbOpt = None,
+    slurm: SlurmOpt = False,
 ) -> None:
     """Release a node after repair: later runs may use it again."""
     try:
+        if slurm:
+            _slurm("resume", node)
         with Store.open(db) as store:
             n = store.release_exclusion(node, released=time.time())
             if n:
                 store.upsert_node(node, state="ok", seen=time.time())
     except TrainguardError as exc:
         fail(str(exc))
-    if not n:
+    if not n and not slurm:
         fail(f"{node} has no active exclusion", code=1)
     err.print(f"{node} released ({n} exclusion{'s' if n > 1 else ''})")
 

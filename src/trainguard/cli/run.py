@@ -18,11 +18,18 @@ from rich.text import Text
 from trainguard.cli.console import err, fail
 from trainguard.errors import ConfigError, LaunchError
 from trainguard.faultspec import parse_faults
-from trainguard.recover import JobSpec, LocalBackend, RetryPolicy, RunResult, Supervisor
+from trainguard.recover import (
+    Backend,
+    JobSpec,
+    LocalBackend,
+    RetryPolicy,
+    RunResult,
+    Supervisor,
+)
 from trainguard.recover.inject import append_line, xid_line
 from trainguard.store import Store
 
-_BACKENDS = ("local",)
+_BACKENDS = ("local", "slurm")
 
 run_help = """Supervise a multi-node training job: every rank gets the torch.distributed
 environment; failures are classified, culprit nodes excluded, and the job relaunched from its
@@ -75,6 +82,13 @@ def run(
         "and summary.json.")] = Path("trainguard-run"),
     backend: Annotated[str, typer.Option(
         "--backend", help=f"Launch backend: {', '.join(_BACKENDS)}.")] = "local",
+    slurm_mode: Annotated[str | None, typer.Option(
+        "--slurm-mode", help="slurm: `allocation` (srun steps inside salloc/sbatch; the "
+        "default when SLURM_JOB_ID is set) or `submit` (one sbatch job per attempt).")] = None,
+    partition: Annotated[str | None, typer.Option(
+        "--partition", help="slurm submit: partition for the jobs.")] = None,
+    time_limit: Annotated[str | None, typer.Option(
+        "--time-limit", help="slurm submit: --time for the jobs (e.g. 1:00:00).")] = None,
     min_nodes: Annotated[int | None, typer.Option(
         "--min-nodes", help="Let the job shrink to this many nodes when spares run out "
         "(default: never shrink).")] = None,
@@ -135,9 +149,12 @@ def run(
             raise ConfigError(f"unknown backend {backend!r}; choose one of: "
                               f"{', '.join(_BACKENDS)}")
         node_names = _names(nodes, "--nodes")
+        spare_names = _names(spares, "--spares")
+        if backend == "slurm" and not node_names:
+            node_names = _allocation_nodes(spare_names)
         faults = parse_faults(inject or ())
         spec = JobSpec(
-            command=tuple(command or ()), nodes=node_names, spares=_names(spares, "--spares"),
+            command=tuple(command or ()), nodes=node_names, spares=spare_names,
             nproc_per_node=nproc_per_node, run_dir=run_dir.absolute(), min_nodes=min_nodes,
             name=name or Path((command or ["job"])[-1]).name, hang_timeout_s=hang_timeout,
             startup_timeout_s=startup_timeout, term_timeout_s=term_timeout,
@@ -160,8 +177,13 @@ def run(
     def on_status(message: str) -> None:
         err.print(Text.assemble(("trainguard: ", "bold cyan"), message))
 
-    sup = Supervisor(spec, LocalBackend(slots_per_node=slots_per_node), store=store,
-                     on_status=on_status, on_output=on_output, overwrite=overwrite)
+    try:
+        launcher = LocalBackend(slots_per_node=slots_per_node) if backend == "local" else \
+            _slurm_backend(slurm_mode, partition, time_limit, spec.name)
+    except ConfigError as exc:
+        fail(str(exc), code=2)
+    sup = Supervisor(spec, launcher, store=store, on_status=on_status, on_output=on_output,
+                     overwrite=overwrite)
     try:
         with _cancel_on_signals(sup):
             try:
@@ -173,6 +195,28 @@ def run(
             store.close()
     _report(result, json_out)
     raise typer.Exit(result.exit_code)
+
+
+def _allocation_nodes(spares: tuple[str, ...]) -> tuple[str, ...]:
+    """The nodes of the surrounding Slurm allocation, minus the spares."""
+    from trainguard.recover.slurm.hostlist import expand_hostlist
+
+    nodelist = os.environ.get("SLURM_JOB_NODELIST", "")
+    if not nodelist:
+        raise ConfigError("--nodes is empty and there is no allocation (SLURM_JOB_NODELIST): "
+                          "name the nodes or run inside salloc/sbatch")
+    return tuple(n for n in expand_hostlist(nodelist) if n not in spares)
+
+
+def _slurm_backend(mode: str | None, partition: str | None, time_limit: str | None,
+                   job_name: str) -> Backend:
+    from trainguard.recover.slurm.backend import SlurmBackend
+    from trainguard.recover.slurm.commands import SlurmCommands
+    from trainguard.recover.slurm.safety import job_name as safe_job_name
+
+    chosen = mode or ("allocation" if os.environ.get("SLURM_JOB_ID") else "submit")
+    return SlurmBackend(chosen, SlurmCommands(), partition=partition,
+                        job_name=safe_job_name(f"tg-{job_name}"), time_limit=time_limit)
 
 
 def _report(result: RunResult, json_out: bool) -> None:

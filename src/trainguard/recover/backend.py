@@ -109,6 +109,10 @@ class Backend(Protocol):
     def launch(self, plan: LaunchPlan) -> AttemptHandle:
         ...
 
+    def unavailable(self, nodes: tuple[str, ...]) -> Mapping[str, str]:
+        """Nodes among ``nodes`` the scheduler will not run on (drained, down), with why."""
+        ...
+
     def exclude(self, node: str, reason: str) -> None:
         """Take ``node`` out of the scheduler's service (Slurm: drain with ``reason``); the
         supervisor already avoids it. A no-op where the backend has no scheduler."""

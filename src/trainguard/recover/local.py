@@ -150,6 +150,9 @@ class LocalBackend:
     def exclude(self, node: str, reason: str) -> None:
         """Virtual nodes have no scheduler to tell."""
 
+    def unavailable(self, nodes: tuple[str, ...]) -> Mapping[str, str]:
+        return {}
+
     def launch(self, plan: LaunchPlan) -> LocalAttempt:
         program = resolve_command(plan.command[0], self._base_env.get("PATH"))
         procs: dict[int, subprocess.Popen[bytes]] = {}

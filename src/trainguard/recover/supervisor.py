@@ -46,7 +46,7 @@ from trainguard.recover.policy import ChainState, Decision, Verdict, decide, imp
 from trainguard.recover.records import AttemptResult, Exclusion, Recorder, RunResult
 from trainguard.recover.spec import JobSpec
 from trainguard.recover.watch import NodeWatch, RankWatch
-from trainguard.store import ExclusionRecord, Store
+from trainguard.store import Store
 from trainguard.taxonomy import Action, Category, Severity
 
 log = logging.getLogger(__name__)
@@ -149,7 +149,7 @@ class Supervisor:
             decision = self._decide(failure, chain)
             result = replace(outcome.result, decision=decision)
             chain.attempts[-1] = result
-            new_exclusions = [Exclusion(node, decision.reason, result.index, failure.evidence)
+            new_exclusions = [Exclusion(node, failure.summary, result.index, failure.evidence)
                               for node in decision.excluded]
             chain.exclusions.extend(new_exclusions)
             recorder.finish_attempt(result, outcome.events, new_exclusions)
@@ -217,25 +217,26 @@ class Supervisor:
         them): each excluded node is replaced in place by a spare; one clear error if the job
         cannot be placed."""
         spec = self.spec
-        if self.store is None:
-            return spec.nodes, list(spec.spares), []
-        active: dict[str, ExclusionRecord] = {}
-        for record in self.store.exclusions(active_only=True):
-            active.setdefault(record.node, record)
+        active: dict[str, str] = {}
+        if self.store is not None:
+            for record in self.store.exclusions(active_only=True):
+                active.setdefault(record.node, record.reason)
+        for node, reason in self.backend.unavailable((*spec.nodes, *spec.spares)).items():
+            active.setdefault(node, reason)
         spares = [s for s in spec.spares if s not in active]
         nodes: list[str] = []
         notes = []
         for node in spec.nodes:
-            ex = active.get(node)
-            if ex is None:
+            why = active.get(node)
+            if why is None:
                 nodes.append(node)
                 continue
             sub = spares.pop(0) if spares else None
-            notes.append(f"{node} is excluded ({ex.reason}); "
+            notes.append(f"{node} is excluded ({why}); "
                          + (f"using spare {sub}" if sub else "no spare to replace it"))
             if sub is not None:
                 nodes.append(sub)
-        notes += [f"spare {s} is excluded ({active[s].reason}); not used"
+        notes += [f"spare {s} is excluded ({active[s]}); not used"
                   for s in spec.spares if s in active]
         required = spec.min_nodes if spec.min_nodes is not None else len(spec.nodes)
         if len(nodes) < required:

@@ -95,6 +95,9 @@ class ScriptedBackend:
     def exclude(self, node: str, reason: str) -> None:
         self.drained.append((node, reason))
 
+    def unavailable(self, nodes: tuple[str, ...]) -> Mapping[str, str]:
+        return {}
+
     def launch(self, plan: LaunchPlan) -> ScriptedAttempt:
         attempt = ScriptedAttempt(plan, self.clock, self.script.pop(0), self.finished)
         self.attempts.append(attempt)

@@ -33,6 +33,7 @@ from typing import Protocol
 from trainguard.errors import ConfigError, LaunchError
 from trainguard.recover.backend import LaunchPlan, RankExit
 from trainguard.recover.local import process_state, resolve_command
+from trainguard.recover.slurm.commands import NodeInfo
 from trainguard.recover.slurm.task import files_for
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,8 @@ class Scontrol(Protocol):
     """What the backend needs from the Slurm client tools (see ``commands.SlurmCommands``)."""
 
     def drain(self, node: str, reason: str) -> None: ...
+
+    def sinfo_nodes(self) -> Mapping[str, NodeInfo]: ...
 
     def show_job(self, job_id: str) -> dict[str, str]: ...
 
@@ -207,6 +210,18 @@ class SlurmBackend:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind(("", 0))
             return int(s.getsockname()[1])
+
+    def unavailable(self, nodes: tuple[str, ...]) -> Mapping[str, str]:
+        """Drained or down nodes: a job pinned to one with --nodelist would pend forever."""
+        info = self.commands.sinfo_nodes()
+        out = {}
+        for node in nodes:
+            ni = info.get(node)
+            if ni is None:
+                out[node] = "not a node of this cluster"
+            elif ni.drained or not ni.responding or ni.state.lower().startswith(("down", "fail")):
+                out[node] = f"Slurm state {ni.state}" + (f": {ni.reason}" if ni.reason else "")
+        return out
 
     def exclude(self, node: str, reason: str) -> None:
         """Drain ``node`` so no later job (ours or anyone's) lands on it."""
