@@ -295,7 +295,7 @@ class Supervisor:
                 trigger = Trigger.NONFINITE
             elif any(c not in (None, 0) for c in codes.values()):
                 trigger = Trigger.EXIT
-            elif all(c == 0 or self._stuck_at_exit(watches[r], c, now, codes)
+            elif all(c == 0 or self._stuck_at_exit(watches[r], c, now)
                      for r, c in codes.items()):
                 stuck = sorted(r for r, c in codes.items() if c is None)
                 if stuck:
@@ -412,26 +412,17 @@ class Supervisor:
                                              if self._recorder else None)
         return trigger
 
-    def _stuck_at_exit(self, w: RankWatch, code: int | None, now: float,
-                       codes: Mapping[int, int | None]) -> bool:
-        """Done training but hung in teardown: still running and silent for the exit grace
-        after reporting ``finish()`` (SDK) or, for a script without the SDK, silent for the hang
-        timeout after a peer exited 0 (what would otherwise be retried as a hang)."""
-        if code is not None:
-            return False
-        if w.finished:
-            return w.silent_for(now) > self.spec.exit_grace_s
-        return not w.sdk and any(c == 0 for c in codes.values()) \
-            and w.silent_for(now) > self.spec.hang_timeout_s
+    def _stuck_at_exit(self, w: RankWatch, code: int | None, now: float) -> bool:
+        """Reported ``finish()`` through the SDK, yet still running after the exit grace."""
+        return code is None and w.finished and w.silent_for(now) > self.spec.exit_grace_s
 
     def _hang(self, watches: Mapping[int, RankWatch], codes: Mapping[int, int | None],
               now: float) -> float | None:
         """Seconds without progress when a running rank has passed its allowance, else None."""
         spec = self.spec
-        peer_done = any(c == 0 for c in codes.values())
         for rank, w in watches.items():
-            if codes[rank] is not None or w.finished or (peer_done and not w.sdk):
-                continue  # done training: on its exit grace, not hung
+            if codes[rank] is not None or w.finished:
+                continue  # a finished rank is on its exit grace, not hung
             limit = spec.hang_timeout_s if w.progressed else spec.startup_timeout_s
             silent = w.silent_for(now)
             if silent > limit:
