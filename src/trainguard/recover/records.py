@@ -62,6 +62,8 @@ class AttemptResult:
     store_id: int | None = None
     failed_at: float | None = None
     """When the supervisor saw the failure (before stopping the other ranks)."""
+    hang_for_s: float | None = None
+    """For a hang: seconds without progress when it was declared."""
 
     @property
     def excluded_nodes(self) -> tuple[str, ...]:
@@ -164,7 +166,8 @@ class Recorder:
                     "decision": result.decision.to_dict() if result.decision else None,
                     "skipped_checkpoints": [dict(s) for s in result.skipped_checkpoints],
                     "faults": list(result.faults), "last_step": result.last_step,
-                    "last_loss": result.last_loss},
+                    "last_loss": result.last_loss, "failed_at": result.failed_at,
+                    "hang_for_s": result.hang_for_s},
             resumed_from_step=result.resumed_from_step)
         store.add_events(events, session_id=self.session_id, attempt_id=result.store_id)
         for ex in exclusions:

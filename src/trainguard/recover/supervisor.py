@@ -362,7 +362,7 @@ class Supervisor:
             resumed_from_step=resumed if isinstance(resumed, int) else None,
             skipped_checkpoints=skipped, startup_phases=phases, last_step=first.last_step,
             last_loss=first.last_loss, faults=faults, store_id=store_id,
-            failed_at=None if failure is None else failed_at)
+            failed_at=None if failure is None else failed_at, hang_for_s=hang_for)
         events = [ev for evs in node_events.values() for ev in evs]
         events += [ev for evs in rank_events.values() for ev in evs]
         events += self._checkpoint_events(skipped, first)
