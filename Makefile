@@ -41,8 +41,11 @@ demo: install
 		-- $(BIN)/python examples/train_gpt.py --steps 80 --ckpt-every 10 \
 		--ckpt-dir $(DEMO_RUN)/ckpt --loss-log $(DEMO_RUN)/loss.txt
 	@echo
+	$(BIN)/trainguard report --db $(DEMO_RUN)/trainguard.db --html $(DEMO_RUN)/report.html
+	@echo
 	@echo "Alerts of every detector (JSON lines): $(DEMO_DIR)/alerts.jsonl"
 	@echo "Supervised run: $(DEMO_RUN)/summary.json (attempts, failures, decisions, exclusions)"
+	@echo "Report (open in a browser): $(DEMO_RUN)/report.html"
 	@echo "Detect only, as JSON:   $(BIN)/trainguard detect $(DEMO_DIR) --json"
 	@echo "Classify failure logs:  $(BIN)/trainguard logs classify --host-from-path examples/incidents/xid79-allreduce-hang"
 

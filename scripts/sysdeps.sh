@@ -18,6 +18,7 @@ PACKAGES=(
   slurmd       # tests/integration/slurm_cluster.py: slurm_cluster fixture (one slurmd per node)
   slurm-client # tests/integration/slurm_cluster.py: slurm_cluster fixture (sbatch, scontrol, ...)
   munge        # tests/integration/slurm_cluster.py: slurm_cluster fixture (munged, auth)
+  chromium     # tests/integration/test_report_render.py: renders the HTML report headless
 )
 
 warn() { printf 'sysdeps: warning: %s\n' "$*" >&2; }

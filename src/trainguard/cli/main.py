@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from trainguard import __version__
-from trainguard.cli import detect, logs, nodes, run, simulate, slurm, xid
+from trainguard.cli import advise, detect, logs, nodes, report, run, simulate, slurm, xid
 from trainguard.cli.console import fail
 from trainguard.errors import TrainguardError
 
@@ -30,6 +30,8 @@ app.command("run", help=run.run_help, no_args_is_help=True,
 app.add_typer(run.inject_app, name="inject")
 app.add_typer(nodes.app, name="nodes")
 app.add_typer(slurm.app, name="slurm")
+app.command("report")(report.report)
+app.add_typer(advise.app, name="advise")
 
 
 def _version(value: bool) -> None:

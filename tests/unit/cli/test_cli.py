@@ -70,9 +70,13 @@ def test_version() -> None:
 
 
 def _lists_without_a_command(path: tuple[str, ...]) -> bool:
+    """Groups that do something on their own, and commands whose every option has a default
+    (``trainguard report`` reads the default store)."""
     cmd: object = typer.main.get_command(app)
     for name in path:
         cmd = cmd.commands[name]  # type: ignore[attr-defined]
+    if not hasattr(cmd, "commands"):
+        return not any(p.required for p in cmd.params)  # type: ignore[attr-defined]
     return bool(getattr(cmd, "invoke_without_command", False))
 
 

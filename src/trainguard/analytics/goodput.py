@@ -1,0 +1,234 @@
+"""Goodput and ETTR: how much of a run's wall time trained the model, and where the rest went.
+
+ETTR (effective training time ratio) is productive time over wall time (Meta, "Revisiting
+Reliability in Large-Scale Machine Learning Research Clusters", 2024). Outline of :func:`goodput`
+for one run (a session and its attempts):
+
+1. wall = end of the last attempt - start of the first (queue time before the first launch is
+   excluded; ``include_queue=True`` adds session start -> first attempt start as ``queue_s``). An
+   attempt still running is left out, unless ``now`` is given: then it ends at ``now``.
+2. per attempt, the failure time ``f`` is ``detail["failed_at"]`` for a failed or cancelled attempt
+   (else ``ended``); ``teardown = ended - f`` (0 without ``failed_at``).
+3. startup = the attempt's startup phases, in recorded order, each cut to what is left of
+   ``[started, f]`` (an attempt that failed while starting spent all of it starting). The training
+   window is ``[started + startup, f]``, of length ``W``.
+4. for a failed or cancelled attempt the tail of the window is carved, from the end:
+   a. detection = ``detail["detection_s"]`` (0 when absent), cut to ``W``;
+   b. hang = ``detail["hang_for_s"]`` when ``detail["failure"]["kind"] == "hang"`` (the time
+      without progress when the hang was declared; 0 when absent), cut to what is left;
+   c. lost progress = from the last good checkpoint the attempt saved (its ``created``, the end of
+      the save) to the start of the hang/detection tail; the whole rest of the window when it
+      saved none. This assumes the next attempt resumes from that checkpoint.
+5. checkpoint blocking = the stall (``blocking_s``, else ``save_s``) of the attempt's checkpoints,
+   cut to what is left of the window; in a failed attempt, saves after the last good checkpoint
+   are inside the lost progress and not counted twice.
+6. productive = W - detection - hang - lost progress - checkpoint blocking (never negative).
+7. relaunch wait = next attempt's ``started`` - this attempt's ``ended``, clamped at 0.
+8. other = wall - productive - every badput above. It is 0 for attempts that follow each other
+   and is clamped at 0: attempts that overlap in time (only possible in imported history) would
+   make it negative, and then productive + badput exceeds wall by the overlap.
+
+So ``productive_s + badput.total_s == wall_s`` up to float rounding whenever attempts do not
+overlap, and ``ettr = productive_s / wall_s`` (None for a zero wall).
+
+    >>> g = goodput(run)                        # doctest: +SKIP
+    >>> round(g.ettr, 3), g.badput.lost_progress_s    # doctest: +SKIP
+    (0.912, 420.0)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from trainguard.analytics.runs import (
+    CANCELLED,
+    FAILED,
+    RunView,
+    detail_number,
+    failure_info,
+    failure_time,
+    stall_s,
+    startup_phases,
+)
+from trainguard.store import AttemptRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Badput:
+    """Wall time that did not train the model, by cause (seconds)."""
+
+    startup: Mapping[str, float] = field(default_factory=dict)
+    """Per startup phase name (``launch``, ``imports``, ``dist_init``...), summed over attempts."""
+    checkpoint_blocking_s: float = 0.0
+    lost_progress_s: float = 0.0
+    """Training since the last checkpoint of a failed or cancelled attempt: redone later."""
+    detection_s: float = 0.0
+    teardown_s: float = 0.0
+    """Failure seen -> every rank stopped."""
+    relaunch_wait_s: float = 0.0
+    """One attempt ended -> the next started (backoff, scheduling)."""
+    hang_s: float = 0.0
+    other_s: float = 0.0
+    """The rest of the wall time; clamped at 0 (see the module outline, step 8)."""
+    queue_s: float = 0.0
+    """Session start -> first launch, only with ``include_queue``."""
+
+    @property
+    def startup_s(self) -> float:
+        return sum(self.startup.values())
+
+    @property
+    def total_s(self) -> float:
+        return (self.startup_s + self.checkpoint_blocking_s + self.lost_progress_s
+                + self.detection_s + self.teardown_s + self.relaunch_wait_s + self.hang_s
+                + self.other_s + self.queue_s)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"startup": dict(self.startup), "startup_s": self.startup_s,
+                "checkpoint_blocking_s": self.checkpoint_blocking_s,
+                "lost_progress_s": self.lost_progress_s, "detection_s": self.detection_s,
+                "teardown_s": self.teardown_s, "relaunch_wait_s": self.relaunch_wait_s,
+                "hang_s": self.hang_s, "other_s": self.other_s, "queue_s": self.queue_s,
+                "total_s": self.total_s}
+
+
+@dataclass(frozen=True, slots=True)
+class Goodput:
+    """Productive time of one run (or a fleet of runs) against its wall time.
+
+        >>> g = Goodput(wall_s=100.0, productive_s=90.0, ettr=0.9, badput=Badput(other_s=10.0))
+        >>> g.productive_s + g.badput.total_s == g.wall_s
+        True
+    """
+
+    wall_s: float
+    productive_s: float
+    ettr: float | None
+    """productive / wall; None when the wall is 0 (nothing finished yet)."""
+    badput: Badput
+
+    def to_dict(self) -> dict[str, object]:
+        return {"wall_s": self.wall_s, "productive_s": self.productive_s, "ettr": self.ettr,
+                "badput": self.badput.to_dict()}
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptTime:
+    """One attempt's time split by the module outline, steps 2-6 (seconds)."""
+
+    attempt_id: int
+    startup: Mapping[str, float]
+    window_s: float
+    productive_s: float
+    checkpoint_blocking_s: float
+    lost_progress_s: float
+    detection_s: float
+    hang_s: float
+    teardown_s: float
+
+
+def attempt_time(run: RunView, attempt: AttemptRecord, now: float | None = None) -> AttemptTime:
+    """Split one attempt's time (outline steps 2-6); a running attempt ends at ``now``."""
+    end = attempt.ended if attempt.ended is not None else max(now or attempt.started,
+                                                                attempt.started)
+    failed = attempt.status in (FAILED, CANCELLED) and attempt.ended is not None
+    fail_t = failure_time(attempt) if failed else None
+    f = end if fail_t is None else fail_t
+    # 3. startup phases in order, each cut to what is left of [started, f]
+    left = max(0.0, f - attempt.started)
+    startup: dict[str, float] = {}
+    for name, seconds in startup_phases(attempt).items():
+        take = min(seconds, left)
+        startup[name] = startup.get(name, 0.0) + take
+        left = max(0.0, left - take)
+    window_start, window = f - left, left
+    detection = hang = lost = 0.0
+    ckpts = run.checkpoints_of(attempt)
+    if failed:
+        # 4. carve the tail of the window: detection, hang, lost progress
+        detection = min(max(0.0, detail_number(attempt, "detection_s") or 0.0), left)
+        left = max(0.0, left - detection)
+        if failure_info(attempt).get("kind") == "hang":
+            hang = min(max(0.0, detail_number(attempt, "hang_for_s") or 0.0), left)
+            left = max(0.0, left - hang)
+        lost_end = window_start + left
+        saved = [c.created for c in ckpts if c.ok and c.created <= lost_end]
+        last_saved = max(window_start, max(saved, default=window_start))
+        lost = lost_end - last_saved
+        left = max(0.0, left - lost)
+        ckpts = tuple(c for c in ckpts if c.created <= last_saved)
+    # 5. checkpoint stalls, cut to what is left
+    blocking = min(sum(stall_s(c) for c in ckpts), left)
+    left = max(0.0, left - blocking)
+    return AttemptTime(
+        attempt_id=attempt.id, startup=startup, window_s=window, productive_s=left,
+        checkpoint_blocking_s=blocking, lost_progress_s=lost, detection_s=detection,
+        hang_s=hang, teardown_s=end - f)
+
+
+def goodput(run: RunView, *, include_queue: bool = False, now: float | None = None) -> Goodput:
+    """ETTR and badput of one run (see the module outline)."""
+    attempts = [a for a in run.attempts if a.ended is not None or now is not None]
+    if not attempts:
+        return Goodput(0.0, 0.0, None, Badput())
+    times = [attempt_time(run, a, now) for a in attempts]
+    ends = [a.ended if a.ended is not None else max(float(now or 0.0), a.started)
+            for a in attempts]
+    first = min(a.started for a in attempts)
+    wall = max(ends) - first
+    queue = max(0.0, first - run.session.started) if include_queue else 0.0
+    wall += queue
+    # 7. gaps between consecutive attempts (by launch index)
+    relaunch = sum(max(0.0, nxt.started - end)
+                   for nxt, end in zip(attempts[1:], ends[:-1], strict=True))
+    startup: dict[str, float] = {}
+    for t in times:
+        for name, seconds in t.startup.items():
+            startup[name] = startup.get(name, 0.0) + seconds
+    productive = sum(t.productive_s for t in times)
+    badput = Badput(
+        startup=startup,
+        checkpoint_blocking_s=sum(t.checkpoint_blocking_s for t in times),
+        lost_progress_s=sum(t.lost_progress_s for t in times),
+        detection_s=sum(t.detection_s for t in times),
+        teardown_s=sum(t.teardown_s for t in times),
+        relaunch_wait_s=relaunch,
+        hang_s=sum(t.hang_s for t in times),
+        queue_s=queue,
+    )
+    other = max(0.0, wall - productive - badput.total_s)  # 8.
+    return Goodput(wall, productive, productive / wall if wall > 0 else None,
+                   _with_other(badput, other))
+
+
+def _with_other(b: Badput, other: float) -> Badput:
+    return Badput(b.startup, b.checkpoint_blocking_s, b.lost_progress_s, b.detection_s,
+                  b.teardown_s, b.relaunch_wait_s, b.hang_s, other, b.queue_s)
+
+
+def fleet_goodput(runs: Iterable[RunView], *, include_queue: bool = False,
+                  now: float | None = None) -> Goodput:
+    """Every run's goodput summed: fleet ETTR = sum productive / sum wall."""
+    return combine(goodput(r, include_queue=include_queue, now=now) for r in runs)
+
+
+def combine(parts: Iterable[Goodput]) -> Goodput:
+    """Sum goodputs field by field (walls add up: runs are counted side by side)."""
+    wall = productive = 0.0
+    startup: dict[str, float] = {}
+    sums = dict.fromkeys(("checkpoint_blocking_s", "lost_progress_s", "detection_s",
+                          "teardown_s", "relaunch_wait_s", "hang_s", "other_s", "queue_s"), 0.0)
+    for g in parts:
+        wall += g.wall_s
+        productive += g.productive_s
+        for name, seconds in g.badput.startup.items():
+            startup[name] = startup.get(name, 0.0) + seconds
+        for key in sums:
+            sums[key] += getattr(g.badput, key)
+    return Goodput(wall, productive, productive / wall if wall > 0 else None,
+                   Badput(startup=startup, **sums))
+
+
+__all__ = ["AttemptTime", "Badput", "Goodput", "attempt_time", "combine", "fleet_goodput",
+           "goodput"]

@@ -1,0 +1,7 @@
+"""The operator's report: HTML (plotly, self-contained) over :mod:`trainguard.analytics`."""
+
+from __future__ import annotations
+
+from trainguard.report.html import FIGURES, render_html
+
+__all__ = ["FIGURES", "render_html"]

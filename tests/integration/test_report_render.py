@@ -1,0 +1,66 @@
+"""The HTML report renders in headless Chromium with every plot drawn and no script errors,
+on a store populated by real supervised runs (the example GPT with injected faults)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("plotly", reason="the HTML report needs plotly (trainguard[report])")
+pytest.importorskip("torch", reason="the example needs torch")
+pytestmark = pytest.mark.integration
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_gpt.py"
+TG = [sys.executable, "-m", "trainguard.cli.main"]
+
+
+def chromium() -> str:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        if path := shutil.which(name):
+            return path
+    if os.environ.get("CI"):
+        pytest.fail("chromium is not installed (scripts/sysdeps.sh)")
+    pytest.skip("chromium is not installed (scripts/sysdeps.sh)")
+
+
+def test_report_renders_every_plot(tmp_path: Path) -> None:
+    db = str(tmp_path / "tg.db")
+    for i, fault in enumerate(("kill:rank=1,step=12", "xid:node=node2,step=22")):
+        r = subprocess.run(
+            [*TG, "run", "-q", "--db", db, "--run-dir", str(tmp_path / f"run{i}"),
+             "--nodes", "node1,node2", "--spares", "node3", "--inject", fault,
+             "--inject", "slow:step=12,delay=0.3", "--", sys.executable, str(EXAMPLE),
+             "--steps", "30", "--ckpt-every", "10", "--ckpt-dir", str(tmp_path / f"ck{i}")],
+            capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+    html = tmp_path / "report.html"
+    r = subprocess.run([*TG, "report", "--db", db, "--html", str(html), "--json"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["goodput"]["ettr"] is not None and 0 < doc["goodput"]["ettr"] < 1
+    assert doc["failures"]["failures"] == 2
+    text = html.read_text()
+    # self-contained: plotly.js is inlined, nothing is loaded from elsewhere
+    assert "<script src=" not in text and "<link " not in text
+    dom = subprocess.run(
+        [chromium(), "--headless=new", "--no-sandbox", "--disable-gpu",
+         "--virtual-time-budget=15000", "--dump-dom", html.as_uri()],
+        capture_output=True, text=True, timeout=120).stdout
+    figures = re.findall(r"data-figure='([a-z]+)'|data-figure=\"([a-z]+)\"", dom)
+    names = [a or b for a, b in figures]
+    assert names == ["goodput", "timeline", "chains", "exclusions", "failures", "leadtime",
+                     "checkpoints"]
+    # every figure div holds a drawn plot (plotly's main-svg), and no script error was recorded
+    for name in names:
+        start = dom.index(f"id=\"fig-{name}\"")
+        assert "main-svg" in dom[start:start + 20000], f"{name} did not draw"
+    errors = re.search(r'<pre id="tg-errors">(.*?)</pre>', dom, flags=re.S)
+    assert errors is not None and errors.group(1).strip() == ""
