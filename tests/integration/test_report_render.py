@@ -64,3 +64,61 @@ def test_report_renders_every_plot(tmp_path: Path) -> None:
         assert "main-svg" in dom[start:start + 20000], f"{name} did not draw"
     errors = re.search(r'<pre id="tg-errors">(.*?)</pre>', dom, flags=re.S)
     assert errors is not None and errors.group(1).strip() == ""
+
+
+def test_report_numbers_match_an_independent_computation(tmp_path: Path) -> None:
+    """ETTR, retry-chain success rate, median retry interval and the top-3 exclusion share,
+    recomputed here plainly from the raw attempt/checkpoint/exclusion records."""
+    import statistics
+
+    from trainguard.analytics.report import build_report
+    from trainguard.store import Store
+
+    db = str(tmp_path / "tg.db")
+    runs = [("kill:rank=1,step=12", "node1,node2", "node3"),
+            ("xid:node=node2,step=22", "node1,node2", "node3"),
+            ("exception:rank=0,step=5,attempt=*", "node1,node2", "")]
+    for i, (fault, nodes, spares) in enumerate(runs):
+        subprocess.run(
+            [*TG, "run", "-q", "--db", db, "--run-dir", str(tmp_path / f"run{i}"),
+             "--nodes", nodes, *(["--spares", spares] if spares else []), "--inject", fault,
+             "--inject", "slow:step=10,delay=0.3", "--", sys.executable, str(EXAMPLE),
+             "--steps", "25", "--ckpt-every", "10", "--ckpt-dir", str(tmp_path / f"ck{i}")],
+            capture_output=True, text=True, timeout=300, check=False)
+    with Store.open(db) as store:
+        rep = build_report(store)
+        sessions = store.sessions()
+        attempts = {s.id: store.attempts(s.id) for s in sessions}
+        ckpts = store.checkpoints()
+        exclusions = store.exclusions()
+    # retry chains: one per session here (no manual relaunches)
+    ok = [a[-1].status == "succeeded" for a in attempts.values()]
+    assert rep.chain_stats["all"].success_rate == pytest.approx(sum(ok) / len(ok))
+    gaps = [b.started - a.ended for atts in attempts.values() for a, b in zip(atts, atts[1:])
+            if a.ended is not None]
+    assert rep.chain_stats["all"].retry_interval_median_s == pytest.approx(
+        statistics.median(gaps))
+    # top-3 exclusion share
+    counts: dict[str, int] = {}
+    for ex in exclusions:
+        counts[ex.node] = counts.get(ex.node, 0) + 1
+    top3 = sum(sorted(counts.values(), reverse=True)[:3]) / sum(counts.values())
+    assert rep.exclusions.summary.top_k_share == pytest.approx(top3)
+    # ETTR: productive time / wall time, from the raw records
+    wall = productive = 0.0
+    for atts in attempts.values():
+        wall += max(a.ended or 0.0 for a in atts) - min(a.started for a in atts)
+        for a in atts:
+            assert a.ended is not None
+            end = a.detail.get("failed_at") or a.ended
+            start = min(a.started + sum(a.startup_phases.values()), end)
+            mine = sorted((c for c in ckpts if c.attempt_id == a.id and c.ok),
+                          key=lambda c: c.created)
+            if a.status != "succeeded":
+                kept = [c for c in mine if c.created <= end]
+                end = max(start, kept[-1].created) if kept else start
+                mine = kept
+            stall = sum((c.blocking_s if c.blocking_s is not None else c.save_s) or 0.0
+                        for c in mine if c.created <= end)
+            productive += max(0.0, end - start - stall)
+    assert rep.goodput.ettr == pytest.approx(productive / wall, rel=1e-6)
