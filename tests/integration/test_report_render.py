@@ -3,6 +3,7 @@ on a store populated by real supervised runs (the example GPT with injected faul
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -94,8 +95,8 @@ def test_report_numbers_match_an_independent_computation(tmp_path: Path) -> None
     # retry chains: one per session here (no manual relaunches)
     ok = [a[-1].status == "succeeded" for a in attempts.values()]
     assert rep.chain_stats["all"].success_rate == pytest.approx(sum(ok) / len(ok))
-    gaps = [b.started - a.ended for atts in attempts.values() for a, b in zip(atts, atts[1:])
-            if a.ended is not None]
+    gaps = [b.started - a.ended for atts in attempts.values()
+            for a, b in itertools.pairwise(atts) if a.ended is not None]
     assert rep.chain_stats["all"].retry_interval_median_s == pytest.approx(
         statistics.median(gaps))
     # top-3 exclusion share
