@@ -24,7 +24,8 @@ sysdeps:
 # The main job on embedded defaults: simulate a 16-node x 8-GPU cluster for 2 days (DCGM and
 # node-exporter telemetry, kernel logs, ground truth), then backtest the failure detector on it
 # against static DCGM-style rules and PyOD's ECOD, and print where and why it alerted. Then
-# supervise the example GPT through two injected faults (a killed rank, an XID 79 on node2).
+# supervise the example GPT through a killed rank and the detector's alert on a node, then
+# write the report (ETTR, badput, retry chains, exclusions) as terminal summary and HTML.
 DEMO_DIR ?= demo-data/cluster
 DEMO_RUN ?= demo-data/run
 demo: install
@@ -33,11 +34,14 @@ demo: install
 	$(BIN)/trainguard backtest $(DEMO_DIR) --baseline static --baseline ecod \
 		--alerts-out $(DEMO_DIR)/alerts.jsonl
 	@echo
-	@echo "== Recovery: a 3-node GPT job (real PyTorch, gloo) with a rank killed and an XID 79 on node2 =="
+	@echo "== Recovery: a 3-node GPT job (real PyTorch, gloo); a rank is killed, then the detector's"
+	@echo "== alert on node08 (ECC SBE rising, before its XID in the simulation above) moves the job to a spare =="
 	rm -rf $(DEMO_RUN)
 	$(BIN)/trainguard run --run-dir $(DEMO_RUN) --db $(DEMO_RUN)/trainguard.db \
-		--nodes node1,node2,node3 --spares node4 --nproc-per-node 1 \
-		--inject kill:rank=1,step=25 --inject xid:node=node2,xid=79,step=45,attempt=1 \
+		--nodes node07,node08,node09 --spares node10 --nproc-per-node 1 \
+		--alerts $(DEMO_RUN)/alerts-live.jsonl --alerts-replay $(DEMO_DIR)/alerts.jsonl \
+		--stop-on-predictive \
+		--inject kill:rank=1,step=25 --inject alert:node=node08,step=45,attempt=1 \
 		-- $(BIN)/python examples/train_gpt.py --steps 80 --ckpt-every 10 \
 		--ckpt-dir $(DEMO_RUN)/ckpt --loss-log $(DEMO_RUN)/loss.txt
 	@echo

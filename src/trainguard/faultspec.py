@@ -59,6 +59,9 @@ class FaultKind(StrEnum):
     """After the SDK saves the checkpoint of step >= ``step``, damage its largest file (SDK)."""
     XID = "xid"
     """Append an NVRM XID line to a node's kernel log (supervisor)."""
+    ALERT = "alert"
+    """Append a detector alert on a node to the watched alerts file (supervisor): replays the
+    detector's alert for that node from ``--alerts-replay``, else a synthetic hard alert."""
     CUDA_ERROR = "cuda_error"
     """The rank prints a CUDA error traceback to stderr and exits with ``code`` (SDK)."""
     EXCEPTION = "exception"
@@ -76,7 +79,8 @@ SDK_KINDS: frozenset[FaultKind] = frozenset(
 )
 """Fired inside the training process by ``trainguard.train``."""
 
-SUPERVISOR_KINDS: frozenset[FaultKind] = frozenset({FaultKind.KILL, FaultKind.HANG, FaultKind.XID})
+SUPERVISOR_KINDS: frozenset[FaultKind] = frozenset(
+    {FaultKind.KILL, FaultKind.HANG, FaultKind.XID, FaultKind.ALERT})
 """Fired from outside by the supervisor."""
 
 # Keys that only mean something for some kinds: giving them elsewhere is almost certainly a typo

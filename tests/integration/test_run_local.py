@@ -287,6 +287,7 @@ def test_a_hard_detector_alert_stops_the_attempt_and_excludes_the_node(
     first, last = summary(tmp_path)["attempts"]
     assert first["failure"]["kind"] == "node" and first["excluded_nodes"] == ["node2"]
     assert "detector hard alert" in first["failure"]["summary"]
+    assert first["failure"]["summary"].endswith("on node2")
     assert last["nodes"] == ["node1", "node3"]
     with Store.open(str(tmp_path / "tg.db")) as store:
         sigs = {e.signature for e in store.events()}
@@ -348,3 +349,29 @@ def test_operator_exclusions_are_honoured_and_local_ones_end_with_the_session(
         # the operator's exclusion stays; the virtual node2's ended with the session
         assert store.active_excluded_nodes() == {"node1"}
         assert [e.node for e in store.exclusions()] == ["node1", "node2"]
+
+
+def test_an_injected_alert_replays_the_detectors_alert_for_the_node(tmp_path: Path) -> None:
+    replay = tmp_path / "detector-alerts.jsonl"
+    replay.write_text("\n".join(json.dumps(r) for r in (
+        {"node": "node1", "start": 5.0, "end": 6.0, "peak_score": 9.0, "kind": "hard",
+         "signals": [], "source": "static_rules"},
+        {"node": "node2", "start": 1.0, "end": 2.0, "peak_score": 40.0, "kind": "predictive",
+         "signals": [{"metric": "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "gpu": "3",
+                      "deviation": 12.0}], "source": "trainguard"})) + "\n")
+    r = tg_run(tmp_path, "--nodes", "node1,node2", "--spares", "node3",
+               "--alerts", str(tmp_path / "live.jsonl"), "--alerts-replay", str(replay),
+               "--stop-on-predictive", "--inject", "alert:node=node2,after=1", steps=20,
+               env={"PLAIN_CKPT": str(tmp_path / "c")})
+    assert r.returncode == 0, r.stderr
+    first, last = summary(tmp_path)["attempts"]
+    assert "detector predictive alert (DCGM_FI_DEV_ECC_SBE_VOL_TOTAL)" in \
+        first["failure"]["summary"]
+    assert first["excluded_nodes"] == ["node2"] and last["nodes"] == ["node1", "node3"]
+    (live,) = [json.loads(x) for x in (tmp_path / "live.jsonl").read_text().splitlines()]
+    assert live["node"] == "node2" and live["source"] == "replay of trainguard"
+
+
+def test_an_alert_fault_needs_an_alerts_feed(tmp_path: Path) -> None:
+    r = tg_run(tmp_path, "--nodes", "node1", "--inject", "alert:node=node1", steps=1)
+    assert r.returncode == 2 and "needs --alerts FILE" in r.stderr

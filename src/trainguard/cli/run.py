@@ -117,6 +117,9 @@ def run(
     alerts: Annotated[Path | None, typer.Option(
         "--alerts", help="Follow this JSON-lines file of detector alerts "
         "(trainguard detect --alerts-out).")] = None,
+    alerts_replay: Annotated[Path | None, typer.Option(
+        "--alerts-replay", help="--inject alert:node=X replays X's first alert from this "
+        "detector alerts file (demos, fire drills).")] = None,
     stop_on_predictive: Annotated[bool, typer.Option(
         "--stop-on-predictive", help="Also stop an attempt on predictive detector alerts "
         "(hard alerts always stop it).")] = False,
@@ -161,6 +164,7 @@ def run(
             exit_grace_s=exit_grace,
             kernel_log=kernel_log or "{run_dir}/nodes/{node}/kern.log",
             alerts_file=alerts.absolute() if alerts else None,
+            alerts_replay=alerts_replay.absolute() if alerts_replay else None,
             stop_on_predictive=stop_on_predictive, master_port=master_port, faults=faults,
             policy=RetryPolicy(max_retries=max_retries, backoff_s=backoff,
                                backoff_max_s=backoff_max))

@@ -9,6 +9,7 @@ passed since the launch (with neither: right after the launch).
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -60,6 +61,39 @@ def append_line(path: Path, line: str) -> None:
         os.close(fd)
 
 
+def alert_record(node: str, now: float, replay: Path | None = None) -> dict[str, object]:
+    """A detector alert on ``node`` as ``trainguard detect --alerts-out`` writes it, dated now.
+
+    With ``replay`` (an alerts JSON-lines file), the first alert the file holds for ``node``
+    (trainguard's own first, then any detector's) is replayed: its kind, score and signals.
+    """
+    found: dict[str, object] | None = None
+    if replay is not None:
+        try:
+            lines = replay.read_text().splitlines()
+        except OSError as exc:
+            raise ConfigError(f"cannot read --alerts-replay {replay}: "
+                              f"{exc.strerror or exc}") from exc
+        candidates = []
+        for line in lines:
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(rec, dict) and rec.get("node") == node:
+                candidates.append(rec)
+        candidates.sort(key=lambda r: (r.get("source") != "trainguard",
+                                       float(r.get("start") or 0.0)))
+        found = candidates[0] if candidates else None
+        if found is None:
+            raise ConfigError(f"--alerts-replay {replay} has no alert for node {node}")
+    base = found or {"kind": "hard", "peak_score": 1.0, "source": "trainguard inject",
+                     "signals": [{"metric": "injected", "gpu": None, "deviation": 0.0}]}
+    return {**base, "node": node, "start": now, "end": now,
+            "source": f"replay of {base.get('source', 'detector')}" if found else
+            base["source"]}
+
+
 def signal_for(kind: FaultKind) -> int:
     if kind is FaultKind.KILL:
         return signal.SIGKILL
@@ -92,7 +126,7 @@ class FaultSchedule:
         for spec in specs:
             if spec.kind not in SUPERVISOR_KINDS or not spec.applies_to(attempt, None):
                 continue
-            if spec.kind is FaultKind.XID:
+            if spec.kind in (FaultKind.XID, FaultKind.ALERT):
                 node = spec.node or (nodes[spec.rank // nproc_per_node]
                                      if spec.rank is not None else nodes[0])
                 firings.append(Firing(spec, spec.rank, node))

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainguard.errors import ConfigError
-from trainguard.faultspec import FaultSpec
+from trainguard.faultspec import FaultKind, FaultSpec
 
 _NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -93,6 +93,8 @@ class JobSpec:
     """Watched kernel log per node; ``{node}`` and ``{run_dir}`` are substituted."""
     alerts_file: Path | None = None
     """JSON lines of detector alerts (``trainguard detect --alerts-out``) to watch."""
+    alerts_replay: Path | None = None
+    """Where ``--inject alert:node=X`` takes the alert it replays (a detector's alerts file)."""
     stop_on_predictive: bool = False
     """Stop an attempt on a predictive detector alert too (hard alerts always stop it)."""
     master_port: int | None = None
@@ -130,6 +132,8 @@ class JobSpec:
         if self.master_port is not None and not 1 <= self.master_port <= 65535:
             raise ConfigError("--master-port must be between 1 and 65535")
         for fault in self.faults:
+            if fault.kind is FaultKind.ALERT and self.alerts_file is None:
+                raise ConfigError(f"fault {fault} needs --alerts FILE (the feed it writes to)")
             if fault.node is not None and fault.node not in everyone:
                 raise ConfigError(f"fault {fault} names node {fault.node!r}, which is not in "
                                   "--nodes or --spares")

@@ -40,7 +40,13 @@ from trainguard.recover.failure import (
     analyze,
     is_node_fault,
 )
-from trainguard.recover.inject import FaultSchedule, append_line, signal_for, xid_line
+from trainguard.recover.inject import (
+    FaultSchedule,
+    alert_record,
+    append_line,
+    signal_for,
+    xid_line,
+)
 from trainguard.recover.lifecycle import Lifecycle, State
 from trainguard.recover.policy import ChainState, Decision, Verdict, decide, implicated_after
 from trainguard.recover.records import AttemptResult, Exclusion, Recorder, RunResult
@@ -470,6 +476,13 @@ class Supervisor:
         if kind is FaultKind.XID:
             self._status(f"inject: XID {xid} into {node}'s kernel log")
             append_line(self.spec.kernel_log_path(node), xid_line(node, xid))
+            return
+        if kind is FaultKind.ALERT:
+            assert self.spec.alerts_file is not None  # JobSpec checks it
+            record = alert_record(node, self.clock(), self.spec.alerts_replay)
+            self._status(f"inject: {record.get('kind')} detector alert on {node} "
+                         f"({record.get('source')})")
+            append_line(self.spec.alerts_file, json.dumps(record) + "\n")
             return
         assert rank is not None
         self._status(f"inject: {kind.value} rank {rank} on {node}")

@@ -194,7 +194,7 @@ class NodeWatch:
         signals = rec.get("signals") or []
         top = ", ".join(str(s.get("metric")) for s in signals[:3] if isinstance(s, dict))
         start = rec.get("start")
-        summary = f"detector {kind} alert on {node}" + (f" ({top})" if top else "")
+        summary = f"detector {kind} alert" + (f" ({top})" if top else "")
         return FailureEvent(
             category=Category.GPU_HARDWARE, action=Action.EXCLUDE_NODE,
             severity=Severity.FATAL if fatal else Severity.NON_FATAL,
