@@ -111,16 +111,23 @@ class RunResult:
         return {"succeeded": 0, "cancelled": 130}.get(self.status, 1)
 
 
-def _atomic_write_json(path: Path, obj: Mapping[str, Any]) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=".summary-", dir=path.parent)
+def write_json_atomic(path: Path, obj: Mapping[str, Any]) -> None:
+    """Replace ``path`` with ``obj`` as JSON in one rename: a reader never sees half a file.
+    :class:`LaunchError` (one line) when it cannot be written."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
+    except OSError as exc:
+        raise LaunchError(f"cannot write {path}: {exc.strerror or exc}") from exc
     try:
         with os.fdopen(fd, "w") as f:
             json.dump(obj, f, indent=2, allow_nan=False, default=str)
             f.write("\n")
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise LaunchError(f"cannot write {path}: {exc.strerror or exc}") from exc
         raise
 
 
@@ -141,8 +148,7 @@ class Recorder:
                                                          config=config)
         self.write("running", "", (), ())
 
-    def start_attempt(self, index: int, nodes: Sequence[str], started: float,
-                      resume_max_step: int | None) -> int | None:
+    def start_attempt(self, index: int, nodes: Sequence[str], started: float) -> int | None:
         if self._store is None or self.session_id is None:
             return None
         return self._store.create_attempt(self.session_id, index=index, nodes=nodes,
@@ -202,11 +208,7 @@ class Recorder:
         }
         if current is not None:
             doc["current_attempt"] = dict(current)
-        try:
-            _atomic_write_json(self.summary_path, doc)
-        except OSError as exc:
-            raise LaunchError(f"cannot write {self.summary_path}: {exc.strerror or exc}") \
-                from exc
+        write_json_atomic(self.summary_path, doc)
 
     def finish(self, result: RunResult, ended: float) -> None:
         if self._store is not None and self.session_id is not None:
@@ -214,4 +216,5 @@ class Recorder:
         self.write(result.status, result.message, result.attempts, result.exclusions)
 
 
-__all__ = ["SUMMARY_FORMAT", "AttemptResult", "Exclusion", "Recorder", "RunResult"]
+__all__ = ["SUMMARY_FORMAT", "AttemptResult", "Exclusion", "Recorder", "RunResult",
+           "write_json_atomic"]

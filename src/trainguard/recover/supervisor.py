@@ -38,6 +38,7 @@ from trainguard.recover.failure import (
     RankOutcome,
     Trigger,
     analyze,
+    evidence_lines,
     is_node_fault,
 )
 from trainguard.recover.inject import (
@@ -49,7 +50,13 @@ from trainguard.recover.inject import (
 )
 from trainguard.recover.lifecycle import Lifecycle, State
 from trainguard.recover.policy import ChainState, Decision, Verdict, decide, implicated_after
-from trainguard.recover.records import AttemptResult, Exclusion, Recorder, RunResult
+from trainguard.recover.records import (
+    AttemptResult,
+    Exclusion,
+    Recorder,
+    RunResult,
+    write_json_atomic,
+)
 from trainguard.recover.spec import JobSpec
 from trainguard.recover.watch import NodeWatch, RankWatch
 from trainguard.store import Store
@@ -266,7 +273,7 @@ class Supervisor:
         handle = self.backend.launch(plan)
         launched = self.clock()
         self.lifecycle.to(State.RUNNING)
-        store_id = self._recorder.start_attempt(index, nodes, t0, chain.resume_max_step)
+        store_id = self._recorder.start_attempt(index, nodes, t0)
         watches = {rl.rank: RankWatch(rl.rank, rl.node, rl.output,
                                       Path(rl.env["TRAINGUARD_EVENTS"]), launched)
                    for rl in plan.ranks}
@@ -407,13 +414,11 @@ class Supervisor:
                 chain.spares.remove(node)
                 reason = f"spare {node} failed while idle: {ev.summary}"
                 self._status(reason)
-                chain.exclusions.append(Exclusion(
-                    node, reason, len(chain.attempts),
-                    tuple(f"{e.path}:{e.line_no}: {e.text.strip()}" for e in ev.evidence)))
+                evidence = evidence_lines([ev])
+                chain.exclusions.append(Exclusion(node, reason, len(chain.attempts), evidence))
                 self._tell_scheduler(node, f"trainguard: {reason}")
                 if self.store is not None:
-                    self.store.add_exclusion(node, reason=reason, created=now,
-                                             evidence=[e.text for e in ev.evidence],
+                    self.store.add_exclusion(node, reason=reason, created=now, evidence=evidence,
                                              session_id=self._recorder.session_id
                                              if self._recorder else None)
         return trigger
@@ -438,15 +443,12 @@ class Supervisor:
     def _tail_events(self, w: RankWatch) -> tuple[FailureEvent, ...]:
         """Classified evidence in the last part of a failed rank's output."""
         try:
-            size = w.output.stat().st_size
             with open(w.output, "rb") as f:
-                start = max(0, size - _TAIL_BYTES)
-                f.seek(start)
-                data = f.read()
+                start = max(0, os.fstat(f.fileno()).st_size - _TAIL_BYTES)
                 first = 1
-                if start:
-                    f.seek(0)
-                    first = f.read(start).count(b"\n") + 1
+                while f.tell() < start:  # number the lines; output can be gigabytes
+                    first += f.read(min(1 << 20, start - f.tell())).count(b"\n")
+                data = f.read()
         except OSError:
             return ()
         if start:
@@ -541,8 +543,8 @@ class Supervisor:
             self.store.release_session_exclusions(self._recorder.session_id,
                                                   released=self.clock())
         self._recorder.finish(result, self.clock())
-        self._write_json(self.spec.run_dir / "state.json", {"status": status,
-                                                            "supervisor_pid": os.getpid()})
+        write_json_atomic(self.spec.run_dir / "state.json",
+                          {"status": status, "supervisor_pid": os.getpid()})
         return result
 
     # -- plumbing ----------------------------------------------------------------------------
@@ -602,7 +604,7 @@ class Supervisor:
 
     def _write_state(self, index: int, plan: LaunchPlan, handle: AttemptHandle) -> None:
         pids = handle.pids()
-        self._write_json(self.spec.run_dir / "state.json", {
+        write_json_atomic(self.spec.run_dir / "state.json", {
             "status": "running", "supervisor_pid": os.getpid(), "attempt": index,
             "nodes": list(plan.nodes),
             "kernel_logs": {n: str(self.spec.kernel_log_path(n))
@@ -610,15 +612,6 @@ class Supervisor:
             "ranks": [{"rank": rl.rank, "node": rl.node, "pid": pids.get(rl.rank),
                        "output": str(rl.output)} for rl in plan.ranks],
         })
-
-    @staticmethod
-    def _write_json(path: Path, obj: Mapping[str, Any]) -> None:
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        try:
-            tmp.write_text(json.dumps(obj, indent=2) + "\n")
-            os.replace(tmp, path)
-        except OSError as exc:
-            raise LaunchError(f"cannot write {path}: {exc.strerror or exc}") from exc
 
 
 def run_job(spec: JobSpec, backend: Backend, **kwargs: Any) -> RunResult:

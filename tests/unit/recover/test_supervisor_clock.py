@@ -164,3 +164,16 @@ def test_a_rank_stuck_after_finish_counts_as_done_after_the_exit_grace(tmp_path:
     assert result.attempts[0].exit_codes == {0: 0, 1: -15}
     # not declared a hang at 10 s: finished ranks are on their exit grace
     assert 30.0 < backend.attempts[0].stopped_at - result.attempts[0].started <= 30.2  # type: ignore[operator]
+
+
+def test_tail_evidence_keeps_line_numbers_past_a_large_output(tmp_path: Path) -> None:
+    from trainguard.recover.watch import RankWatch
+
+    sup, _, _ = make(tmp_path, [])
+    out = tmp_path / "rank0.log"
+    filler = b"step output line\n" * 40_000  # ~680 KB: more than the tail that is scanned
+    out.write_bytes(filler + b"Traceback (most recent call last):\n  File \"t.py\", line 3, "
+                    b"in <module>\nValueError: bad lr\n")
+    (ev,) = sup._tail_events(RankWatch(0, "n1", out, tmp_path / "e.jsonl", 0.0))
+    assert ev.summary.startswith("ValueError: bad lr")
+    assert [e.line_no for e in ev.evidence] == [40_001, 40_003]
