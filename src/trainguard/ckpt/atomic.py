@@ -50,8 +50,10 @@ __all__ = [
     "CheckpointInfo",
     "SavedCheckpoint",
     "SkippedCheckpoint",
+    "StagedCheckpoint",
     "Writer",
     "bytes_writer",
+    "new_tag",
 ]
 
 logger = logging.getLogger(__name__)
@@ -103,6 +105,18 @@ class SavedCheckpoint:
 
 
 @dataclass(frozen=True, slots=True)
+class StagedCheckpoint:
+    """A checkpoint being written: its files go into `tmp`; `commit` renames it to `final`."""
+
+    step: int
+    """Training step."""
+    tmp: Path
+    """The temporary directory (``.tmp-step-XXXXXXXX-<pid>-<hex>``)."""
+    final: Path
+    """The directory it becomes (``step-XXXXXXXX``)."""
+
+
+@dataclass(frozen=True, slots=True)
 class SkippedCheckpoint:
     """A checkpoint passed over when looking for one to resume from, and why."""
 
@@ -148,7 +162,12 @@ def _sync_and_hash(path: Path) -> FileEntry:
             size += len(chunk)
     finally:
         os.close(fd)
-    return FileEntry(size=size, sha256=digest.hexdigest())
+    return FileEntry(size=size, digest=digest.hexdigest())
+
+
+def new_tag(step: int) -> str:
+    """A fresh temp-dir tag for `step` (see `CheckpointDir.stage`)."""
+    return _tag(step)
 
 
 def _tag(step: int) -> str:
@@ -158,6 +177,15 @@ def _tag(step: int) -> str:
 
 def _rmtree_quiet(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
+
+
+def _what(exc: BaseException) -> str:
+    """The reason an I/O step failed, for an error message."""
+    if isinstance(exc, OSError):
+        if exc.errno == errno.ENOSPC:
+            return "no space left on device"
+        return exc.strerror or str(exc)
+    return f"{type(exc).__name__}: {exc}"
 
 
 def bytes_writer(data: bytes) -> Writer:
@@ -200,34 +228,78 @@ class CheckpointDir:
         Raises `CheckpointError` (naming the path) for bad names, I/O errors or a writer that
         raises; the temp dir is removed and the previous state is untouched.
         """
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise CheckpointError(f"checkpoint step must be an integer >= 0, got {step!r}")
         for name in writers:
             check_file_name(name)
         started = time.monotonic()
-        final = self.root / step_dirname(step)
+        staged = self.stage(step)
+        current = staged.tmp
+        try:
+            entries: dict[str, FileEntry] = {}
+            for name, writer in writers.items():
+                current = staged.final / name
+                with (staged.tmp / name).open("wb") as f:
+                    writer(f)
+                entries[name] = _sync_and_hash(staged.tmp / name)
+        except BaseException as exc:
+            self.abort(staged)
+            if not isinstance(exc, Exception):
+                raise
+            raise CheckpointError(
+                f"cannot save checkpoint step {step} at {current}: {_what(exc)}"
+            ) from exc
+        return self.commit(staged, entries, started=started)
+
+    def stage(self, step: int, *, tag: str | None = None, clean: bool = True) -> StagedCheckpoint:
+        """Create the temp dir a checkpoint of `step` is written into (step 1 of the outline).
+
+        `tag` (``step-XXXXXXXX-<pid>-<hex>``) names a temp dir shared by several writers (the
+        ranks of a sharded save agree on it); an existing one is reused. `clean` removes stale
+        leftovers of earlier saves first: only one writer of a shared directory should.
+        """
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise CheckpointError(f"checkpoint step must be an integer >= 0, got {step!r}")
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise CheckpointError(
                 f"cannot create checkpoint directory {self.root}: {exc.strerror or exc}"
             ) from exc
-        self._clean_leftovers()
-
-        tag = _tag(step)
-        tmp = self.root / f".tmp-{tag}"
-        current = tmp  # what the error message names
-        aside: Path | None = None
+        if clean:
+            self._clean_leftovers()
+        tmp = self.root / f".tmp-{tag or _tag(step)}"
         try:
-            tmp.mkdir()
-            entries: dict[str, FileEntry] = {}
-            for name, writer in writers.items():
-                current = final / name
-                with (tmp / name).open("wb") as f:
-                    writer(f)
-                entries[name] = _sync_and_hash(tmp / name)
-            current = final / MANIFEST_NAME
-            manifest = Manifest(step=step, created=time.time(), files=entries)
+            tmp.mkdir(exist_ok=tag is not None)
+        except OSError as exc:
+            raise CheckpointError(
+                f"cannot save checkpoint step {step} at {tmp}: {_what(exc)}"
+            ) from exc
+        return StagedCheckpoint(step=step, tmp=tmp, final=self.root / step_dirname(step))
+
+    def abort(self, staged: StagedCheckpoint) -> None:
+        """Remove a staged checkpoint's temp dir."""
+        _rmtree_quiet(staged.tmp)
+
+    def commit(
+        self,
+        staged: StagedCheckpoint,
+        entries: Mapping[str, FileEntry],
+        *,
+        meta: Mapping[str, object] | None = None,
+        started: float | None = None,
+    ) -> SavedCheckpoint:
+        """Write the manifest of files already written and synced in `staged.tmp`, then rename
+        the temp dir to its final name (steps 2-4 of the outline) and prune old checkpoints.
+
+        On failure the temp dir is removed, the previous state is untouched, and
+        `CheckpointError` names the path.
+        """
+        step, tmp, final = staged.step, staged.tmp, staged.final
+        started = time.monotonic() if started is None else started
+        aside: Path | None = None
+        current = final / MANIFEST_NAME
+        try:
+            manifest = Manifest(step=step, created=time.time(), files=dict(entries),
+                                meta=dict(meta or {}))
             with (tmp / MANIFEST_NAME).open("w", encoding="utf-8") as mf:
                 mf.write(manifest.to_json())
                 mf.flush()
@@ -235,7 +307,7 @@ class CheckpointDir:
             _fsync_dir(tmp)
             current = final
             if final.exists():
-                aside = self.root / f".old-{tag}"
+                aside = self.root / f".old-{tmp.name.removeprefix('.tmp-')}"
                 os.rename(final, aside)
             os.rename(tmp, final)
             _fsync_dir(self.root)
@@ -246,14 +318,8 @@ class CheckpointDir:
                     os.rename(aside, final)
             if not isinstance(exc, Exception):
                 raise
-            if isinstance(exc, OSError):
-                what = exc.strerror or str(exc)
-                if exc.errno == errno.ENOSPC:
-                    what = "no space left on device"
-            else:
-                what = f"{type(exc).__name__}: {exc}"
             raise CheckpointError(
-                f"cannot save checkpoint step {step} at {current}: {what}"
+                f"cannot save checkpoint step {step} at {current}: {_what(exc)}"
             ) from exc
         if aside is not None:
             _rmtree_quiet(aside)
@@ -386,17 +452,19 @@ class CheckpointDir:
         return validate_manifest(info.path, manifest)
 
     def iter_newest(
-        self, max_step: int | None = None
+        self, max_step: int | None = None, *, validate: bool = True
     ) -> Iterator[tuple[CheckpointInfo, str | None]]:
         """Every checkpoint newest first with None (valid) or the reason to skip it.
 
         Validation is lazy: a caller that stops at the first valid one hashes nothing older.
+        ``validate=False`` only checks the step bound, for loaders that verify every byte
+        they read themselves (the tensor `Checkpointer`).
         """
         for info in reversed(self.list()):
             if max_step is not None and info.step > max_step:
                 yield info, f"above max_step {max_step}"
             else:
-                yield info, self.validate(info)
+                yield info, self.validate(info) if validate else None
 
     def latest_valid(
         self, max_step: int | None = None

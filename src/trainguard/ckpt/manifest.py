@@ -4,23 +4,28 @@ A checkpoint is a directory ``step-00000040/`` holding the checkpoint's files an
 ``manifest.json``::
 
     {"format": "trainguard-checkpoint/1", "step": 40, "created": 1718000000.0,
-     "files": {"model.pt": {"size": 123, "sha256": "..."}}}
+     "files": {"model.pt": {"size": 123, "sha256": "..."},
+               "rank00000-data-000.bin": {"size": 456, "crc32": "..."}},
+     "meta": {"kind": "tensors", "world_size": 1}}
 
-Validation re-hashes every file, so a truncated, partially written or bit-flipped checkpoint is
-never loaded. Stdlib only.
+Each file carries one checksum, SHA-256 or CRC-32 (`trainguard.ckpt.digest`); ``meta`` is
+optional and free-form (the tensor writer records its layout kind and world size there).
+Validation re-hashes every file, in parallel threads, so a truncated, partially written or
+bit-flipped checkpoint is never loaded. Stdlib only.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainguard.ckpt.digest import ALGORITHMS, hex_length, new_digest
 from trainguard.errors import CheckpointError
 
 __all__ = [
@@ -29,6 +34,8 @@ __all__ = [
     "FileEntry",
     "Manifest",
     "check_file_name",
+    "check_sizes",
+    "file_digest",
     "parse_step_dirname",
     "read_manifest",
     "sha256_file",
@@ -70,23 +77,33 @@ def check_file_name(name: str) -> None:
         )
 
 
-def sha256_file(path: Path) -> str:
-    """Hex SHA-256 of a file's content."""
-    digest = hashlib.sha256()
+def file_digest(path: Path, algo: str = "sha256") -> str:
+    """Hex checksum (`algo`) of a file's content."""
+    digest = new_digest(algo)
     with path.open("rb") as f:
         while chunk := f.read(_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
 
 
+def sha256_file(path: Path) -> str:
+    """Hex SHA-256 of a file's content."""
+    return file_digest(path, "sha256")
+
+
 @dataclass(frozen=True, slots=True)
 class FileEntry:
-    """Size and hash of one file of a checkpoint."""
+    """Size and checksum of one file of a checkpoint."""
 
     size: int
     """Bytes."""
-    sha256: str
-    """Hex SHA-256 of the content."""
+    digest: str
+    """Hex checksum of the content."""
+    algo: str = "sha256"
+    """Checksum algorithm: ``sha256`` or ``crc32``."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"size": self.size, self.algo: self.digest}
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +113,8 @@ class Manifest:
     >>> m = Manifest(step=40, created=0.0, files={"a.bin": FileEntry(1, "0" * 64)})
     >>> Manifest.from_json(m.to_json()) == m
     True
+    >>> Manifest.from_json(m.to_json()).files["a.bin"].algo
+    'sha256'
     """
 
     step: int
@@ -103,21 +122,20 @@ class Manifest:
     created: float
     """Unix time of the save."""
     files: Mapping[str, FileEntry]
-    """File name -> size and hash, for every file of the checkpoint except the manifest."""
+    """File name -> size and checksum, for every file of the checkpoint except the manifest."""
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    """Free-form JSON-able facts about the checkpoint (e.g. ``{"kind": "tensors"}``)."""
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "format": FORMAT,
-                "step": self.step,
-                "created": self.created,
-                "files": {
-                    name: {"size": entry.size, "sha256": entry.sha256}
-                    for name, entry in sorted(self.files.items())
-                },
-            },
-            indent=1,
-        )
+        data: dict[str, Any] = {
+            "format": FORMAT,
+            "step": self.step,
+            "created": self.created,
+            "files": {name: entry.to_json() for name, entry in sorted(self.files.items())},
+        }
+        if self.meta:
+            data["meta"] = dict(self.meta)
+        return json.dumps(data, indent=1)
 
     @staticmethod
     def from_json(text: str) -> Manifest:
@@ -131,6 +149,9 @@ class Manifest:
         if data.get("format") != FORMAT:
             raise CheckpointError(f"wrong format {data.get('format')!r} (expected {FORMAT!r})")
         step, created, files = data.get("step"), data.get("created"), data.get("files")
+        meta = data.get("meta", {})
+        if not isinstance(meta, dict):
+            raise CheckpointError("unparsable manifest: 'meta' is not an object")
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
             raise CheckpointError(f"unparsable manifest: bad step {step!r}")
         if isinstance(created, bool) or not isinstance(created, int | float):
@@ -143,14 +164,27 @@ class Manifest:
                 check_file_name(name)
             except CheckpointError:
                 raise CheckpointError(f"unparsable manifest: bad file name {name!r}") from None
-            size = entry.get("size") if isinstance(entry, dict) else None
-            sha = entry.get("sha256") if isinstance(entry, dict) else None
-            if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-                raise CheckpointError(f"unparsable manifest: bad size for {name!r}")
-            if not isinstance(sha, str) or not re.fullmatch(r"[0-9a-f]{64}", sha):
-                raise CheckpointError(f"unparsable manifest: bad sha256 for {name!r}")
-            entries[name] = FileEntry(size=size, sha256=sha)
-        return Manifest(step=step, created=float(created), files=entries)
+            entries[name] = _entry(name, entry)
+        return Manifest(step=step, created=float(created), files=entries, meta=meta)
+
+
+def _entry(name: str, entry: Any) -> FileEntry:
+    """One ``files`` item: a size and exactly one checksum of a known algorithm."""
+    if not isinstance(entry, dict):
+        raise CheckpointError(f"unparsable manifest: entry for {name!r} is not an object")
+    size = entry.get("size")
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise CheckpointError(f"unparsable manifest: bad size for {name!r}")
+    algos = [algo for algo in ALGORITHMS if algo in entry]
+    if len(algos) != 1:
+        raise CheckpointError(
+            f"unparsable manifest: {name!r} needs exactly one checksum of {', '.join(ALGORITHMS)}"
+        )
+    algo = algos[0]
+    digest = entry[algo]
+    if not isinstance(digest, str) or not re.fullmatch(f"[0-9a-f]{{{hex_length(algo)}}}", digest):
+        raise CheckpointError(f"unparsable manifest: bad {algo} for {name!r}")
+    return FileEntry(size=size, digest=digest, algo=algo)
 
 
 def read_manifest(directory: Path) -> Manifest:
@@ -167,22 +201,42 @@ def read_manifest(directory: Path) -> Manifest:
     return Manifest.from_json(text)
 
 
-def validate_manifest(directory: Path, manifest: Manifest) -> str | None:
-    """None when every file matches `manifest` (size, then SHA-256), else the first reason."""
-    for name, entry in sorted(manifest.files.items()):
-        path = directory / name
+def check_sizes(directory: Path, files: Mapping[str, FileEntry]) -> str | None:
+    """None when every file exists with its manifest size, else the first reason (sorted)."""
+    for name, entry in sorted(files.items()):
         try:
-            size = os.stat(path).st_size
+            size = os.stat(directory / name).st_size
         except FileNotFoundError:
             return f"missing file {name}"
         except OSError as exc:
             return f"cannot stat {name}: {exc.strerror or exc}"
         if size != entry.size:
             return f"size mismatch for {name}: manifest says {entry.size}, file has {size}"
-        try:
-            digest = sha256_file(path)
-        except OSError as exc:
-            return f"cannot read {name}: {exc.strerror or exc}"
-        if digest != entry.sha256:
-            return f"sha256 mismatch for {name}"
     return None
+
+
+def _check_digest(directory: Path, name: str, entry: FileEntry) -> str | None:
+    try:
+        digest = file_digest(directory / name, entry.algo)
+    except OSError as exc:
+        return f"cannot read {name}: {exc.strerror or exc}"
+    return None if digest == entry.digest else f"{entry.algo} mismatch for {name}"
+
+
+def validate_manifest(
+    directory: Path, manifest: Manifest, *, threads: int = 8, only: frozenset[str] | None = None
+) -> str | None:
+    """None when every file matches `manifest` (size, then checksum), else the first reason
+    in file-name order. Files are hashed in up to `threads` threads; `only` restricts the check
+    to some files (a rank validating its own shard)."""
+    files = {n: e for n, e in manifest.files.items() if only is None or n in only}
+    reason = check_sizes(directory, files)
+    if reason is not None:
+        return reason
+    names = sorted(files)
+    if len(names) <= 1 or threads <= 1:
+        results = [_check_digest(directory, n, files[n]) for n in names]
+    else:
+        with ThreadPoolExecutor(min(threads, len(names)), "tg-validate") as pool:
+            results = list(pool.map(lambda n: _check_digest(directory, n, files[n]), names))
+    return next((r for r in results if r is not None), None)

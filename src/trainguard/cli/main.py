@@ -9,7 +9,19 @@ from typing import Annotated
 import typer
 
 from trainguard import __version__
-from trainguard.cli import advise, detect, logs, nodes, report, run, simulate, slurm, xid
+from trainguard.cli import (
+    advise,
+    ckpt,
+    detect,
+    logs,
+    nfs,
+    nodes,
+    report,
+    run,
+    simulate,
+    slurm,
+    xid,
+)
 from trainguard.cli.console import fail
 from trainguard.errors import TrainguardError
 
@@ -32,6 +44,8 @@ app.add_typer(nodes.app, name="nodes")
 app.add_typer(slurm.app, name="slurm")
 app.command("report")(report.report)
 app.add_typer(advise.app, name="advise")
+app.add_typer(ckpt.app, name="ckpt")
+app.add_typer(nfs.app, name="nfs")
 
 
 def _version(value: bool) -> None:
