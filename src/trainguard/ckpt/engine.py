@@ -174,7 +174,7 @@ class _Buffer:
     def ensure(self, nbytes: int, pinned: bool) -> None:
         """Hold at least `nbytes` (reallocating, old one freed first: bounded memory)."""
         torch = import_torch()
-        if self.nbytes >= nbytes and (self.pinned or not pinned):
+        if self.tensor is not None and self.nbytes >= nbytes and (self.pinned or not pinned):
             return
         self.release()
         size = -(-max(nbytes, 1) // DIRECT_ALIGN) * DIRECT_ALIGN

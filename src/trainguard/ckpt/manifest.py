@@ -8,14 +8,16 @@ A checkpoint is a directory ``step-00000040/`` holding the checkpoint's files an
                "rank00000-data-000.bin": {"size": 456, "crc32": "..."}},
      "meta": {"kind": "tensors", "world_size": 1}}
 
-Each file carries one checksum, SHA-256 or CRC-32 (`trainguard.ckpt.digest`); ``meta`` is
-optional and free-form (the tensor writer records its layout kind and world size there).
+The manifest checksums itself (``manifest_sha256``). Each file carries one checksum, SHA-256
+or CRC-32 (`trainguard.ckpt.digest`); ``meta`` is optional and free-form (the tensor writer
+records its layout kind and world size there).
 Validation re-hashes every file, in parallel threads, so a truncated, partially written or
 bit-flipped checkpoint is never loaded. Stdlib only.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -44,9 +46,18 @@ __all__ = [
 ]
 
 FORMAT = "trainguard-checkpoint/1"
+SELF_KEY = "manifest_sha256"
+"""The manifest's checksum of its own content (canonical JSON of every other key), so a
+flipped byte in the manifest itself is caught too; manifests without it are still read."""
 MANIFEST_NAME = "manifest.json"
 _STEP_DIR_RE = re.compile(r"step-([0-9]{8,})")
 _CHUNK = 1 << 20
+
+
+def _self_digest(data: Mapping[str, Any]) -> str:
+    body = {k: v for k, v in data.items() if k != SELF_KEY}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def step_dirname(step: int) -> str:
@@ -135,6 +146,7 @@ class Manifest:
         }
         if self.meta:
             data["meta"] = dict(self.meta)
+        data[SELF_KEY] = _self_digest(data)
         return json.dumps(data, indent=1)
 
     @staticmethod
@@ -143,27 +155,31 @@ class Manifest:
         try:
             data: Any = json.loads(text)
         except ValueError as exc:
-            raise CheckpointError(f"unparsable manifest: {exc}") from None
+            raise CheckpointError(f"unparsable {MANIFEST_NAME}: {exc}") from None
         if not isinstance(data, dict):
-            raise CheckpointError("unparsable manifest: not a JSON object")
+            raise CheckpointError(f"unparsable {MANIFEST_NAME}: not a JSON object")
+        if SELF_KEY in data and data[SELF_KEY] != _self_digest(data):
+            raise CheckpointError(f"{MANIFEST_NAME} is corrupt: its own checksum does not match")
         if data.get("format") != FORMAT:
-            raise CheckpointError(f"wrong format {data.get('format')!r} (expected {FORMAT!r})")
+            raise CheckpointError(
+                f"{MANIFEST_NAME}: wrong format {data.get('format')!r} (expected {FORMAT!r})")
         step, created, files = data.get("step"), data.get("created"), data.get("files")
         meta = data.get("meta", {})
         if not isinstance(meta, dict):
-            raise CheckpointError("unparsable manifest: 'meta' is not an object")
+            raise CheckpointError(f"unparsable {MANIFEST_NAME}: 'meta' is not an object")
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise CheckpointError(f"unparsable manifest: bad step {step!r}")
+            raise CheckpointError(f"unparsable {MANIFEST_NAME}: bad step {step!r}")
         if isinstance(created, bool) or not isinstance(created, int | float):
-            raise CheckpointError(f"unparsable manifest: bad created {created!r}")
+            raise CheckpointError(f"unparsable {MANIFEST_NAME}: bad created {created!r}")
         if not isinstance(files, dict):
-            raise CheckpointError("unparsable manifest: 'files' is not an object")
+            raise CheckpointError(f"unparsable {MANIFEST_NAME}: 'files' is not an object")
         entries: dict[str, FileEntry] = {}
         for name, entry in files.items():
             try:
                 check_file_name(name)
             except CheckpointError:
-                raise CheckpointError(f"unparsable manifest: bad file name {name!r}") from None
+                raise CheckpointError(
+                    f"unparsable {MANIFEST_NAME}: bad file name {name!r}") from None
             entries[name] = _entry(name, entry)
         return Manifest(step=step, created=float(created), files=entries, meta=meta)
 
@@ -171,19 +187,20 @@ class Manifest:
 def _entry(name: str, entry: Any) -> FileEntry:
     """One ``files`` item: a size and exactly one checksum of a known algorithm."""
     if not isinstance(entry, dict):
-        raise CheckpointError(f"unparsable manifest: entry for {name!r} is not an object")
+        raise CheckpointError(f"unparsable {MANIFEST_NAME}: entry for {name!r} is not an object")
     size = entry.get("size")
     if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-        raise CheckpointError(f"unparsable manifest: bad size for {name!r}")
+        raise CheckpointError(f"unparsable {MANIFEST_NAME}: bad size for {name!r}")
     algos = [algo for algo in ALGORITHMS if algo in entry]
     if len(algos) != 1:
         raise CheckpointError(
-            f"unparsable manifest: {name!r} needs exactly one checksum of {', '.join(ALGORITHMS)}"
+            f"unparsable {MANIFEST_NAME}: {name!r} needs exactly one checksum of "
+            f"{', '.join(ALGORITHMS)}"
         )
     algo = algos[0]
     digest = entry[algo]
     if not isinstance(digest, str) or not re.fullmatch(f"[0-9a-f]{{{hex_length(algo)}}}", digest):
-        raise CheckpointError(f"unparsable manifest: bad {algo} for {name!r}")
+        raise CheckpointError(f"unparsable {MANIFEST_NAME}: bad {algo} for {name!r}")
     return FileEntry(size=size, digest=digest, algo=algo)
 
 
@@ -193,11 +210,11 @@ def read_manifest(directory: Path) -> Manifest:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise CheckpointError("missing manifest") from None
+        raise CheckpointError(f"missing {MANIFEST_NAME}") from None
     except UnicodeDecodeError as exc:
-        raise CheckpointError(f"unparsable manifest: {exc}") from None
+        raise CheckpointError(f"unparsable {MANIFEST_NAME}: {exc}") from None
     except OSError as exc:
-        raise CheckpointError(f"cannot read manifest: {exc.strerror or exc}") from None
+        raise CheckpointError(f"cannot read {MANIFEST_NAME}: {exc.strerror or exc}") from None
     return Manifest.from_json(text)
 
 

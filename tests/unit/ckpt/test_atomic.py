@@ -107,6 +107,7 @@ def _set_manifest_key(key: str, value: object) -> object:
     def damage(directory: Path) -> None:
         manifest = json.loads((directory / MANIFEST_NAME).read_text())
         manifest[key] = value
+        manifest.pop("manifest_sha256")  # as another writer without the self-checksum would
         (directory / MANIFEST_NAME).write_text(json.dumps(manifest))
 
     return damage
@@ -124,6 +125,12 @@ DAMAGE = [
     ),
     ("manifest not an object", lambda d: (d / MANIFEST_NAME).write_text("[]"), "unparsable"),
     ("wrong format", _set_manifest_key("format", "other/2"), "wrong format 'other/2'"),
+    (
+        "edited manifest",
+        lambda d: (d / MANIFEST_NAME).write_text(
+            (d / MANIFEST_NAME).read_text().replace('"step": 20', '"step": 10')),
+        "manifest.json is corrupt",
+    ),
     ("step mismatch", _set_manifest_key("step", 10), "step mismatch: manifest says 10"),
     ("bad files entry", _set_manifest_key("files", {"../x": {}}), "bad file name '../x'"),
 ]
@@ -170,7 +177,7 @@ def test_all_damaged_gives_none_with_every_reason(tmp_path: Path) -> None:
     (tmp_path / "step-00000010" / MANIFEST_NAME).unlink()
     info, skipped = ckpts.latest_valid()
     assert info is None
-    assert [(s.step, s.reason) for s in skipped] == [(10, "missing manifest")]
+    assert [(s.step, s.reason) for s in skipped] == [(10, "missing manifest.json")]
 
 
 def _leftover(root: Path, kind: str, step: int, pid: int, age_s: float = 0.0) -> Path:
