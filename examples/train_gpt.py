@@ -254,7 +254,8 @@ def main() -> int:
             if rank == 0:
                 state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                          "step": step + 1, "vocab": chars}
-                tg.save_torch(ckpts, step + 1, state)
+                # Returns once the tensors are snapshotted; written in the background.
+                ckpts.save_state(step + 1, state)
             if distributed:
                 dist.barrier()  # nobody runs ahead of a checkpoint that might fail
 
@@ -265,6 +266,7 @@ def main() -> int:
         if done:
             print(f"{done} steps in {elapsed:.2f} s ({done / elapsed:.1f} steps/s)", flush=True)
         print(f"final loss {loss_value!r}", flush=True)
+    ckpts.wait()  # every background save is durable before we report success
     tg.finish()
     if distributed:
         dist.barrier()

@@ -222,7 +222,7 @@ def test_resume_skips_corrupted_newest_checkpoint(baseline: Baseline) -> None:
         resume = [r for r in events if r["kind"] == "resume"]
         assert len(resume) == 1 and resume[0]["step"] == 20
         assert [(s["step"], s["reason"]) for s in resume[0]["skipped"]] == [
-            (30, "sha256 mismatch for state.pt")
+            (30, "crc32 mismatch for rank00000-data-000.bin: the file is corrupt")
         ]
     assert _losses(workdir / "loss-relaunch.txt") == {
         step: baseline.losses[step] for step in range(20, STEPS)

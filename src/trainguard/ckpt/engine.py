@@ -52,7 +52,7 @@ from trainguard.ckpt.atomic import (
 from trainguard.ckpt.digest import check_algorithm, digest_bytes
 from trainguard.ckpt.layout import StripeLayout, place
 from trainguard.ckpt.manifest import FileEntry, Manifest, read_manifest
-from trainguard.ckpt.streams import DIRECT_ALIGN, Progress, read_stream, write_stream
+from trainguard.ckpt.streams import DIRECT_ALIGN, Progress, anonymous_map, read_stream, write_stream
 from trainguard.ckpt.tensors import Captured, capture, import_torch, rebuild
 from trainguard.errors import CheckpointError, ConfigError
 
@@ -105,6 +105,7 @@ class PendingSave:
         self._error: CheckpointError | None = None
         self._callbacks: list[Callable[[PendingSave], None]] = []
         self._lock = threading.Lock()
+        self._finished = False  # result or error set; `_done` is set once callbacks have run
 
     def __repr__(self) -> str:
         state = "done" if self.done() else "persisting"
@@ -127,16 +128,22 @@ class PendingSave:
             raise CheckpointError(
                 f"checkpoint step {self.step} still persisting after {timeout_s} s"
             )
+        return self.result()
+
+    def result(self) -> SavedCheckpoint:
+        """The finished save's checkpoint, without waiting (a done-callback calls this);
+        raises its `CheckpointError`, or one saying it is still persisting."""
         if self._error is not None:
             raise self._error
-        if self._result is None:  # pragma: no cover - _finish always sets one
-            raise CheckpointError(f"checkpoint step {self.step} ended without a result")
+        if self._result is None:
+            raise CheckpointError(f"checkpoint step {self.step} is still persisting")
         return self._result
 
     def add_done_callback(self, fn: Callable[[PendingSave], None]) -> None:
-        """Call ``fn(self)`` when done (at once if already done), from the persisting thread."""
+        """Call ``fn(self)`` when done (at once if already done), from the persisting thread,
+        before `wait` returns: what a callback records is there when training resumes."""
         with self._lock:
-            if not self._done.is_set():
+            if not self._finished:
                 self._callbacks.append(fn)
                 return
         fn(self)
@@ -144,13 +151,14 @@ class PendingSave:
     def _finish(self, result: SavedCheckpoint | None, error: CheckpointError | None) -> None:
         with self._lock:
             self._result, self._error = result, error
-            self._done.set()
+            self._finished = True
             callbacks, self._callbacks = self._callbacks, []
         for fn in callbacks:
             try:
                 fn(self)
             except Exception:  # a reporting callback must not kill the persist thread
                 logger.exception("checkpoint done-callback failed")
+        self._done.set()
 
 
 class _Buffer:
@@ -181,7 +189,7 @@ class _Buffer:
         if pinned:
             self.tensor = torch.empty(size, dtype=torch.uint8, pin_memory=True)
         else:
-            self._mmap = mmap.mmap(-1, size)
+            self._mmap = anonymous_map(size)
             with warnings.catch_warnings():  # frombuffer: "buffer is not writable" is wrong here
                 warnings.simplefilter("ignore")
                 self.tensor = torch.frombuffer(self._mmap, dtype=torch.uint8)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import mmap
 import os
 import threading
 from pathlib import Path
@@ -65,6 +66,12 @@ def write_all(fd: int, data: memoryview) -> None:
 
 
 DIRECT_ALIGN = 4096
+
+
+def anonymous_map(nbytes: int) -> mmap.mmap:
+    """`nbytes` of page-aligned private anonymous memory (O_DIRECT can use it). Private, not
+    the default shared mapping: shared anonymous memory is shmem and is slower to fault in."""
+    return mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
 """O_DIRECT needs buffer addresses, file offsets and lengths that are multiples of this."""
 
 

@@ -187,12 +187,13 @@ class Recorder:
         step, path = rec.get("step"), rec.get("path")
         if not isinstance(step, int) or not isinstance(path, str):
             return
-        size, save_s = rec.get("size_bytes"), rec.get("save_s")
+        size, save_s, blocking_s = rec.get("size_bytes"), rec.get("save_s"), rec.get("blocking_s")
         self._store.add_checkpoint(
             session_id=self.session_id, attempt_id=attempt_id, step=step, path=path,
             created=float(rec.get("t", 0.0)),
             size_bytes=size if isinstance(size, int) else None,
             save_s=float(save_s) if isinstance(save_s, (int, float)) else None,
+            blocking_s=float(blocking_s) if isinstance(blocking_s, (int, float)) else None,
             ok=bool(rec.get("ok", True)))
 
     def write(self, status: str, message: str, attempts: Sequence[AttemptResult],

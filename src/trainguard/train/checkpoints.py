@@ -1,4 +1,6 @@
-"""`Checkpoints`: a `CheckpointDir` that reports saves and resumes and fires checkpoint faults."""
+"""`Checkpoints`: a checkpoint directory that reports saves and resumes and fires checkpoint
+faults. Tensor states go through the fast engine (`trainguard.ckpt.engine.Checkpointer`):
+`save_state` returns once the snapshot is taken and persists in the background."""
 
 from __future__ import annotations
 
@@ -18,7 +20,8 @@ from trainguard.ckpt import (
     Writer,
     bytes_writer,
 )
-from trainguard.ckpt.manifest import step_dirname
+from trainguard.ckpt.engine import Checkpointer, PendingSave
+from trainguard.ckpt.manifest import read_manifest, step_dirname
 from trainguard.errors import CheckpointError
 from trainguard.train import api
 from trainguard.train.session import Session
@@ -49,12 +52,26 @@ class Checkpoints:
     (b'step 10', 10)
 
     Never resumes above ``TRAINGUARD_RESUME_MAX_STEP`` (the supervisor's rollback after a NaN).
+
+    Tensor states (``save_state`` / ``load_state``, and `save_torch` / `load_torch`) use the
+    fast engine; `streams`, `stripe_bytes`, `checksum` and `sharded` configure it (see
+    `trainguard.ckpt.engine.Checkpointer`).
     """
 
     def __init__(
-        self, root: str | os.PathLike[str], keep_last: int = 3, *, session: Session | None = None
+        self,
+        root: str | os.PathLike[str],
+        keep_last: int = 3,
+        *,
+        session: Session | None = None,
+        streams: int = 8,
+        stripe_bytes: int = 16 << 20,
+        checksum: str = "crc32",
+        sharded: bool = False,
     ) -> None:
         self.dir = CheckpointDir(root, keep_last)
+        self.engine = Checkpointer(self.dir.root, keep_last=keep_last, streams=streams,
+                                   stripe_bytes=stripe_bytes, checksum=checksum, sharded=sharded)
         self._session = session
 
     def __repr__(self) -> str:
@@ -89,6 +106,65 @@ class Checkpoints:
         """`save` for contents already in memory."""
         return self.save(step, {name: bytes_writer(data) for name, data in files.items()})
 
+    def save_state(self, step: int, state: object) -> PendingSave:
+        """Snapshot a tensor state (a state dict, or anything picklable holding tensors) and
+        persist it in the background; returns once training may change its tensors again.
+
+        The ``checkpoint`` record (with ``blocking_s``, the stall, and ``save_s``, the end to
+        end time) is written when the save is durable, or ``ok: false`` when it failed.
+        Call `wait` before the process exits.
+        """
+        session = self.session
+        started = time.monotonic()
+        try:
+            pending = self.engine.save(step, state)
+        except CheckpointError as exc:
+            path = self.root / step_dirname(step) if isinstance(step, int) else self.root
+            session.checkpoint_failed(step, path, time.monotonic() - started, str(exc))
+            raise
+
+        def report(done: PendingSave) -> None:
+            error = done.exception()
+            if error is not None:
+                session.checkpoint_failed(step, done.path, time.monotonic() - started,
+                                          str(error))
+                return
+            session.checkpoint_saved(done.result(), blocking_s=done.blocking_s)
+
+        pending.add_done_callback(report)
+        return pending
+
+    def prepare(self, state: object) -> int:
+        """Reserve the snapshot buffer for states like `state` at start-up (see
+        `Checkpointer.prepare`); returns the bytes reserved."""
+        return self.engine.prepare(state)
+
+    def wait(self, timeout_s: float | None = None) -> builtins.list[SavedCheckpoint]:
+        """Wait until every background save is durable; raises the first failure."""
+        return self.engine.wait(timeout_s)
+
+    def load_state(
+        self, *, map_location: object = "cpu", max_step: int | None = None
+    ) -> tuple[object, CheckpointInfo] | None:
+        """The newest tensor state that loads and verifies (``(state, info)``), falling back
+        past corrupt ones, or None; writes one ``resume`` record. Sharded checkpoints resume
+        every rank from the same step."""
+        if self.engine.sharded:
+            state, info, skipped = self.engine.load_latest(
+                max_step=self.max_step(max_step), map_location=map_location)
+            self.session.resumed(None if info is None else info.step,
+                                 None if info is None else info.path, skipped)
+            return None if info is None else (state, info)
+        return self.load(lambda info: self.engine.load(info, map_location=map_location),
+                         max_step=max_step, validate=False)
+
+    def is_tensor_checkpoint(self, info: CheckpointInfo) -> bool:
+        """Whether `info` was written by the tensor engine (else: by `save` writers)."""
+        try:
+            return read_manifest(info.path).meta.get("kind") == "tensors"
+        except CheckpointError:
+            return False
+
     # ---- reading -------------------------------------------------------------------------
 
     def list(self) -> builtins.list[CheckpointInfo]:
@@ -112,9 +188,16 @@ class Checkpoints:
         return None if found is None else found[1]
 
     def load(
-        self, loader: Callable[[CheckpointInfo], T], *, max_step: int | None = None
+        self,
+        loader: Callable[[CheckpointInfo], T],
+        *,
+        max_step: int | None = None,
+        validate: bool = True,
     ) -> tuple[T, CheckpointInfo] | None:
         """Load the newest valid checkpoint with `loader`, falling back to older ones.
+
+        ``validate=False`` leaves the checking to `loader` (the tensor engine verifies every
+        byte as it reads): a `CheckpointError` from it then counts as a damaged checkpoint.
 
         A checkpoint is passed over when it fails validation, lies above the max step, or when
         `loader` raises on it. Writes one ``resume`` record. Returns None when no checkpoint
@@ -127,10 +210,16 @@ class Checkpoints:
         bound = self.max_step(max_step)
         skipped: builtins.list[SkippedCheckpoint] = []
         load_errors: builtins.list[str] = []
-        for info, reason in self.dir.iter_newest(bound):
+        for info, reason in self.dir.iter_newest(bound, validate=validate):
             if reason is None:
                 try:
                     obj = loader(info)
+                except CheckpointError as exc:
+                    if validate:
+                        reason = f"load failed: {_one_line(exc)}"
+                        load_errors.append(f"step {info.step}: {reason}")
+                    else:
+                        reason = str(exc)
                 except Exception as exc:  # the loader is user code: any failure means "skip"
                     reason = f"load failed: {_one_line(exc)}"
                     load_errors.append(f"step {info.step}: {reason}")

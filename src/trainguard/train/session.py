@@ -24,6 +24,7 @@ import logging
 import math
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -86,6 +87,7 @@ class Session:
         # A child forked after init (e.g. a DataLoader worker) inherits the fd: it must not
         # write this rank's records.
         self._pid = os.getpid()
+        self._record_lock = threading.RLock()
         self._faults = sdk_faults(env.faults, env.attempt, env.rank, env.node)
         self._fired: set[int] = set()
         self.started = clock()
@@ -125,7 +127,12 @@ class Session:
     # ---- records -------------------------------------------------------------------------
 
     def record(self, kind: str, *, t: float | None = None, **fields: Any) -> None:
-        """Write one record (after any held-back step record); a no-op when unsupervised."""
+        """Write one record (after any held-back step record); a no-op when unsupervised.
+        Thread-safe: background checkpoint persists record from their own thread."""
+        with self._record_lock:
+            self._record(kind, t, fields)
+
+    def _record(self, kind: str, t: float | None, fields: dict[str, Any]) -> None:
         if self._log is None or os.getpid() != self._pid:
             return
         if kind != "step":
@@ -237,8 +244,10 @@ class Session:
 
     # ---- checkpoints ---------------------------------------------------------------------
 
-    def checkpoint_saved(self, saved: SavedCheckpoint) -> None:
-        """Record a successful save, then fire a due ``corrupt_checkpoint`` fault on it."""
+    def checkpoint_saved(self, saved: SavedCheckpoint, blocking_s: float | None = None) -> None:
+        """Record a successful save (`blocking_s`: the part training waited for, when the rest
+        was persisted in the background), then fire a due ``corrupt_checkpoint`` fault on it."""
+        extra = {} if blocking_s is None else {"blocking_s": blocking_s}
         self.record(
             "checkpoint",
             step=saved.step,
@@ -246,6 +255,7 @@ class Session:
             size_bytes=saved.size_bytes,
             save_s=saved.save_s,
             ok=True,
+            **extra,
         )
         now = self._clock()
         for index, spec in self._due(now, saved.step, (FaultKind.CORRUPT_CHECKPOINT,)):

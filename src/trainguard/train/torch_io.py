@@ -1,4 +1,9 @@
-"""PyTorch save/load through `Checkpoints` (torch is imported only when these are called)."""
+"""PyTorch save/load through `Checkpoints` (torch is imported only when these are called).
+
+By default a state goes through the fast tensor engine (striped parallel files, checksummed,
+see `trainguard.ckpt.engine`). Passing ``name=`` writes / reads a single ``torch.save`` file of
+that name instead, for tools that expect one.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +11,13 @@ from types import ModuleType
 from typing import Any, BinaryIO
 
 from trainguard.ckpt import CheckpointInfo, SavedCheckpoint
-from trainguard.errors import ConfigError
+from trainguard.errors import CheckpointError, ConfigError
 from trainguard.train.checkpoints import Checkpoints
 
 __all__ = ["load_torch", "save_torch"]
+
+LEGACY_NAME = "state.pt"
+"""The ``torch.save`` file of checkpoints written with ``name=`` (and by trainguard < 0.7)."""
 
 
 def _torch(what: str) -> ModuleType:
@@ -22,12 +30,21 @@ def _torch(what: str) -> ModuleType:
     return torch
 
 
-def save_torch(ckpts: Checkpoints, step: int, obj: Any, name: str = "state.pt") -> SavedCheckpoint:
-    """``torch.save(obj)`` as file `name` of an atomic checkpoint for `step`.
+def save_torch(
+    ckpts: Checkpoints, step: int, obj: Any, name: str | None = None
+) -> SavedCheckpoint:
+    """Save `obj` (a state dict or any picklable object holding tensors) as checkpoint `step`
+    and return once it is durable:
 
         tg.save_torch(ckpts, step + 1, {"model": model.state_dict(), "step": step + 1})
+
+    To keep training while it is written, use ``ckpts.save_state(step, obj)`` (returns after
+    the snapshot) and ``ckpts.wait()`` before exiting. With `name`, writes one ``torch.save``
+    file of that name instead of the engine's striped files.
     """
     torch = _torch("save_torch")
+    if name is None:
+        return ckpts.save_state(step, obj).wait()
 
     def write(f: BinaryIO) -> None:
         torch.save(obj, f)
@@ -36,22 +53,38 @@ def save_torch(ckpts: Checkpoints, step: int, obj: Any, name: str = "state.pt") 
 
 
 def load_torch(
-    ckpts: Checkpoints, name: str = "state.pt", map_location: Any = "cpu"
+    ckpts: Checkpoints, name: str | None = None, map_location: Any = "cpu"
 ) -> tuple[Any, int]:
     """``(obj, step)`` from the newest valid checkpoint, or ``(None, 0)`` when there is none.
 
-    A checkpoint whose hashes pass but that ``torch.load`` cannot read is skipped too (recorded
-    in the ``resume`` record) and the previous one is tried; `CheckpointError` when intact
-    checkpoints exist but none loads. Uses ``weights_only=False``: load only checkpoints
-    you wrote.
+    Reads engine checkpoints and ``torch.save`` files (`name`, default ``state.pt``) alike. A
+    checkpoint that fails its checks, or whose hashes pass but cannot be read, is skipped
+    (recorded in the ``resume`` record) and the previous one is tried; `CheckpointError` when
+    intact checkpoints exist but none loads. Uses ``weights_only=False``: load only
+    checkpoints you wrote.
     """
     torch = _torch("load_torch")
+    legacy = name or LEGACY_NAME
 
     def load(info: CheckpointInfo) -> Any:
-        return torch.load(info.file(name), map_location=map_location, weights_only=False)
+        if name is None and ckpts.is_tensor_checkpoint(info):
+            return ckpts.engine.load(info, map_location=map_location)
+        reason = ckpts.validate(info)
+        if reason is not None:
+            raise CheckpointError(reason)
+        try:
+            return torch.load(info.file(legacy), map_location=map_location, weights_only=False)
+        except CheckpointError:
+            raise
+        except Exception as exc:  # not a torch file: a loader failure, not damage
+            raise _LoadFailed(f"{type(exc).__name__}: {exc}") from exc
 
-    found = ckpts.load(load)
+    found = ckpts.load(load, validate=False)
     if found is None:
         return None, 0
     obj, info = found
     return obj, info.step
+
+
+class _LoadFailed(RuntimeError):
+    """``torch.load`` failed on a checkpoint whose hashes pass."""
