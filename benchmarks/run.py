@@ -1,5 +1,6 @@
 """Run every benchmark (`make bench`). For a quick look: BENCH_SIZES_GB=0.1
-BENCH_OM_LINES=200000 BENCH_DETECT_SCALE=0.1 (the full detector run takes tens of minutes)."""
+BENCH_OM_LINES=200000 BENCH_DETECT_SCALE=0.1 BENCH_CKPT_SIZE=512MiB (the full detector run takes
+tens of minutes)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import bench_classify, bench_detect, bench_openmetrics, bench_recovery
+from benchmarks import (
+    bench_checkpoint,
+    bench_classify,
+    bench_detect,
+    bench_openmetrics,
+    bench_recovery,
+)
 
 if __name__ == "__main__":
     print("== log classification (issue #2) ==")
@@ -24,3 +31,5 @@ if __name__ == "__main__":
     bench_detect.main()
     print("\n== failure-to-resume (issue #4) ==")
     bench_recovery.main([])
+    print("\n== checkpoint save/load (issue #7) ==")
+    bench_checkpoint.main(["--size", os.environ.get("BENCH_CKPT_SIZE", "2GiB")])

@@ -7,7 +7,8 @@ import importlib
 import pytest
 
 PACKAGES = ["trainguard", "trainguard.evidence", "trainguard.store", "trainguard.cli",
-            "trainguard.telemetry", "trainguard.detect", "trainguard.simulate"]
+            "trainguard.telemetry", "trainguard.detect", "trainguard.simulate", "trainguard.ckpt",
+            "trainguard.nfs"]
 
 
 def _exports() -> list[tuple[str, str]]:

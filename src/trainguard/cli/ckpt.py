@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from trainguard.cli import ckpt_analyze
+from trainguard.cli import ckpt_analyze, ckpt_profile
 
 app = typer.Typer(help="Checkpoint path: profile the writer, find saves in telemetry.",
                   no_args_is_help=True)
@@ -16,3 +16,4 @@ def _ckpt() -> None:
 
 
 app.command("analyze")(ckpt_analyze.analyze)
+app.command("profile")(ckpt_profile.profile)
