@@ -16,6 +16,7 @@ from benchmarks import (
     bench_detect,
     bench_openmetrics,
     bench_recovery,
+    bench_tracing,
 )
 
 if __name__ == "__main__":
@@ -33,3 +34,5 @@ if __name__ == "__main__":
     bench_recovery.main([])
     print("\n== checkpoint save/load (issue #7) ==")
     bench_checkpoint.main(["--size", os.environ.get("BENCH_CKPT_SIZE", "2GiB")])
+    print("\n== tracing overhead and hang to culprit (issue #8) ==")
+    bench_tracing.main([])

@@ -230,12 +230,16 @@ def main() -> int:
     loss_value = math.nan
     started, done = time.perf_counter(), 0
     for step in range(start_step, args.steps):
-        x, y = get_batch(data, args.seed, step, rank, args.batch_size, args.block_size)
-        loss = ddp(x.to(device), y.to(device))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
+        with tg.span("data"):
+            x, y = get_batch(data, args.seed, step, rank, args.batch_size, args.block_size)
+        with tg.span("forward"):
+            loss = ddp(x.to(device), y.to(device))
+        with tg.span("backward"):  # the gradient all-gathers (comm hook) run in here
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+        with tg.span("optimizer"):
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
 
         reported = loss.detach()
         if distributed:  # every rank reports the same global loss

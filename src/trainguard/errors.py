@@ -8,6 +8,7 @@
     +-- TelemetryError              metrics sources (Prometheus, OpenMetrics, Parquet)
     +-- LaunchError                 starting or supervising training processes
     +-- CheckpointError             checkpoint save / load / validation
+    +-- TraceError                  trace input: state files, flight-recorder dumps, run dirs
 
 A user mistake raises one of these with a message that reads as one clear line; the CLI prints it
 and exits non-zero without a traceback.
@@ -48,6 +49,10 @@ class CheckpointError(TrainguardError):
     """A checkpoint could not be saved, loaded or validated."""
 
 
+class TraceError(TrainguardError):
+    """Trace input (a rank's state file, a flight-recorder dump, a run's records) is unusable."""
+
+
 __all__ = [
     "CheckpointError",
     "ConfigError",
@@ -56,5 +61,6 @@ __all__ = [
     "SchemaVersionError",
     "StoreError",
     "TelemetryError",
+    "TraceError",
     "TrainguardError",
 ]

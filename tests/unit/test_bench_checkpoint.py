@@ -3,25 +3,17 @@ issue #7's three targets, the table; and one tiny end-to-end run on tmp_path."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
-
-BENCH_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_checkpoint.py"
+from script_module import load_script
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_checkpoint", BENCH_PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_checkpoint"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/bench_checkpoint.py", "bench_checkpoint")
 
 
 def _result(save: float, blocking: float, tsave_blocking: float, raw: float, load: float,

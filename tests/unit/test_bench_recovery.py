@@ -3,28 +3,13 @@ log, loss logs, process trees and the report. No processes are started."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from datetime import datetime
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from script_module import load_script
 
-BENCH_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_recovery.py"
-
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_recovery", BENCH_PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_recovery"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-br = _load()
+br = load_script("benchmarks/bench_recovery.py", "bench_recovery")
 
 
 def _phase(rank: int, name: str, start: float, end: float) -> dict[str, Any]:

@@ -8,7 +8,7 @@ import pytest
 
 PACKAGES = ["trainguard", "trainguard.evidence", "trainguard.store", "trainguard.cli",
             "trainguard.telemetry", "trainguard.detect", "trainguard.simulate", "trainguard.ckpt",
-            "trainguard.nfs"]
+            "trainguard.nfs", "trainguard.trace"]
 
 
 def _exports() -> list[tuple[str, str]]:

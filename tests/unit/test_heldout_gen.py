@@ -3,31 +3,24 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
+from script_module import load_script
 
-GEN_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "heldout" / "gen.py"
 SMALL: dict[str, Any] = {"nodes": 6, "gpus": 2, "days": 0.5, "interval_s": 120, "workers": 1,
                          "failure_rate": 80.0}
 SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (-?[0-9.]+) ([0-9]{10})$")
 
 
 def _gen() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("heldout_gen", GEN_PATH)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["heldout_gen"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("benchmarks/heldout/gen.py", "heldout_gen")
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ from trainguard.cli import (
     run,
     simulate,
     slurm,
+    trace,
     xid,
 )
 from trainguard.cli.console import fail
@@ -46,6 +47,8 @@ app.command("report")(report.report)
 app.add_typer(advise.app, name="advise")
 app.add_typer(ckpt.app, name="ckpt")
 app.add_typer(nfs.app, name="nfs")
+app.add_typer(trace.app, name="trace")
+app.add_typer(trace.diagnose_app, name="diagnose")
 
 
 def _version(value: bool) -> None:

@@ -21,6 +21,7 @@ from enum import StrEnum
 
 from trainguard.evidence.events import FailureEvent
 from trainguard.taxonomy import CATEGORY_PRIORITY, SEVERITY_RANK, Action, Category, Severity
+from trainguard.trace.hang import HangDiagnosis
 
 NODE_FAULT_ACTIONS = frozenset({Action.REBOOT_NODE, Action.RESET_GPU, Action.EXCLUDE_NODE})
 """Actions of a fatal event that take the node out of service."""
@@ -91,6 +92,8 @@ class AttemptFacts:
     """(rank, step, loss) of the first non-finite loss the SDK reported."""
     hang_for_s: float | None = None
     """For a hang: seconds without progress when it was declared."""
+    hang: HangDiagnosis | None = None
+    """For a hang: where the ranks stood in their collectives (trainguard.trace.hang)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +197,20 @@ def _node_failure(bad: Mapping[str, Sequence[FailureEvent]]) -> Failure:
 
 
 def _hang_failure(facts: AttemptFacts) -> Failure:
+    diag = facts.hang
+    waited = f" for {facts.hang_for_s:.0f} s" if facts.hang_for_s is not None else ""
+    if diag is not None and diag.culprits:
+        root = diag.culprits[0]
+        evidence = [f"rank {c.rank} on {c.node}: {c.reason}" for c in diag.culprits[:4]]
+        evidence += [f"rank {root.rank} stack: {line}" for line in root.stack_top]
+        evidence += [f"{root.node}: {line}" for line in root.node_evidence[:4]]
+        # The collective picture names the host; evidence on it (an XID, an alert) makes it
+        # the node's fault, otherwise the node is implicated and a repeat excludes it.
+        node_fault = diag.definitive and bool(root.node_evidence)
+        return Failure(FailureKind.HANG, Category.NCCL_TIMEOUT_HANG,
+                       f"hang: no progress{waited}; {diag.summary}",
+                       culprit_nodes=diag.culprit_nodes, culprit_rank=root.rank,
+                       node_fault=node_fault, evidence=tuple(evidence))
     running = [o for o in facts.outcomes if o.returncode is None] or list(facts.outcomes)
     stopped = [o for o in running if o.stopped]
     if stopped:
@@ -206,9 +223,10 @@ def _hang_failure(facts: AttemptFacts) -> Failure:
         else:
             culprit = min(running, key=lambda o: (o.last_progress or 0.0, o.rank))
             why = "its progress stopped first"
-    waited = f" for {facts.hang_for_s:.0f} s" if facts.hang_for_s is not None else ""
     summary = f"hang: no progress{waited}; rank {culprit.rank} on {culprit.node} is the " \
               f"likely culprit ({why})"
+    if diag is not None:
+        summary += f"; {diag.summary}"
     return Failure(FailureKind.HANG, Category.NCCL_TIMEOUT_HANG, summary,
                    culprit_nodes=(culprit.node,), culprit_rank=culprit.rank)
 

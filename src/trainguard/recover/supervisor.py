@@ -61,10 +61,38 @@ from trainguard.recover.spec import JobSpec
 from trainguard.recover.watch import NodeWatch, RankWatch
 from trainguard.store import Store
 from trainguard.taxonomy import Action, Category, Severity
+from trainguard.trace.collect import (
+    STACK_SIGNAL,
+    catches,
+    process_state,
+    read_states,
+    request_stacks,
+)
+from trainguard.trace.hang import HangDiagnosis, RankPlace, localize_hang
+from trainguard.trace.runfiles import stacks_path, trace_path
 
 log = logging.getLogger(__name__)
 
 _TAIL_BYTES = 256 << 10
+
+
+_STRAGGLER_EVERY_S = 5.0
+
+
+@dataclass(slots=True)
+class _StragglerWatch:
+    next_at: float
+    reported: set[int] = field(default_factory=set)
+
+
+def _gpu_of(env: Mapping[str, str], local_rank: int) -> str | None:
+    """The GPU a rank uses: its entry of CUDA_VISIBLE_DEVICES (the launch's or ours), else its
+    LOCAL_RANK (the usual one-GPU-per-rank convention)."""
+    visible = env.get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES", ""))
+    ids = [v.strip() for v in visible.split(",") if v.strip()]
+    if ids:
+        return ids[local_rank] if local_rank < len(ids) else None
+    return str(local_rank)
 
 
 @dataclass(slots=True)
@@ -287,6 +315,7 @@ class Supervisor:
         seen_ckpts: dict[int, int] = {r: 0 for r in watches}
         trigger: Trigger | None = None
         hang_for: float | None = None
+        stragglers = _StragglerWatch(next_at=launched + _STRAGGLER_EVERY_S)
         while trigger is None:
             now = self.clock()
             for ex in handle.poll():
@@ -319,6 +348,7 @@ class Supervisor:
             elif self._cancelled:
                 trigger = Trigger.CANCEL
             else:
+                self._stragglers(index, watches, stragglers, now)
                 hang_for = self._hang(watches, codes, now)
                 if hang_for is not None:
                     trigger = Trigger.HANG
@@ -337,6 +367,9 @@ class Supervisor:
         assert self._node_watch is not None
         failed_at = self.clock()
         stopped = {r: handle.is_stopped(r) for r in handle.running()}
+        hang = None
+        if trigger is Trigger.HANG:
+            hang = self._diagnose_hang(index, plan, handle, stopped, node_events)
         self.lifecycle.to(State.STOPPING)
         if handle.running():
             for ex in handle.stop(spec.term_timeout_s):
@@ -355,7 +388,7 @@ class Supervisor:
             watches.items()) if w.nonfinite is not None), None)
         facts = AttemptFacts(trigger, outcomes, rank_events,
                              {n: tuple(evs) for n, evs in node_events.items()}, nonfinite,
-                             hang_for)
+                             hang_for, hang)
         failure = analyze(facts)
         status = "succeeded" if failure is None else (
             "cancelled" if trigger is Trigger.CANCEL else "failed")
@@ -382,6 +415,87 @@ class Supervisor:
         if failure is None:
             self._status(f"attempt {index}: succeeded")
         return _Outcome(result, failure, events)
+
+    def _stragglers(self, index: int, watches: Mapping[int, RankWatch],
+                    seen: _StragglerWatch, now: float) -> None:
+        """Every few seconds: ranks the others persistently wait for (trace windows), said
+        once when declared and once when recovered; ``attempts/<i>/stragglers.json``."""
+        if now < seen.next_at or len(watches) < 2:
+            return
+        seen.next_at = now + _STRAGGLER_EVERY_S
+        windows = {r: w.windows for r, w in watches.items() if w.windows}
+        if len(windows) < 2:
+            return
+        from trainguard.trace.straggler import detect_stragglers
+
+        report = detect_stragglers(windows, None, {r: w.node for r, w in watches.items()})
+        ongoing = {s.rank: s for s in report.stragglers if s.status == "ongoing"}
+        changed = False
+        for rank, st in ongoing.items():
+            if rank not in seen.reported:
+                seen.reported.add(rank)
+                changed = True
+                self._status(f"attempt {index}: straggler: {st.describe()}")
+        for rank in sorted(seen.reported - set(ongoing)):
+            seen.reported.discard(rank)
+            changed = True
+            self._status(f"attempt {index}: rank {rank} is no longer a straggler")
+        if changed:
+            path = self.spec.run_dir / "attempts" / str(index) / "stragglers.json"
+            try:
+                write_json_atomic(path, {"attempt": index, "evaluated_at": now,
+                                         **report.to_dict()})
+            except OSError as exc:
+                log.warning("could not write %s: %s", path, exc)
+
+    def _diagnose_hang(self, index: int, plan: LaunchPlan, handle: AttemptHandle,
+                       stopped: Mapping[int, bool],
+                       node_events: Mapping[str, list[FailureEvent]]) -> HangDiagnosis:
+        """Localize a hang while the ranks are still there: their collective state files,
+        process states and Python stacks; written to ``attempts/<i>/hang.json``."""
+        t0 = self.clock()
+        running = handle.running()
+        pids = handle.pids()
+        local = self.backend.name == "local"
+        places: dict[int, RankPlace] = {}
+        candidates: dict[int, tuple[int | None, Path]] = {}
+        for rl in plan.ranks:
+            events = Path(rl.env["TRAINGUARD_EVENTS"])
+            pid = pids.get(rl.rank)
+            if rl.rank not in running:
+                proc = "exited"
+            elif stopped.get(rl.rank):
+                proc = "stopped"
+            else:
+                proc = process_state(pid) if local else "running"
+            if proc == "running":
+                candidates[rl.rank] = (pid, stacks_path(events))
+            places[rl.rank] = RankPlace(rl.rank, rl.node, rl.local_rank,
+                                        _gpu_of(rl.env, rl.local_rank), pid if local else None,
+                                        proc)
+        states, notes = read_states({rl.rank: trace_path(Path(rl.env["TRAINGUARD_EVENTS"]))
+                                     for rl in plan.ranks})
+        # Only ranks that run the SDK's tracer dump stacks on the signal (a script without it
+        # would be killed by SIGUSR2); locally the handler is checked in /proc as well.
+        targets = {r: t for r, t in candidates.items() if states.get(r) is not None
+                   and (not local or catches(t[0], STACK_SIGNAL))}
+        stacks = request_stacks(targets, handle.signal_rank, timeout_s=3.0, sleep=self.sleep,
+                                clock=self.clock, use_py_spy=local)
+        places = {r: replace(p, stack=stacks.get(r)) for r, p in places.items()}
+        evidence = {n: [ev.summary for ev in evs] for n, evs in node_events.items() if evs}
+        diagnosis = localize_hang(states, places, evidence, [rl.rank for rl in plan.ranks])
+        if notes:
+            diagnosis = replace(diagnosis, notes=(*diagnosis.notes, *notes))
+        self._status(f"attempt {index}: hang localized in {self.clock() - t0:.1f} s: "
+                     f"{diagnosis.summary}")
+        path = self.spec.run_dir / "attempts" / str(index) / "hang.json"
+        try:
+            write_json_atomic(path, {"attempt": index, "diagnosed_at": self.clock(),
+                                     **diagnosis.to_dict(),
+                                     "stacks": {str(r): t for r, t in sorted(stacks.items())}})
+        except OSError as exc:
+            log.warning("could not write %s: %s", path, exc)
+        return diagnosis
 
     # -- watching ----------------------------------------------------------------------------
 

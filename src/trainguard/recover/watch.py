@@ -22,10 +22,12 @@ from trainguard.evidence.scanner import scan_bytes
 from trainguard.recover.tail import FileTail, parse_json_lines
 from trainguard.store import Store
 from trainguard.taxonomy import Action, Category, Severity
+from trainguard.trace.model import TraceWindow, window_from_record
 
 log = logging.getLogger(__name__)
 
 _STORE_ALERT_POLL_S = 2.0
+_KEEP_WINDOWS = 240  # 20 minutes of 5-s trace windows per rank
 _HISTORY_BYTES = 8 << 20
 HISTORY_S = 600.0
 """Kernel-log lines logged this long before the session starts still count (a GPU that fell off
@@ -56,6 +58,8 @@ class RankWatch:
         self.resume: dict[str, Any] | None = None
         self.faults: list[str] = []
         self.finished = False
+        self.windows: list[TraceWindow] = []
+        """The rank's latest ``trace`` windows (bounded), for live straggler detection."""
 
     def poll(self, now: float) -> list[str]:
         """Read what is new; returns the new output lines (for echoing)."""
@@ -101,6 +105,12 @@ class RankWatch:
             self.faults.append(str(rec.get("fault")))
         elif kind == "finish":
             self.finished = True
+        elif kind == "trace":
+            try:
+                self.windows.append(window_from_record(rec))
+            except ValueError as exc:
+                log.warning("%s: malformed trace record: %s", self.events_path, exc)
+            del self.windows[:-_KEEP_WINDOWS]
 
     def silent_for(self, now: float) -> float:
         return now - self.last_progress

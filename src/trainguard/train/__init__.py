@@ -9,7 +9,8 @@
     with tg.phase("ckpt_load"):
         state, start_step = tg.load_torch(ckpts)  # (None, 0) when nothing valid
     for step in range(start_step, total):
-        loss = ...
+        with tg.span("forward"):                # also data, backward, optimizer, checkpoint
+            loss = ...
         tg.step(step, loss=float(loss))         # heartbeat; raises NonFiniteLossError on NaN/inf
         if rank == 0 and (step + 1) % 10 == 0:
             tg.save_torch(ckpts, step + 1, state_dict)
@@ -22,7 +23,16 @@ Importing this package loads only the standard library (torch is imported by `sa
 from __future__ import annotations
 
 from trainguard.ckpt import CheckpointInfo, SavedCheckpoint, SkippedCheckpoint
-from trainguard.train.api import finish, init, is_supervised, phase, rank, step, world_size
+from trainguard.train.api import (
+    finish,
+    init,
+    is_supervised,
+    phase,
+    rank,
+    span,
+    step,
+    world_size,
+)
 from trainguard.train.checkpoints import Checkpoints
 from trainguard.train.env import TrainEnv
 from trainguard.train.session import NonFiniteLossError, Session
@@ -43,6 +53,7 @@ __all__ = [
     "phase",
     "rank",
     "save_torch",
+    "span",
     "step",
     "world_size",
 ]

@@ -18,6 +18,7 @@ __all__ = [
     "is_supervised",
     "phase",
     "rank",
+    "span",
     "step",
     "world_size",
 ]
@@ -70,6 +71,14 @@ def world_size() -> int:
 def phase(name: str) -> Iterator[None]:
     """Time a startup phase: ``with tg.phase("dist_init"): dist.init_process_group(...)``."""
     with init().phase(name):
+        yield
+
+
+@contextmanager
+def span(name: str) -> Iterator[None]:
+    """Time a step phase: ``with tg.span("forward"): loss = model(x)`` (``data``,
+    ``forward``, ``backward``, ``optimizer``, ``checkpoint``, or any name)."""
+    with init().span(name):
         yield
 
 

@@ -117,7 +117,8 @@ class Checkpoints:
         session = self.session
         started = time.monotonic()
         try:
-            pending = self.engine.save(step, state)
+            with session.span("checkpoint"):
+                pending = self.engine.save(step, state)
         except CheckpointError as exc:
             path = self.root / step_dirname(step) if isinstance(step, int) else self.root
             session.checkpoint_failed(step, path, time.monotonic() - started, str(exc))

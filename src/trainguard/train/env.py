@@ -13,6 +13,11 @@ The supervisor (``trainguard run``) launches every rank with::
     TRAINGUARD_INJECT          ';'-separated fault specs (trainguard.faultspec)
     TRAINGUARD_RESUME_MAX_STEP never resume from a checkpoint above this step
     TRAINGUARD_HEARTBEAT_S     minimum seconds between step records (default 0.5)
+    TRAINGUARD_TRACE           ``0`` turns tracing off; a path: this rank's collective state
+                               file (default: next to the events file, ``rankR.trace``)
+    TRAINGUARD_TRACE_WINDOW_S  seconds per ``trace`` record (default 5)
+    TRAINGUARD_STACKS          where the rank writes its Python stacks on SIGUSR2 (default:
+                               next to the events file, ``rankR.stacks.txt``)
     RANK, LOCAL_RANK, WORLD_SIZE   as torchrun sets them
     TORCHELASTIC_RESTART_COUNT     as torchrun sets it (only for ``{restart}`` above)
 """
@@ -28,6 +33,8 @@ from pathlib import Path
 
 from trainguard.errors import ConfigError
 from trainguard.faultspec import FaultSpec, split_faults
+from trainguard.trace.runfiles import stacks_path as stacks_path_for
+from trainguard.trace.runfiles import trace_path as trace_path_for
 
 __all__ = ["DEFAULT_HEARTBEAT_S", "TrainEnv", "process_start_time", "start_time_from_stat"]
 
@@ -138,6 +145,14 @@ class TrainEnv:
     """TRAINGUARD_RESUME_MAX_STEP."""
     heartbeat_s: float = DEFAULT_HEARTBEAT_S
     """TRAINGUARD_HEARTBEAT_S."""
+    trace: bool = True
+    """False when TRAINGUARD_TRACE is 0/off/false/no."""
+    trace_path: Path | None = None
+    """The collective state file (supervised runs; None: none is written)."""
+    trace_window_s: float = 5.0
+    """TRAINGUARD_TRACE_WINDOW_S."""
+    stacks_path: Path | None = None
+    """TRAINGUARD_STACKS (supervised runs)."""
 
     @property
     def supervised(self) -> bool:
@@ -157,8 +172,24 @@ class TrainEnv:
         world_size = _int(environ, "WORLD_SIZE")
         if world_size == 0:
             raise ConfigError("WORLD_SIZE must be >= 1, got 0")
+        events = _events_path(environ)
+        trace_text = environ.get("TRAINGUARD_TRACE", "").strip()
+        trace = trace_text.lower() not in ("0", "off", "false", "no")
+        window = _float(environ, "TRAINGUARD_TRACE_WINDOW_S")
+        if window is not None and window <= 0:
+            raise ConfigError(f"TRAINGUARD_TRACE_WINDOW_S must be > 0, got {window}")
+        stacks_text = environ.get("TRAINGUARD_STACKS", "").strip()
+        trace_path = stacks_path = None
+        if trace and trace_text and trace_text.lower() not in ("1", "on", "true", "yes"):
+            trace_path = Path(trace_text)
+        elif trace and events is not None:
+            trace_path = trace_path_for(events)
+        if stacks_text:
+            stacks_path = Path(stacks_text)
+        elif events is not None:
+            stacks_path = stacks_path_for(events)
         return TrainEnv(
-            events_path=_events_path(environ),
+            events_path=events,
             node=environ.get("TRAINGUARD_NODE", "").strip() or None,
             run_dir=Path(run_dir) if run_dir else None,
             attempt=_int(environ, "TRAINGUARD_ATTEMPT") or 0,
@@ -169,4 +200,8 @@ class TrainEnv:
             faults=faults,
             resume_max_step=_int(environ, "TRAINGUARD_RESUME_MAX_STEP"),
             heartbeat_s=DEFAULT_HEARTBEAT_S if heartbeat is None else heartbeat,
+            trace=trace,
+            trace_path=trace_path,
+            trace_window_s=5.0 if window is None else window,
+            stacks_path=stacks_path,
         )

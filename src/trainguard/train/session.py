@@ -10,6 +10,7 @@ tests build their own with a fake clock. Records (one JSON object per line, see 
      "save_s": ..., "ok": true}
     {"t": ..., "rank": 0, "kind": "resume", "step": 30, "path": ..., "skipped": [...]}
     {"t": ..., "rank": 0, "kind": "fault", "fault": "nan:step=31", "step": 31}
+    {"t": ..., "rank": 0, "kind": "trace", "start": ..., "end": ..., "steps": 92, ...}
     {"t": ..., "rank": 0, "kind": "finish"}
 
 Step records are throttled to one per ``heartbeat_s``: the first step always goes out, a step
@@ -37,6 +38,7 @@ from trainguard.faultspec import FaultKind, FaultSpec, format_fault
 from trainguard.train.env import TrainEnv, process_start_time
 from trainguard.train.events import EventLog
 from trainguard.train.faults import cuda_error_text, is_due, sdk_faults
+from trainguard.train.tracing import Tracer, activate, install_stack_dump, trace_collectives
 
 __all__ = ["NonFiniteLossError", "OnNonfinite", "Session"]
 
@@ -98,6 +100,16 @@ class Session:
         self._pending: tuple[float, dict[str, Any]] | None = None
         self._first_step_done = False
         self.finished = False
+        self.tracer: Tracer | None = None
+        """Step spans and collectives (None when TRAINGUARD_TRACE=0)."""
+        self._collectives_traced = False
+        if env.trace:
+            self.tracer = Tracer(env.rank or 0, state_path=env.trace_path,
+                                 window_s=env.trace_window_s)
+            activate(self.tracer)
+            self._collectives_traced = trace_collectives() > 0
+            if env.stacks_path is not None:
+                install_stack_dump(env.stacks_path)
         # Without a launch time the imports phase starts when the process did, and goes out
         # with the first startup record (a phase or the first step): a process that only uses
         # the checkpoint helpers reports no startup.
@@ -167,6 +179,29 @@ class Session:
         self.record("phase", name=name, start=start, end=end)
         self._last_phase_end = end
 
+    @contextmanager
+    def span(self, name: str) -> Iterator[None]:
+        """Time a step phase (``data``, ``forward``, ``backward``, ``optimizer``,
+        ``checkpoint``...): it goes into the rank's ``trace`` windows."""
+        if self.tracer is None:
+            yield
+            return
+        with self.tracer.span(name):
+            yield
+
+    def _trace_step(self, step: int) -> None:
+        if self.tracer is None:
+            return
+        if not self._collectives_traced:  # torch imported after init()
+            self._collectives_traced = trace_collectives() > 0
+        window = self.tracer.on_step(step)
+        if window is not None:
+            self._record_window(window.to_record())
+
+    def _record_window(self, fields: dict[str, Any]) -> None:
+        fields.pop("rank", None)
+        self.record("trace", **fields)
+
     # ---- steps ---------------------------------------------------------------------------
 
     def step(
@@ -184,6 +219,7 @@ class Session:
         if on_nonfinite not in ("raise", "record"):
             raise ValueError(f"on_nonfinite must be 'raise' or 'record', got {on_nonfinite!r}")
         value = None if loss is None else float(loss)
+        self._trace_step(step)
         before = self._clock()
         for index, spec in self._due(before, step, (FaultKind.SLOW,)):
             if index not in self._fired:
@@ -299,11 +335,18 @@ class Session:
         if self.finished:
             return
         self.finished = True
+        if self.tracer is not None:
+            window = self.tracer.flush()
+            if window is not None:
+                self._record_window(window.to_record())
         self.record("finish")
 
     def close(self) -> None:
         """Write a held-back step record and close the event file (registered at exit)."""
         self._flush_pending()
+        if self.tracer is not None:
+            activate(None)
+            self.tracer.close()
         if self._log is not None:
             self._log.close()
             self._log = None

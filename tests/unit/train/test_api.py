@@ -83,9 +83,13 @@ def test_supervised_script(
         ("step", 0),
         ("step", 1),
         ("step", 2),
+        ("trace", None),
         ("finish", None),
     ]
     assert all(r["rank"] == 2 for r in got)
+    trace = got[-2]  # tracing is on by default: the steps' window goes out at finish()
+    assert trace["steps"] == 2 and trace["first_step"] == 1 and trace["last_step"] == 2
+    assert (tmp_path / "events" / "rank2.trace").stat().st_size == 4096
     assert got[0]["start"] == 1.0
 
 

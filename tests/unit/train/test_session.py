@@ -21,6 +21,7 @@ Records = Callable[[Path], list[dict[str, Any]]]
 def _env(tmp_path: Path, **kwargs: Any) -> TrainEnv:
     kwargs.setdefault("events_path", tmp_path / "events.jsonl")
     kwargs.setdefault("rank", 0)
+    kwargs.setdefault("trace", False)  # tracing has its own tests (test_tracing.py)
     if isinstance(kwargs.get("faults"), str):
         kwargs["faults"] = split_faults(kwargs["faults"])
     return TrainEnv(**kwargs)

@@ -1,0 +1,143 @@
+"""Gathering a hung job's facts (I/O): state files, process states, Python stacks.
+
+Stacks come from py-spy when it is installed (``py-spy dump --pid``: works without the
+process's cooperation, needs ptrace permission), else from the SDK's faulthandler: the rank
+is sent SIGUSR2 and writes every thread's stack to its stacks file. A stopped process
+(SIGSTOP) can do neither; its state says so.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from trainguard.errors import TraceError
+from trainguard.trace.model import RankState
+from trainguard.trace.statefile import read_state
+
+logger = logging.getLogger(__name__)
+
+STACK_SIGNAL = signal.SIGUSR2
+_STATES = {"R": "running", "S": "running", "I": "running", "W": "running", "T": "stopped",
+           "t": "stopped", "D": "disk-sleep", "Z": "zombie", "X": "exited"}
+
+
+def process_state(pid: int | None) -> str:
+    """``running``, ``stopped``, ``disk-sleep``, ``zombie`` or ``exited`` (from /proc)."""
+    if pid is None:
+        return "exited"
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return "exited"
+    _, _, rest = stat.rpartition(")")
+    fields = rest.split()
+    return _STATES.get(fields[0], fields[0]) if fields else "exited"
+
+
+def catches(pid: int | None, signum: int) -> bool:
+    """Whether process `pid` has a handler for `signum` (``SigCgt`` in /proc/PID/status):
+    a signal it does not catch may kill it (SIGUSR2's default action is to terminate)."""
+    if pid is None:
+        return False
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    for line in status.splitlines():
+        if line.startswith("SigCgt:"):
+            try:
+                return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+            except (IndexError, ValueError):
+                return False
+    return False
+
+
+def read_states(paths: Mapping[int, Path]) -> tuple[dict[int, RankState | None], list[str]]:
+    """Each rank's state file (None where missing or unreadable), and notes saying why."""
+    out: dict[int, RankState | None] = {}
+    notes: list[str] = []
+    for rank, path in sorted(paths.items()):
+        if not path.exists():
+            out[rank] = None
+            continue
+        try:
+            read = read_state(path)
+        except TraceError as exc:
+            out[rank] = None
+            notes.append(str(exc))
+            continue
+        if read.torn:
+            notes.append(f"rank {rank}: its state file was mid-update (process stopped while "
+                         "writing); read as is")
+        out[rank] = read.state
+    return out, notes
+
+
+def _py_spy(pid: int, timeout_s: float) -> str | None:
+    exe = shutil.which("py-spy")
+    if exe is None:
+        return None
+    try:
+        done = subprocess.run([exe, "dump", "--pid", str(pid)], capture_output=True, text=True,
+                              timeout=timeout_s, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        logger.info("py-spy dump of pid %d failed: %s", pid, exc)
+        return None
+    return done.stdout if done.returncode == 0 and done.stdout.strip() else None
+
+
+def request_stacks(
+    targets: Mapping[int, tuple[int | None, Path]],
+    signal_rank: Callable[[int, int], None],
+    *,
+    timeout_s: float = 3.0,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+    use_py_spy: bool = True,
+) -> dict[int, str]:
+    """Python stacks of the ranks in `targets` (rank -> (pid, stacks file)); ranks that did not
+    answer within `timeout_s` are absent. Give only ranks that can answer: running, and (for
+    the signal) known to catch it, see `catches`: SIGUSR2 kills a process that does not."""
+    stacks: dict[int, str] = {}
+    if use_py_spy and shutil.which("py-spy") is not None:
+        with ThreadPoolExecutor(max_workers=min(8, max(1, len(targets)))) as pool:
+            found = {r: pool.submit(_py_spy, pid, timeout_s)
+                     for r, (pid, _) in targets.items() if pid is not None}
+            for r, fut in found.items():
+                text = fut.result()
+                if text:
+                    stacks[r] = text
+    asked: dict[int, tuple[Path, int]] = {}
+    for rank, (_, path) in targets.items():
+        if rank in stacks:
+            continue
+        try:
+            before = path.stat().st_size if path.exists() else 0
+            signal_rank(rank, STACK_SIGNAL)
+        except Exception as exc:  # a rank that is gone, a backend without signals
+            logger.info("no stack request to rank %d: %s", rank, exc)
+            continue
+        asked[rank] = (path, before)
+    deadline = clock() + timeout_s
+    sizes: dict[int, int] = {}
+    while asked and clock() < deadline:
+        sleep(0.1)
+        for rank, (path, before) in list(asked.items()):
+            size = path.stat().st_size if path.exists() else 0
+            if size > before and sizes.get(rank) == size:  # grown, and stable for one poll
+                with path.open("rb") as f:
+                    f.seek(before)
+                    stacks[rank] = f.read().decode("utf-8", "replace")
+                del asked[rank]
+            sizes[rank] = size
+    return stacks
+
+
+__all__ = ["STACK_SIGNAL", "catches", "process_state", "read_states", "request_stacks"]

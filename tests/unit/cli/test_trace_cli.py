@@ -1,0 +1,119 @@
+"""`trainguard trace show` and `trainguard diagnose hang|stragglers` on run directories built
+here with the real writers (state files, trace records)."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from trainguard.cli.main import app
+from trainguard.trace.model import OpTime, TraceWindow
+from trainguard.trace.statefile import StateWriter
+
+runner = CliRunner()
+
+
+def _run(tmp: Path, slow_rank: int | None = None, hung: int | None = None) -> Path:
+    """A 3-rank attempt (node_a: ranks 0, 1; node_b: rank 2): 24 trace windows each, and
+    state files where every rank but `hung` waits in all_gather #101."""
+    run = tmp / "run"
+    rng = random.Random(1)
+    for rank, node in ((0, "node_a"), (1, "node_a"), (2, "node_b")):
+        d = run / "attempts" / "0" / node
+        d.mkdir(parents=True, exist_ok=True)
+        lines = [json.dumps({"t": 1.0, "rank": rank, "kind": "step", "step": 0})]
+        for i in range(24):
+            work = 0.040 * (1.5 if rank == slow_rank and i >= 6 else 1.0) * rng.uniform(0.97, 1.03)
+            step = 0.070 if slow_rank is None or i < 6 else 0.040 * 1.5 + 0.01
+            w = TraceWindow(rank, 1000.0 + 5 * i, 1005.0 + 5 * i, 70, step * 70,
+                            (step - work) * 70,
+                            spans={"data": OpTime(70, 0.001 * 70)},
+                            collectives={"all_gather": OpTime(140, (step - work) * 70, 1 << 20)},
+                            first_step=70 * i + 1, last_step=70 * i + 70)
+            lines.append(json.dumps({"t": w.end, "kind": "trace", **w.to_record()}))
+        lines.append("{torn")  # a rank killed mid-write: the last line is not an error
+        (d / f"rank{rank}.events.jsonl").write_text("\n".join(lines))
+        sw = StateWriter(d / f"rank{rank}.trace", rank)
+        slot = sw.group("world", 3)
+        sw.enter(slot, 100, "all_gather", 4096, 1100.0)
+        sw.complete(slot, 100, 1100.1)
+        if rank != hung:
+            sw.enter(slot, 101, "all_gather", 4096, 1100.2)
+        sw.step(1680, 1100.2)
+        sw.close()
+    return run
+
+
+def test_trace_show_breaks_down_each_rank(tmp_path: Path) -> None:
+    run = _run(tmp_path)
+    r = runner.invoke(app, ["trace", "show", str(run), "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert [x["rank"] for x in doc["ranks"]] == [0, 1, 2]
+    rank0 = doc["ranks"][0]
+    assert rank0["steps"] == 24 * 70 and rank0["node"] == "node_a"
+    assert rank0["step_s"] == pytest.approx(0.070)
+    assert rank0["state"]["groups"]["world"]["entered_seq"] == 101
+    r = runner.invoke(app, ["trace", "show", str(run)])
+    assert r.exit_code == 0 and "node_b" in r.output and "in all_gather #101" in r.output
+
+
+def test_diagnose_hang_names_the_rank_that_never_entered(tmp_path: Path) -> None:
+    run = _run(tmp_path, hung=1)
+    r = runner.invoke(app, ["diagnose", "hang", str(run), "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert doc["kind"] == "missing_ranks" and doc["seq"] == 101 and doc["waiting"] == [0, 2]
+    assert [(c["rank"], c["node"]) for c in doc["culprits"]] == [(1, "node_a")]
+    assert doc["origin"] == "state files, now"
+    r = runner.invoke(app, ["diagnose", "hang", str(run)])
+    assert "rank 1 on node_a never entered all_gather #101" in r.output.replace("\n", " ")
+
+
+def test_diagnose_hang_prefers_the_supervisors_diagnosis(tmp_path: Path) -> None:
+    run = _run(tmp_path, hung=1)
+    (run / "attempts" / "0" / "hang.json").write_text(json.dumps(
+        {"kind": "missing_ranks", "summary": "from the supervisor", "culprits": [],
+         "notes": []}))
+    r = runner.invoke(app, ["diagnose", "hang", str(run), "--json"])
+    assert json.loads(r.output)["summary"] == "from the supervisor"
+    r = runner.invoke(app, ["diagnose", "hang", str(run), "--json", "--now"])
+    assert json.loads(r.output)["culprits"][0]["rank"] == 1
+
+
+def test_diagnose_stragglers_flags_the_slow_rank_only(tmp_path: Path) -> None:
+    r = runner.invoke(app, ["diagnose", "stragglers", str(_run(tmp_path / "a", slow_rank=2)),
+                            "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert [(s["rank"], s["host"], s["cause"]) for s in doc["stragglers"]] == [
+        (2, "node_b", "compute")]
+    r = runner.invoke(app, ["diagnose", "stragglers", str(_run(tmp_path / "b"))])
+    assert r.exit_code == 0 and "no straggler" in r.output
+
+
+@pytest.mark.parametrize("argv", [
+    ["trace", "show"], ["diagnose", "hang"], ["diagnose", "stragglers"]])
+def test_a_directory_that_is_not_a_run_is_one_clear_error(tmp_path: Path,
+                                                          argv: list[str]) -> None:
+    r = runner.invoke(app, [*argv, str(tmp_path)])
+    assert r.exit_code == 1 and "not a trainguard run directory" in r.output
+    assert "Traceback" not in r.output
+    r = runner.invoke(app, [*argv, str(tmp_path / "missing")])
+    assert r.exit_code == 1 and "no such run directory" in r.output
+    run = _run(tmp_path / "x")
+    r = runner.invoke(app, [*argv, str(run), "--attempt", "7"])
+    assert r.exit_code == 1 and "no attempt 7" in r.output
+
+
+def test_a_malformed_trace_record_is_reported_not_dropped_silently(tmp_path: Path) -> None:
+    run = _run(tmp_path)
+    events = run / "attempts" / "0" / "node_b" / "rank2.events.jsonl"
+    events.write_text('{"kind": "trace", "rank": 2, "steps": "many"}\n' + events.read_text())
+    r = runner.invoke(app, ["trace", "show", str(run)])
+    assert r.exit_code == 0 and "malformed trace record" in r.output
+    assert "steps must be an integer" in r.output
