@@ -369,7 +369,7 @@ class Supervisor:
         stopped = {r: handle.is_stopped(r) for r in handle.running()}
         hang = None
         if trigger is Trigger.HANG:
-            hang = self._diagnose_hang(index, plan, handle, stopped, node_events)
+            hang = self._diagnose_hang(index, plan, handle, stopped, codes, node_events)
         self.lifecycle.to(State.STOPPING)
         if handle.running():
             for ex in handle.stop(spec.term_timeout_s):
@@ -449,7 +449,7 @@ class Supervisor:
                 log.warning("could not write %s: %s", path, exc)
 
     def _diagnose_hang(self, index: int, plan: LaunchPlan, handle: AttemptHandle,
-                       stopped: Mapping[int, bool],
+                       stopped: Mapping[int, bool], codes: Mapping[int, int | None],
                        node_events: Mapping[str, list[FailureEvent]]) -> HangDiagnosis:
         """Localize a hang while the ranks are still there: their collective state files,
         process states and Python stacks; written to ``attempts/<i>/hang.json``."""
@@ -463,7 +463,7 @@ class Supervisor:
             events = Path(rl.env["TRAINGUARD_EVENTS"])
             pid = pids.get(rl.rank)
             if rl.rank not in running:
-                proc = "exited"
+                proc = "finished" if codes.get(rl.rank) == 0 else "exited"
             elif stopped.get(rl.rank):
                 proc = "stopped"
             else:

@@ -30,6 +30,8 @@ from typing import Any
 from trainguard.trace.model import WORLD, GroupState, RankState
 
 _MAX_HOPS = 4
+_BENIGN = ("running", "unknown", "finished")
+"""Process states that say nothing against a rank (``finished``: exited 0)."""
 _STACK_LINES = 6
 
 
@@ -57,8 +59,9 @@ class RankPlace:
     """The GPU it uses (its index, or UUID from CUDA_VISIBLE_DEVICES), when known."""
     pid: int | None = None
     process: str = "running"
-    """``running``, ``stopped`` (SIGSTOP), ``disk-sleep`` (D state), ``exited``, ``zombie``, or
-    ``unknown`` (a post-mortem: the processes are gone)."""
+    """``running``, ``stopped`` (SIGSTOP), ``disk-sleep`` (D state), ``exited`` (non-zero or by
+    a signal), ``finished`` (exited 0), ``zombie``, or ``unknown`` (a post-mortem: the
+    processes are gone)."""
     stack: str | None = None
     """Its Python stacks (faulthandler or py-spy text), when one was taken."""
 
@@ -198,7 +201,7 @@ def _culprit(rank: int, reason: str, group: str | None, states: Mapping[int, Ran
     place = places.get(rank, RankPlace(rank, "?"))
     g = st.groups.get(group) if st is not None and group is not None else None
     proc = place.process
-    if proc not in ("running", "unknown"):
+    if proc not in _BENIGN:
         reason += {"stopped": "; its process is stopped (SIGSTOP)",
                    "disk-sleep": "; its process is in uninterruptible sleep (D: I/O or driver)",
                    "exited": "; its process has exited", "zombie": "; its process is a zombie",
@@ -238,7 +241,7 @@ def _blame(missing: Sequence[int], waiting: set[int], group: str, where: str,
     frontier: list[int] = []
     for r in missing:
         inside = _waiting_in(states.get(r))
-        dead = places.get(r, RankPlace(r, "?")).process not in ("running", "unknown")
+        dead = places.get(r, RankPlace(r, "?")).process not in _BENIGN
         if inside is not None and dead:  # stopped inside an earlier call: it is the root
             roots.append(_culprit(r, f"never entered {where}: it was stopped inside "
                                   f"{_call(*inside)}", group, states, places, evidence))
@@ -303,7 +306,7 @@ def localize_hang(
         notes.append(f"no collective state from rank(s) {_ranks(blind)}")
     if not known:
         stopped = [r for r in all_ranks
-                   if places.get(r, RankPlace(r, "?")).process not in ("running", "unknown")]
+                   if places.get(r, RankPlace(r, "?")).process not in _BENIGN]
         lost = tuple(_culprit(r, "no collective state", None, known, places, evidence)
                      for r in stopped)
         summary = "no rank reported collective state (tracing off, or no SDK)"
@@ -356,7 +359,7 @@ def localize_hang(
                              f"of group {group} ({parts}): their code paths diverged", group, op,
                              seq, tuple(waiting), tuple(diverged), tuple(notes), sources)
     dead = [r for r in waiting
-            if places.get(r, RankPlace(r, "?")).process not in ("running", "unknown")]
+            if places.get(r, RankPlace(r, "?")).process not in _BENIGN]
     inside_too = [_culprit(r, f"is inside {where} with the others", group, known, places,
                            evidence) for r in dead]
     summary = (f"every rank of group {group} entered {where} and it does not complete: the "
@@ -379,7 +382,7 @@ def _outside(states: Mapping[int, RankState], places: Mapping[int, RankPlace],
              evidence: Mapping[str, Sequence[str]], world: Sequence[int], notes: list[str],
              sources: Mapping[int, str]) -> HangDiagnosis:
     not_running = [r for r in world
-                   if places.get(r, RankPlace(r, "?")).process not in ("running", "unknown")]
+                   if places.get(r, RankPlace(r, "?")).process not in _BENIGN]
     if not_running:
         culprits = [_culprit(r, "is not in a collective", None, states, places, evidence)
                     for r in not_running]

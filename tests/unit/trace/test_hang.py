@@ -143,3 +143,11 @@ def test_a_rank_stopped_inside_an_earlier_collective_is_the_root() -> None:
     [c] = d.culprits
     assert c.rank == 1 and "stopped inside broadcast_coalesced #150" in c.reason
     assert "SIGSTOP" in c.reason
+
+
+def test_a_rank_that_finished_is_not_a_culprit_the_stopped_one_is() -> None:
+    places = {0: RankPlace(0, "node0", 0, "0", 1000, "finished"),
+              1: RankPlace(1, "node1", 0, "0", 1001, "stopped")}
+    d = localize_hang({0: None, 1: None}, places)
+    assert d.kind is HangKind.UNKNOWN and [c.rank for c in d.culprits] == [1]
+    assert "SIGSTOP" in d.summary
