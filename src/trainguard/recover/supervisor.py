@@ -477,10 +477,11 @@ class Supervisor:
                                      for rl in plan.ranks})
         # Only ranks that run the SDK's tracer dump stacks on the signal (a script without it
         # would be killed by SIGUSR2); locally the handler is checked in /proc as well.
-        targets = {r: t for r, t in candidates.items() if states.get(r) is not None
-                   and (not local or catches(t[0], STACK_SIGNAL))}
-        stacks = request_stacks(targets, handle.signal_rank, timeout_s=3.0, sleep=self.sleep,
-                                clock=self.clock, use_py_spy=local)
+        signalable = {r for r, t in candidates.items() if states.get(r) is not None
+                      and (not local or catches(t[0], STACK_SIGNAL))}
+        stacks = request_stacks(candidates, handle.signal_rank, timeout_s=3.0,
+                                sleep=self.sleep, clock=self.clock, use_py_spy=local,
+                                signalable=signalable)
         places = {r: replace(p, stack=stacks.get(r)) for r, p in places.items()}
         evidence = {n: [ev.summary for ev in evs] for n, evs in node_events.items() if evs}
         diagnosis = localize_hang(states, places, evidence, [rl.rank for rl in plan.ranks])

@@ -9,9 +9,11 @@ is sent SIGUSR2 and writes every thread's stack to its stacks file. A stopped pr
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -80,8 +82,17 @@ def read_states(paths: Mapping[int, Path]) -> tuple[dict[int, RankState | None],
     return out, notes
 
 
+def py_spy_path() -> str | None:
+    """py-spy on PATH, else next to this Python (a virtual environment's bin/)."""
+    found = shutil.which("py-spy")
+    if found is not None:
+        return found
+    sibling = Path(sys.executable).parent / "py-spy"
+    return str(sibling) if sibling.is_file() and os.access(sibling, os.X_OK) else None
+
+
 def _py_spy(pid: int, timeout_s: float) -> str | None:
-    exe = shutil.which("py-spy")
+    exe = py_spy_path()
     if exe is None:
         return None
     try:
@@ -101,12 +112,14 @@ def request_stacks(
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
     use_py_spy: bool = True,
+    signalable: set[int] | None = None,
 ) -> dict[int, str]:
     """Python stacks of the ranks in `targets` (rank -> (pid, stacks file)); ranks that did not
-    answer within `timeout_s` are absent. Give only ranks that can answer: running, and (for
-    the signal) known to catch it, see `catches`: SIGUSR2 kills a process that does not."""
+    answer within `timeout_s` are absent. py-spy (when installed) reads any running process;
+    the signal goes only to `signalable` ranks (default: all), which must catch it (see
+    `catches`: SIGUSR2 kills a process that does not)."""
     stacks: dict[int, str] = {}
-    if use_py_spy and shutil.which("py-spy") is not None:
+    if use_py_spy and py_spy_path() is not None:
         with ThreadPoolExecutor(max_workers=min(8, max(1, len(targets)))) as pool:
             found = {r: pool.submit(_py_spy, pid, timeout_s)
                      for r, (pid, _) in targets.items() if pid is not None}
@@ -116,7 +129,7 @@ def request_stacks(
                     stacks[r] = text
     asked: dict[int, tuple[Path, int]] = {}
     for rank, (_, path) in targets.items():
-        if rank in stacks:
+        if rank in stacks or (signalable is not None and rank not in signalable):
             continue
         try:
             before = path.stat().st_size if path.exists() else 0
@@ -140,4 +153,5 @@ def request_stacks(
     return stacks
 
 
-__all__ = ["STACK_SIGNAL", "catches", "process_state", "read_states", "request_stacks"]
+__all__ = ["STACK_SIGNAL", "catches", "process_state", "py_spy_path", "read_states",
+           "request_stacks"]

@@ -22,6 +22,7 @@ collective picture but is stated as the reason.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -111,8 +112,12 @@ class HangDiagnosis:
 
     @property
     def definitive(self) -> bool:
-        """The collective picture names the culprits by itself (missing ranks)."""
-        return self.kind is HangKind.MISSING and bool(self.culprits)
+        """The culprits are certain: ranks that never entered the collective the others wait
+        in, or a stopped/dead rank inside the one every rank entered."""
+        if self.kind is HangKind.MISSING:
+            return bool(self.culprits)
+        return self.kind is HangKind.STUCK and any(
+            c.process not in _BENIGN for c in self.culprits)
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind.value, "summary": self.summary, "group": self.group,
@@ -305,16 +310,7 @@ def localize_hang(
     if blind:
         notes.append(f"no collective state from rank(s) {_ranks(blind)}")
     if not known:
-        stopped = [r for r in all_ranks
-                   if places.get(r, RankPlace(r, "?")).process not in _BENIGN]
-        lost = tuple(_culprit(r, "no collective state", None, known, places, evidence)
-                     for r in stopped)
-        summary = "no rank reported collective state (tracing off, or no SDK)"
-        if lost:
-            summary += f"; not running: {lost[0].reason.split('; ', 1)[-1]} " \
-                       f"(rank {lost[0].rank} on {lost[0].node})"
-        return HangDiagnosis(HangKind.UNKNOWN, summary, culprits=lost, notes=tuple(notes),
-                             sources=sources)
+        return _from_stacks(all_ranks, places, evidence, notes, sources)
     inside = _inside(known)
     picked = _pick_group(inside, known, all_ranks)
     if picked is None:
@@ -365,8 +361,10 @@ def localize_hang(
     summary = (f"every rank of group {group} entered {where} and it does not complete: the "
                f"transport is stuck or a rank failed inside it")
     if inside_too:
-        summary += f" (rank {inside_too[0].rank} on {inside_too[0].node}: " \
-                   f"{inside_too[0].reason.split('; ', 1)[-1]})"
+        first = inside_too[0]
+        summary = (f"rank {first.rank} on {first.node}: {first.reason.split('; ', 1)[-1]}, "
+                   f"inside {where}, which every rank of group {group} entered and which "
+                   f"cannot complete without it")
     flagged = [n for n in dict.fromkeys(places[r].node for r in waiting if r in places)
                if evidence.get(n)]
     if flagged and not inside_too:
@@ -376,6 +374,62 @@ def localize_hang(
         summary += f"; node(s) with evidence: {', '.join(flagged)}"
     return HangDiagnosis(HangKind.STUCK, summary, group, op, seq, tuple(waiting),
                          tuple(inside_too), tuple(notes), sources)
+
+
+_COLLECTIVE_FRAME = re.compile(
+    r"\b(all_reduce|all_gather(?:_into_tensor|_object)?|reduce_scatter(?:_tensor)?|broadcast"
+    r"(?:_object_list)?|_broadcast_coalesced|barrier|monitored_barrier|all_to_all(?:_single)?"
+    r"|gather(?:_object)?|scatter(?:_object_list)?|reduce|send|recv)\b.*distributed_c10d\.py"
+    r"|distributed_c10d\.py.*\bin (all_reduce|all_gather(?:_into_tensor|_object)?"
+    r"|reduce_scatter(?:_tensor)?|broadcast(?:_object_list)?|barrier|monitored_barrier"
+    r"|all_to_all(?:_single)?|gather(?:_object)?|scatter(?:_object_list)?|reduce|send|recv)\b")
+
+
+def stack_collective(text: str | None) -> str | None:
+    """The torch.distributed collective the training thread of a stack dump is in (py-spy or
+    faulthandler format), None when it is in none (or there is no stack)."""
+    for line in stack_top(text, lines=40):
+        m = _COLLECTIVE_FRAME.search(line)
+        if m:
+            return (m.group(1) or m.group(2)).lstrip("_")
+    return None
+
+
+def _from_stacks(world: Sequence[int], places: Mapping[int, RankPlace],
+                 evidence: Mapping[str, Sequence[str]], notes: list[str],
+                 sources: Mapping[int, str]) -> HangDiagnosis:
+    """No rank reported collective state (no SDK, or tracing off): stopped or dead ranks, else
+    what their Python stacks (py-spy) say: ranks outside any collective while the others wait
+    in one are the culprits (no sequence numbers: stacks do not carry them)."""
+    none: dict[int, RankState] = {}
+    stopped = [r for r in world if places.get(r, RankPlace(r, "?")).process not in _BENIGN]
+    if stopped:
+        lost = tuple(_culprit(r, "no collective state", None, none, places, evidence)
+                     for r in stopped)
+        summary = (f"no rank reported collective state (tracing off, or no SDK); not running: "
+                   f"{lost[0].reason.split('; ', 1)[-1]} (rank {lost[0].rank} on "
+                   f"{lost[0].node})")
+        return HangDiagnosis(HangKind.UNKNOWN, summary, culprits=lost, notes=tuple(notes),
+                             sources=sources)
+    stacks = {r: places[r].stack for r in world if r in places and places[r].stack}
+    ops = {r: stack_collective(t) for r, t in stacks.items()}
+    waiting = sorted(r for r, op in ops.items() if op is not None)
+    outside = sorted(r for r, op in ops.items() if op is None)
+    if waiting and outside:
+        op_names = sorted({ops[r] or "" for r in waiting})
+        op = "/".join(op_names)
+        culprits = tuple(_culprit(r, f"is not in a collective while rank(s) {_ranks(waiting)} "
+                                  f"wait in {op} (from their stacks)", None, none, places,
+                                  evidence) for r in outside)
+        return HangDiagnosis(
+            HangKind.MISSING, f"rank {culprits[0].rank} on {culprits[0].node} "
+            f"{culprits[0].reason}; no collective state (tracing off, or no SDK): no sequence "
+            f"numbers", op=op, waiting=tuple(waiting), culprits=culprits,
+            notes=(*notes, "localized from Python stacks (py-spy)"), sources=sources)
+    summary = "no rank reported collective state (tracing off, or no SDK)"
+    if stacks and not outside:
+        summary += f"; every rank with a stack waits in a collective ({_ranks(waiting)})"
+    return HangDiagnosis(HangKind.UNKNOWN, summary, notes=tuple(notes), sources=sources)
 
 
 def _outside(states: Mapping[int, RankState], places: Mapping[int, RankPlace],
@@ -409,4 +463,5 @@ def _outside(states: Mapping[int, RankState], places: Mapping[int, RankPlace],
                          sources=sources)
 
 
-__all__ = ["Culprit", "HangDiagnosis", "HangKind", "RankPlace", "localize_hang", "stack_top"]
+__all__ = ["Culprit", "HangDiagnosis", "HangKind", "RankPlace", "localize_hang",
+           "stack_collective", "stack_top"]

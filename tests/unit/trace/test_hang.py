@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainguard.trace.hang import HangKind, RankPlace, localize_hang, stack_top
+from trainguard.trace.hang import HangKind, RankPlace, localize_hang, stack_collective, stack_top
 from trainguard.trace.model import CollectiveCall, GroupState, RankState
 
 
@@ -151,3 +151,40 @@ def test_a_rank_that_finished_is_not_a_culprit_the_stopped_one_is() -> None:
     d = localize_hang({0: None, 1: None}, places)
     assert d.kind is HangKind.UNKNOWN and [c.rank for c in d.culprits] == [1]
     assert "SIGSTOP" in d.summary
+
+
+PYSPY_WAITING = ('Thread 9 (idle): "MainThread"\n'
+                 "    all_reduce (torch/distributed/distributed_c10d.py:3252)\n"
+                 "    wrapper (torch/distributed/c10d_logger.py:83)\n"
+                 "    main (train.py:20)\n    <module> (train.py:30)\n")
+PYSPY_SLEEPING = ('Thread 9 (idle): "MainThread"\n    load_batch (train.py:12)\n'
+                  "    main (train.py:18)\n    <module> (train.py:30)\n")
+FAULTHANDLER_WAITING = ('Current thread 0x1 (most recent call first):\n'
+                        '  File "/x/torch/distributed/distributed_c10d.py", line 4100 in barrier\n'
+                        '  File "/w/train.py", line 9 in <module>\n')
+
+
+def test_stack_collective_reads_both_formats() -> None:
+    assert stack_collective(PYSPY_WAITING) == "all_reduce"
+    assert stack_collective(FAULTHANDLER_WAITING) == "barrier"
+    assert stack_collective(PYSPY_SLEEPING) is None and stack_collective(None) is None
+
+
+def test_without_sdk_state_the_stacks_name_the_rank_outside_the_collective() -> None:
+    places = {0: RankPlace(0, "n0", 0, "0", 10, "running", PYSPY_WAITING),
+              1: RankPlace(1, "n1", 0, "0", 11, "running", PYSPY_SLEEPING),
+              2: RankPlace(2, "n2", 0, "0", 12, "running", PYSPY_WAITING)}
+    d = localize_hang({0: None, 1: None, 2: None}, places)
+    assert d.kind is HangKind.MISSING and d.op == "all_reduce" and d.waiting == (0, 2)
+    assert [c.rank for c in d.culprits] == [1] and d.culprits[0].node == "n1"
+    assert d.culprits[0].stack_top[0] == "load_batch (train.py:12)"
+
+
+def test_a_rank_stopped_inside_the_collective_everyone_entered_is_named_first() -> None:
+    states = {r: _st(r, _g(50, 49, "all_gather")) for r in range(3)}
+    places = {r: PLACES[r] for r in range(3)}
+    places[1] = RankPlace(1, "node0", 1, "1", 1001, "stopped")
+    d = localize_hang(states, places)
+    assert d.kind is HangKind.STUCK and d.definitive and [c.rank for c in d.culprits] == [1]
+    assert d.summary.startswith("rank 1 on node0: its process is stopped (SIGSTOP), inside "
+                                "all_gather #50 (group world)")
