@@ -14,6 +14,7 @@ set -euo pipefail
 PACKAGES=(
   postgresql   # tests/integration/conftest.py: postgres_url fixture (initdb, pg_ctl)
   prometheus   # tests/integration/prometheus_server.py: prometheus_factory fixture (prometheus, promtool)
+  prometheus-alertmanager # tests/integration/test_alertmanager_real.py: real Alertmanager
   slurmctld    # tests/integration/slurm_cluster.py: slurm_cluster fixture (controller)
   slurmd       # tests/integration/slurm_cluster.py: slurm_cluster fixture (one slurmd per node)
   slurm-client # tests/integration/slurm_cluster.py: slurm_cluster fixture (sbatch, scontrol, ...)

@@ -8,7 +8,7 @@ import pytest
 
 PACKAGES = ["trainguard", "trainguard.evidence", "trainguard.store", "trainguard.cli",
             "trainguard.telemetry", "trainguard.detect", "trainguard.simulate", "trainguard.ckpt",
-            "trainguard.nfs", "trainguard.trace"]
+            "trainguard.nfs", "trainguard.trace", "trainguard.watch"]
 
 
 def _exports() -> list[tuple[str, str]]:

@@ -1,8 +1,12 @@
-"""`trainguard simulate`: write a synthetic cluster's telemetry, kernel logs and ground truth."""
+"""`trainguard simulate`: write a synthetic cluster's telemetry, kernel logs and ground truth,
+or serve its metrics live over HTTP (`--serve`)."""
 
 from __future__ import annotations
 
 import json
+import threading
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -13,11 +17,14 @@ from trainguard.cli.console import err, fail, out, stderr_is_tty
 from trainguard.errors import ConfigError, TrainguardError
 from trainguard.simulate import SimConfig, SimSummary, parse_start, simulate_to_dir
 from trainguard.simulate.config import DEFAULT_START_S
+from trainguard.simulate.serve import ExporterServer, LiveExporter, parse_listen
+
+_STATUS_EVERY_S = 10.0
 
 
 def simulate(
-    out_dir: Annotated[Path, typer.Option(
-        "--out", help="Output directory (created; must be empty unless --overwrite).")],
+    out_dir: Annotated[Path | None, typer.Option(
+        "--out", help="Output directory (created; must be empty unless --overwrite).")] = None,
     nodes: Annotated[int, typer.Option(help="GPU nodes in the cluster.")] = 63,
     gpus_per_node: Annotated[int, typer.Option(help="GPUs per node.")] = 8,
     days: Annotated[float, typer.Option(help="Simulated span in days.")] = 7.0,
@@ -38,12 +45,24 @@ def simulate(
     overwrite: Annotated[bool, typer.Option(
         "--overwrite", help="Replace a previous simulation in --out.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    serve: Annotated[str | None, typer.Option(
+        "--serve", metavar="[HOST:]PORT",
+        help="Instead of writing files, serve the metrics live at http://HOST:PORT/metrics "
+             "(also /truth, /healthz) until Ctrl-C. HOST defaults to 127.0.0.1.")] = None,
+    speed: Annotated[float | None, typer.Option(
+        help="With --serve: simulated seconds per wall second (default 60).")] = None,
 ) -> None:
     """Simulate a GPU training cluster: OpenMetrics per 2-hour window, kernel logs, labels.
 
     Writes OUT/metrics/metrics-<start>.om[.gz], OUT/kernel/<node>.log, OUT/labels.jsonl and
-    OUT/manifest.json. Exit status: 0 on success, 1 when writing failed, 2 on bad options.
+    OUT/manifest.json; or, with --serve, serves the dcgm/node-exporter metrics over HTTP as
+    they evolve, sped up by --speed. Exit status: 0 on success (130 on Ctrl-C while serving),
+    1 when writing failed, 2 on bad options.
     """
+    if out_dir is not None and serve is not None:
+        fail("simulate: --out (write files) and --serve (serve live) exclude each other", 2)
+    if speed is not None and serve is None:
+        fail("simulate.speed: --speed needs --serve", 2)
     try:
         cfg = SimConfig(
             nodes=nodes, gpus_per_node=gpus_per_node, days=days, seed=seed, interval_s=interval,
@@ -52,6 +71,11 @@ def simulate(
             job_label=job_label)
     except ConfigError as exc:
         fail(str(exc), 2)
+    if serve is not None:
+        _serve(cfg, serve, 60.0 if speed is None else speed)
+        return
+    if out_dir is None:
+        fail("simulate: give --out DIR (write files) or --serve [HOST:]PORT (serve live)", 2)
     try:
         if stderr_is_tty() and not json_out:
             with Progress(TextColumn("[bold]simulating[/] 2-h windows"), BarColumn(),
@@ -79,3 +103,42 @@ def _report(s: SimSummary, json_out: bool) -> None:
     out.print(f"ground truth: {s.failures} hardware failure(s), {s.app_xids} application "
               f"XID(s), {s.maintenances} maintenance(s), {s.benign} benign anomaly(ies), "
               f"{s.jobs} job(s) -> labels.jsonl", highlight=False)
+
+
+def _serve(cfg: SimConfig, listen: str, speed: float) -> None:
+    """Serve until Ctrl-C; the simulated time goes to stderr every few seconds."""
+    try:
+        host, port = parse_listen(listen)
+        server = ExporterServer(LiveExporter.from_config(cfg, speed), host, port)
+    except ConfigError as exc:
+        fail(str(exc), 2)
+    stop = threading.Event()
+    reporter = threading.Thread(target=_report_clock, args=(server, stop), daemon=True)
+    err.print(f"serving {cfg.nodes} node(s) x {cfg.gpus_per_node} GPU(s) at "
+              f"{server.url}/metrics (also /truth, /healthz), {speed:g}x: one "
+              f"{cfg.interval_s} s scrape interval every {cfg.interval_s / speed:.3g} s; "
+              "Ctrl-C stops", highlight=False)
+    reporter.start()
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        err.print("stopped", highlight=False)
+        raise typer.Exit(130) from None
+    finally:
+        stop.set()
+        server.close()
+
+
+def _report_clock(server: ExporterServer, stop: threading.Event) -> None:
+    exporter, ended = server.exporter, False
+    while not stop.wait(_STATUS_EVERY_S):
+        sim = exporter.clock.now()
+        if sim >= exporter.cfg.end_s:
+            if not ended:
+                err.print("simulated span ended: /metrics is empty now; Ctrl-C stops",
+                          highlight=False)
+                ended = True
+            continue
+        when = datetime.fromtimestamp(sim, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+        err.print(f"{time.strftime('%H:%M:%S')} simulated {when} UTC at {server.url}",
+                  highlight=False)

@@ -199,6 +199,8 @@ class NodeWatch:
         node = rec.get("node")
         if not isinstance(node, str) or node not in self._tails:
             return None
+        if rec.get("status") == "resolved":  # an alert ending (trainguard watch's webhook)
+            return None
         kind = str(rec.get("kind", "predictive"))
         fatal = kind == "hard" or self._stop_on_predictive
         signals = rec.get("signals") or []

@@ -13,17 +13,21 @@ from trainguard.simulate.faults import PRECURSOR_SHAPES
 from trainguard.simulate.metrics import ALL_METRICS, MetricBlock, MetricDef, SimChunk
 from trainguard.simulate.run import ProgressFn, SimSummary, generate, simulate_to_dir
 from trainguard.simulate.scenario import Scenario, build_scenario
+from trainguard.simulate.serve import ExporterServer, LiveExporter, SimClock
 
 __all__ = [
     "ALL_METRICS",
     "DEFAULT_START_S",
     "PRECURSOR_SHAPES",
     "WINDOW_S",
+    "ExporterServer",
+    "LiveExporter",
     "MetricBlock",
     "MetricDef",
     "ProgressFn",
     "Scenario",
     "SimChunk",
+    "SimClock",
     "SimConfig",
     "SimSummary",
     "build_scenario",
