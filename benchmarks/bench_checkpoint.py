@@ -90,20 +90,14 @@ def state_bytes(state: dict[str, Any]) -> int:
     return sum(t.numel() * t.element_size() for t in state["model"].values())
 
 
-def _drop_cache(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
-
-
 def _drop_tree(path: Path) -> None:
+    """Drop the page cache of every file under `path` (written and fsynced already)."""
+    from trainguard.ckpt.profile_io import drop_cache
+
     for p in path.rglob("*") if path.is_dir() else [path]:
         if p.is_file():
-            _drop_cache(p)
+            with contextlib.suppress(OSError):
+                drop_cache(p)
 
 
 def raw_write(path: Path, data: memoryview, direct: bool = False) -> float:
@@ -180,7 +174,7 @@ def measure(root: Path, size: int, repeats: int, streams: int, stripe: int,
         os.fsync(fd)
         os.close(fd)
         add("torch.save", blocking, time.perf_counter() - t0)
-        _drop_cache(torch_path)
+        _drop_tree(torch_path)
         t0 = time.perf_counter()
         loaded = torch.load(torch_path, weights_only=False)
         add("torch.load", 0.0, time.perf_counter() - t0)

@@ -34,7 +34,7 @@ import numpy as np
 
 from trainguard.ckpt.digest import new_digest
 from trainguard.ckpt.layout import StripeLayout, place
-from trainguard.ckpt.streams import DIRECT_ALIGN, anonymous_map
+from trainguard.ckpt.streams import DIRECT_ALIGN, anonymous_map, open_direct
 from trainguard.errors import CheckpointError, ConfigError
 
 __all__ = ["MIN_SIZE", "Source", "StripedTimes", "drop_cache", "filesystem_of", "first_touch_s",
@@ -253,22 +253,21 @@ def filesystem_of(path: Path) -> str:
 
 def probe_direct(directory: Path) -> bool:
     """Whether files in `directory` take O_DIRECT writes (open, one aligned page, fsync)."""
-    flag = getattr(os, "O_DIRECT", 0)
-    if not flag:
-        return False
     path = directory / "direct-probe.bin"
     page = anonymous_map(DIRECT_ALIGN)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | flag, 0o644)
+        fd = open_direct(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        if fd is None:
+            return False
         try:
             os.pwrite(fd, page, 0)
             os.fsync(fd)
+        except OSError as exc:
+            if exc.errno in (errno.EINVAL, errno.EOPNOTSUPP):
+                return False
+            raise
         finally:
             os.close(fd)
-    except OSError as exc:
-        if exc.errno in (errno.EINVAL, errno.EOPNOTSUPP):
-            return False
-        raise
     finally:
         page.close()
         path.unlink(missing_ok=True)

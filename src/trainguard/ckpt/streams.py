@@ -19,7 +19,8 @@ from trainguard.ckpt.layout import StripeLayout
 from trainguard.ckpt.manifest import FileEntry
 from trainguard.errors import CheckpointError
 
-__all__ = ["DIRECT_ALIGN", "Progress", "read_stream", "write_all", "write_stream"]
+__all__ = ["DIRECT_ALIGN", "Progress", "anonymous_map", "open_direct", "read_stream", "write_all",
+           "write_stream"]
 
 
 class Progress:
@@ -81,13 +82,14 @@ def _lower_priority() -> None:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
 
 
-def _open_direct(path: Path) -> int | None:
-    """An O_DIRECT descriptor for `path`, or None where the filesystem refuses it."""
+def open_direct(path: Path, flags: int) -> int | None:
+    """``os.open(path, flags | O_DIRECT)``, or None where the platform or the filesystem
+    refuses O_DIRECT (the caller falls back to buffered I/O)."""
     flag = getattr(os, "O_DIRECT", 0)
     if not flag:
         return None
     try:
-        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | flag, 0o644)
+        return os.open(path, flags | flag, 0o644)
     except OSError as exc:
         if exc.errno in (errno.EINVAL, errno.EOPNOTSUPP):
             return None
@@ -108,7 +110,8 @@ def write_stream(
     _lower_priority()
     digest = new_digest(algo)
     size = 0
-    direct_fd = _open_direct(path) if direct else None
+    direct_fd = (open_direct(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC) if direct
+                 else None)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | (0 if direct_fd is not None else os.O_TRUNC),
                  0o644)
     try:
@@ -155,18 +158,6 @@ def _pread_all(fd: int, view: memoryview, offset: int, name: str) -> None:
         view, offset = view[got:], offset + got
 
 
-def _open_read_direct(path: Path) -> int | None:
-    flag = getattr(os, "O_DIRECT", 0)
-    if not flag:
-        return None
-    try:
-        return os.open(path, os.O_RDONLY | flag)
-    except OSError as exc:
-        if exc.errno in (errno.EINVAL, errno.EOPNOTSUPP):
-            return None
-        raise
-
-
 def read_stream(
     path: Path, entry: FileEntry, layout: StripeLayout, stream: int, arena: memoryview,
     *, direct: bool = False,
@@ -195,7 +186,7 @@ def read_stream(
                 f"size mismatch for {name}: manifest says {entry.size}, layout {expected}, "
                 f"file has {actual}"
             )
-        direct_fd = _open_read_direct(path) if direct else None
+        direct_fd = open_direct(path, os.O_RDONLY) if direct else None
         digest = new_digest(entry.algo)
         position = 0
         for start, length in layout.chunks(stream):
