@@ -22,6 +22,7 @@ from collections.abc import Mapping
 
 from trainguard.errors import LaunchError
 from trainguard.recover.backend import LaunchPlan, RankExit
+from trainguard.trace.collect import process_state
 
 log = logging.getLogger(__name__)
 
@@ -47,19 +48,6 @@ def resolve_command(program: str, path_env: str | None = None) -> str:
     if found is None:
         raise LaunchError(f"command not found on PATH: {program}")
     return found
-
-
-def process_state(pid: int) -> str | None:
-    """The one-letter state from ``/proc/PID/stat`` (``R``, ``S``, ``T``...), None if gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    # The command name is in parentheses and may contain spaces or ')'.
-    end = data.rfind(b")")
-    fields = data[end + 2:].split()
-    return fields[0].decode() if fields else None
 
 
 class LocalAttempt:
@@ -90,7 +78,7 @@ class LocalAttempt:
         proc = self._procs.get(rank)
         if proc is None or proc.returncode is not None:
             return False
-        return process_state(proc.pid) in ("T", "t")
+        return process_state(proc.pid) == "stopped"
 
     def signal_rank(self, rank: int, signum: int) -> None:
         proc = self._procs.get(rank)
@@ -173,4 +161,4 @@ class LocalBackend:
         return LocalAttempt(procs)
 
 
-__all__ = ["LocalAttempt", "LocalBackend", "process_state", "resolve_command"]
+__all__ = ["LocalAttempt", "LocalBackend", "resolve_command"]

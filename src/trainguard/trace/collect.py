@@ -35,12 +35,15 @@ def process_state(pid: int | None) -> str:
     if pid is None:
         return "exited"
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
     except OSError:
         return "exited"
-    _, _, rest = stat.rpartition(")")
-    fields = rest.split()
-    return _STATES.get(fields[0], fields[0]) if fields else "exited"
+    # The command name is in parentheses and may hold spaces, ')' or bytes that are not UTF-8.
+    fields = stat[stat.rfind(b")") + 1:].split()
+    if not fields:
+        return "exited"
+    letter = fields[0].decode("ascii", "replace")
+    return _STATES.get(letter, letter)
 
 
 def catches(pid: int | None, signum: int) -> bool:

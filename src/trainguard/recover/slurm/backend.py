@@ -32,9 +32,10 @@ from typing import Protocol
 
 from trainguard.errors import ConfigError, LaunchError
 from trainguard.recover.backend import LaunchPlan, RankExit
-from trainguard.recover.local import process_state, resolve_command
+from trainguard.recover.local import resolve_command
 from trainguard.recover.slurm.commands import NodeInfo
 from trainguard.recover.slurm.task import files_for
+from trainguard.trace.collect import process_state
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +124,7 @@ class SlurmAttempt:
 
     def is_stopped(self, rank: int) -> bool:
         pid = self.pids().get(rank)
-        return pid is not None and process_state(pid) in ("T", "t")
+        return pid is not None and process_state(pid) == "stopped"
 
     def signal_rank(self, rank: int, signum: int) -> None:
         pid = self.pids().get(rank)
