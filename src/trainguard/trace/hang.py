@@ -36,6 +36,12 @@ _BENIGN = ("running", "unknown", "finished")
 _STACK_LINES = 6
 
 
+def _down(places: Mapping[int, RankPlace], rank: int) -> bool:
+    """The rank's process is stopped, in D state, a zombie or exited non-zero."""
+    place = places.get(rank)
+    return place is not None and place.process not in _BENIGN
+
+
 class HangKind(StrEnum):
     MISSING = "missing_ranks"
     """Some ranks never entered the collective the others wait in."""
@@ -246,7 +252,7 @@ def _blame(missing: Sequence[int], waiting: set[int], group: str, where: str,
     frontier: list[int] = []
     for r in missing:
         inside = _waiting_in(states.get(r))
-        dead = places.get(r, RankPlace(r, "?")).process not in _BENIGN
+        dead = _down(places, r)
         if inside is not None and dead:  # stopped inside an earlier call: it is the root
             roots.append(_culprit(r, f"never entered {where}: it was stopped inside "
                                   f"{_call(*inside)}", group, states, places, evidence))
@@ -355,7 +361,7 @@ def localize_hang(
                              f"of group {group} ({parts}): their code paths diverged", group, op,
                              seq, tuple(waiting), tuple(diverged), tuple(notes), sources)
     dead = [r for r in waiting
-            if places.get(r, RankPlace(r, "?")).process not in _BENIGN]
+            if _down(places, r)]
     inside_too = [_culprit(r, f"is inside {where} with the others", group, known, places,
                            evidence) for r in dead]
     summary = (f"every rank of group {group} entered {where} and it does not complete: the "
@@ -402,7 +408,7 @@ def _from_stacks(world: Sequence[int], places: Mapping[int, RankPlace],
     what their Python stacks (py-spy) say: ranks outside any collective while the others wait
     in one are the culprits (no sequence numbers: stacks do not carry them)."""
     none: dict[int, RankState] = {}
-    stopped = [r for r in world if places.get(r, RankPlace(r, "?")).process not in _BENIGN]
+    stopped = [r for r in world if _down(places, r)]
     if stopped:
         lost = tuple(_culprit(r, "no collective state", None, none, places, evidence)
                      for r in stopped)
@@ -436,7 +442,7 @@ def _outside(states: Mapping[int, RankState], places: Mapping[int, RankPlace],
              evidence: Mapping[str, Sequence[str]], world: Sequence[int], notes: list[str],
              sources: Mapping[int, str]) -> HangDiagnosis:
     not_running = [r for r in world
-                   if places.get(r, RankPlace(r, "?")).process not in _BENIGN]
+                   if _down(places, r)]
     if not_running:
         culprits = [_culprit(r, "is not in a collective", None, states, places, evidence)
                     for r in not_running]

@@ -40,11 +40,11 @@ class RankFiles:
 
     @property
     def trace(self) -> Path:
-        return self.directory / f"rank{self.rank}.trace"
+        return trace_path(self.events)
 
     @property
     def stacks(self) -> Path:
-        return self.directory / f"rank{self.rank}.stacks.txt"
+        return stacks_path(self.events)
 
 
 def trace_path(events: Path) -> Path:

@@ -129,11 +129,9 @@ class StateWriter:
         self._pack(slot, row, now if seq == row[2] else math.nan)
 
     def _pack(self, slot: int, row: list[object], ended: float) -> None:
-        self._lock_word += 1
-        struct.pack_into("<I", self._map, _SEQLOCK_AT, self._lock_word & 0xFFFFFFFF)
+        self._begin()
         _SLOT.pack_into(self._map, _HEADER.size + slot * _SLOT.size, *row, ended)
-        self._lock_word += 1
-        struct.pack_into("<I", self._map, _SEQLOCK_AT, self._lock_word & 0xFFFFFFFF)
+        self._end()
 
     def step(self, step: int, now: float) -> None:
         self._step, self._updated = step, now

@@ -189,8 +189,11 @@ class Tracer:
                      blocking and depth == 0, events)
 
     def exit(self, call: _Open) -> None:
-        """The call returned (blocking) or its work completed (asynchronous)."""
+        """The call returned (blocking: on the calling thread, whose nesting depth drops) or
+        its work completed (asynchronous: on any thread)."""
         dt = self._perf() - call.perf
+        if call.blocking:
+            self._local.depth = max(0, getattr(self._local, "depth", 1) - 1)
         wall = self._wall()
         if call.events is not None:
             with contextlib.suppress(Exception):
@@ -205,12 +208,6 @@ class Tracer:
                 self._writer.complete(call.slot, call.seq, wall)
             self.recent.append(CollectiveCall(call.seq, call.op, call.group, call.size,
                                               call.nbytes, call.wall, call.wall, wall))
-
-
-    def leave(self, call: _Open) -> None:
-        """The calling thread is out of a blocking call (its nesting depth drops)."""
-        if call.blocking:
-            self._local.depth = max(0, getattr(self._local, "depth", 1) - 1)
 
     # ---- steps and windows ---------------------------------------------------------------
 
@@ -375,10 +372,8 @@ def _wrap(dist: Any, fn: Callable[..., Any], op: str, data_arg: int) -> Callable
         try:
             result = fn(*args, **kwargs)
         except BaseException:
-            tracer.leave(call)
             tracer.exit(call)
             raise
-        tracer.leave(call)
         if not async_op or result is None:
             tracer.exit(call)
             return result

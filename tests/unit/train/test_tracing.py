@@ -37,10 +37,8 @@ def test_windows_split_step_time_into_spans_and_collectives(tmp_path: Path) -> N
             call = t.enter("all_reduce", "world", 4, 1024, blocking=True)
             inner = t.enter("all_gather", "world", 4, 64, blocking=True)  # nested: not twice
             clock.t += 0.1
-            t.leave(inner)
             t.exit(inner)
             clock.t += 0.1
-            t.leave(call)
             t.exit(call)
         clock.t += 0.04
         w = t.on_step(step)
@@ -65,7 +63,6 @@ def test_an_async_collective_counts_its_time_but_not_as_blocked() -> None:
     t = Tracer(rank=0, window_s=100.0, wall=clock, perf=clock)
     t.on_step(0)
     call = t.enter("all_reduce", "world", 2, 8, blocking=False)
-    t.leave(call)
     clock.t += 0.5
     t.exit(call)
     t.on_step(1)
