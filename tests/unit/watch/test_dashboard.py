@@ -4,9 +4,7 @@ metrics `trainguard watch` exports (checked by the real ``promtool``)."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -28,16 +26,6 @@ _KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bo
 def dashboard() -> dict[str, Any]:
     data: dict[str, Any] = json.loads(DASHBOARD.read_text())
     return data
-
-
-@pytest.fixture(scope="module")
-def promtool() -> str:
-    path = shutil.which("promtool")
-    if path is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("promtool not found: run scripts/sysdeps.sh")
-        pytest.skip("promtool not found: run scripts/sysdeps.sh")
-    return path
 
 
 def _panels(dash: dict[str, Any]) -> list[dict[str, Any]]:

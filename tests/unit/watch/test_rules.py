@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -21,16 +19,6 @@ from trainguard.watch.rules import (
     violations_record,
     write_rule_file,
 )
-
-
-@pytest.fixture(scope="module")
-def promtool() -> str:
-    path = shutil.which("promtool")
-    if path is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("promtool not found: run scripts/sysdeps.sh")
-        pytest.skip("promtool not found: run scripts/sysdeps.sh")
-    return path
 
 
 def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
