@@ -201,12 +201,7 @@ def _diagnose_now(files: Sequence[RankFiles], flight: Path | None) -> HangDiagno
         procs = dict.fromkeys(procs, "unknown")  # a post-mortem: nothing is running any more
     places = {f.rank: RankPlace(f.rank, f.node, None, None, pids[f.rank], procs[f.rank])
               for f in files}
-    diag = localize_hang(states, places, None, [f.rank for f in files])
-    if notes:
-        from dataclasses import replace
-
-        diag = replace(diag, notes=(*diag.notes, *notes))
-    return diag
+    return localize_hang(states, places, None, [f.rank for f in files], notes)
 
 
 @diagnose_app.command("stragglers")

@@ -484,9 +484,8 @@ class Supervisor:
                                 signalable=signalable)
         places = {r: replace(p, stack=stacks.get(r)) for r, p in places.items()}
         evidence = {n: [ev.summary for ev in evs] for n, evs in node_events.items() if evs}
-        diagnosis = localize_hang(states, places, evidence, [rl.rank for rl in plan.ranks])
-        if notes:
-            diagnosis = replace(diagnosis, notes=(*diagnosis.notes, *notes))
+        diagnosis = localize_hang(states, places, evidence, [rl.rank for rl in plan.ranks],
+                                  notes)
         self._status(f"attempt {index}: hang localized in {self.clock() - t0:.1f} s: "
                      f"{diagnosis.summary}")
         path = self.spec.run_dir / "attempts" / str(index) / "hang.json"

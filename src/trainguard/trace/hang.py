@@ -301,20 +301,21 @@ def localize_hang(
     places: Mapping[int, RankPlace],
     node_evidence: Mapping[str, Sequence[str]] | None = None,
     world: Sequence[int] | None = None,
+    notes: Sequence[str] = (),
 ) -> HangDiagnosis:
     """Name the rank(s), host(s) and collective behind a hang (see the module outline).
 
     `states`: each rank's last known collective state (None: unreadable); `places`: where each
-    rank runs; `world`: every rank of the job (default: the keys of both).
+    rank runs; `world`: every rank of the job (default: the keys of both); `notes`: what
+    reading the states said (kept, after the diagnosis' own notes).
     """
     evidence = node_evidence or {}
     known = {r: s for r, s in states.items() if s is not None}
     all_ranks = sorted(set(world) if world is not None else set(states) | set(places))
     sources = {r: (known[r].source if r in known else "none") for r in all_ranks}
-    notes = []
     blind = [r for r in all_ranks if r not in known]
-    if blind:
-        notes.append(f"no collective state from rank(s) {_ranks(blind)}")
+    own = [f"no collective state from rank(s) {_ranks(blind)}"] if blind else []
+    notes = [*own, *notes]
     if not known:
         return _from_stacks(all_ranks, places, evidence, notes, sources)
     inside = _inside(known)
