@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
+import re
 from datetime import UTC, datetime
 
 from trainguard.errors import ConfigError
 
-__all__ = ["parse_timestamp"]
+__all__ = ["parse_duration", "parse_timestamp"]
 
 
 def parse_timestamp(value: object, what: str) -> float:
@@ -36,3 +37,24 @@ def parse_timestamp(value: object, what: str) -> float:
     if not math.isfinite(t):
         raise ConfigError(f"{what} must be finite")
     return t
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h|d)")
+_PLAIN = re.compile(r"\d+(?:\.\d*)?|\.\d+")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(value: str, what: str) -> float:
+    """Seconds from ``500ms``, ``30s``, ``1.5m``, ``6h``, ``2d``, Prometheus' ``1m30s`` or a
+    plain number of seconds.
+
+        >>> parse_duration("1.5m", "x"), parse_duration("1m30s", "x"), parse_duration("30", "x")
+        (90.0, 90.0, 30.0)
+    """
+    text = value.strip()
+    if _PLAIN.fullmatch(text):
+        return float(text)
+    parts = _DURATION.findall(text)
+    if not text or "".join(n + u for n, u in parts) != text:
+        raise ConfigError(f"{what} {value!r} is not a duration (e.g. 500ms, 30s, 5m, 6h, 1d)")
+    return sum(float(n) * _UNIT_S[u] for n, u in parts)

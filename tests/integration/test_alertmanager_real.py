@@ -4,21 +4,16 @@ Alertmanager delivers it to our ``/alertmanager/webhook`` (and its resolution af
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import shutil
-import socket
-import subprocess
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
+from alertmanager_server import alertmanager, require_binary
+from alertmanager_server import listed as am_listed
 
 from trainguard.watch import names
 from trainguard.watch.alertmanager import AlertmanagerClient, NodeAlert
@@ -27,15 +22,7 @@ from trainguard.watch.webhook import WEBHOOK_PATH, ReceivedAlert, WebhookReceive
 
 pytestmark = pytest.mark.integration
 
-BINARY = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
-READY_TIMEOUT_S = 15.0
 DELIVERY_TIMEOUT_S = 20.0
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -64,58 +51,23 @@ class Stack:
 
 @pytest.fixture
 def stack(tmp_path: Path) -> Iterator[Stack]:
-    if BINARY is None:
-        reason = ("prometheus-alertmanager is not installed "
-                  "(scripts/sysdeps.sh installs Debian's prometheus-alertmanager)")
-        if os.environ.get("CI", "").strip().lower() in ("true", "1", "yes"):
-            pytest.fail(f"{reason} (CI=true: integration servers are required)", pytrace=False)
-        pytest.skip(reason)
+    require_binary()
     collected = Collected([], threading.Condition())
     alerts_file = tmp_path / "alerts.jsonl"
     receiver = WebhookReceiver(alerts_file=alerts_file, on_alert=collected.add)
     server = HttpServer(ServerConfig(), receiver.routes())
     server.start()
-    port = _free_port()
     config = {
         "route": {"receiver": "trainguard", "group_by": ["alertname", "node"],
                   "group_wait": "100ms", "group_interval": "1s", "repeat_interval": "1h"},
         "receivers": [{"name": "trainguard", "webhook_configs": [
             {"url": server.url + WEBHOOK_PATH, "send_resolved": True}]}],
     }
-    cfg = tmp_path / "alertmanager.yml"
-    cfg.write_text(json.dumps(config))  # JSON is YAML
-    log_path = tmp_path / "alertmanager.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [BINARY, f"--config.file={cfg}", f"--storage.path={tmp_path / 'data'}",
-             f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="],
-            stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while True:
-            with contextlib.suppress(OSError), \
-                    urllib.request.urlopen(f"{url}/-/ready", timeout=1) as resp:
-                if resp.status == 200:
-                    break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"alertmanager did not start:\n{log_path.read_text()[-3000:]}")
-            time.sleep(0.05)
-        yield Stack(url, collected, alerts_file)
+        with alertmanager(tmp_path, config) as url:
+            yield Stack(url, collected, alerts_file)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
         server.stop()
-
-
-def _listed(url: str) -> list[dict[str, Any]]:
-    with urllib.request.urlopen(f"{url}/api/v2/alerts", timeout=5) as resp:
-        data: list[dict[str, Any]] = json.loads(resp.read())
-    return data
 
 
 def test_alert_arrives_in_alertmanager_and_back_through_webhook(stack: Stack) -> None:
@@ -125,7 +77,7 @@ def test_alert_arrives_in_alertmanager_and_back_through_webhook(stack: Stack) ->
                       summary="ECC errors rising")
     assert client.post([alert]) is True, client.last_error
 
-    listed = [a for a in _listed(stack.am_url)
+    listed = [a for a in am_listed(stack.am_url)
               if a["labels"].get("alertname") == names.ALERT_NAME]
     assert len(listed) == 1
     assert listed[0]["labels"]["node"] == "gpu-node-7"

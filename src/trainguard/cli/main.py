@@ -21,6 +21,7 @@ from trainguard.cli import (
     simulate,
     slurm,
     trace,
+    watch,
     xid,
 )
 from trainguard.cli.console import fail
@@ -49,6 +50,7 @@ app.add_typer(ckpt.app, name="ckpt")
 app.add_typer(nfs.app, name="nfs")
 app.add_typer(trace.app, name="trace")
 app.add_typer(trace.diagnose_app, name="diagnose")
+app.command("watch")(watch.watch)
 
 
 def _version(value: bool) -> None:

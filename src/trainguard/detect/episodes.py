@@ -41,6 +41,10 @@ class EpisodeTracker:
     last_soft_end: dict[int, float] = field(default_factory=dict)
     last_hard: dict[int, float] = field(default_factory=dict)
     closed: list[AlertEpisode] = field(default_factory=list)
+    last_scores: FloatArray | None = None
+    """The latest block's node scores (index as `nodes`; NaN: no data), for live display."""
+    last_t: float | None = None
+    """End time of the latest block scored."""
 
     def quiet(self, t: float) -> set[int]:
         """Nodes with recent hard evidence: predictive alerts there are suppressed."""
@@ -51,6 +55,7 @@ class EpisodeTracker:
                    quiet: set[int], counter_led: np.ndarray | None = None) -> None:
         """Feed one block's node scores (`signals` for the nodes at or above score_on)."""
         cfg = self.cfg
+        self.last_scores, self.last_t = score.copy(), t
         above = np.flatnonzero(score >= cfg.score_on).tolist()
         for i in list(self.run):
             if i not in above or i in quiet:
@@ -115,6 +120,23 @@ class EpisodeTracker:
         for i, ep in list(self.hard.items()):
             if t - ep.last > self.cfg.hard_cooldown_s:
                 self._close_hard(i)
+
+    def open_episodes(self) -> list[AlertEpisode]:
+        """Episodes still open, as they stand (`end` is their latest evidence so far)."""
+        out = [AlertEpisode(self.nodes[i], ep.start, ep.last, ep.peak, AlertKind.PREDICTIVE,
+                            ep.signals) for i, ep in self.soft.items()]
+        out += [AlertEpisode(self.nodes[i], ep.start, ep.last, ep.peak, AlertKind.HARD,
+                             ep.signals) for i, ep in self.hard.items()]
+        return sorted(out, key=lambda e: (e.start, e.node, e.kind.value))
+
+    def forget_closed(self, before: float) -> int:
+        """Drop closed episodes that ended before `before` (a live service calls it once it has
+        reported them; episodes within the cool-down must stay, they may still be re-opened).
+        Returns how many were dropped."""
+        keep = [ep for ep in self.closed if ep.end >= before]
+        dropped = len(self.closed) - len(keep)
+        self.closed = keep
+        return dropped
 
     def finish(self) -> list[AlertEpisode]:
         for i in list(self.soft):

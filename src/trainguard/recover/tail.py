@@ -2,7 +2,8 @@
 
 A :class:`FileTail` hands out complete lines only (a half-written line waits for its newline),
 numbers them for evidence references, and starts over when the file is truncated or replaced
-(log rotation, ``echo > kern.log``).
+(log rotation, ``echo > kern.log``). Its :meth:`~FileTail.position` survives a restart:
+:meth:`~FileTail.restore` resumes there, or at the start of a file replaced in the meantime.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +59,36 @@ class FileTail:
     def offset(self) -> int:
         return self._offset
 
+    def position(self) -> dict[str, int]:
+        """Where the next read starts, as JSON-ready ints for :meth:`restore`.
+
+        The offset excludes a buffered half line, so a restarted reader reads that line whole;
+        ``inode`` is 0 while the file has not been seen; ``skip_partial`` is 1 when the line at
+        ``offset`` began before a ``from_end`` start (its rest is skipped, not reported).
+
+            >>> FileTail(Path("/nonexistent")).position()
+            {'inode': 0, 'offset': 0, 'line': 1, 'skip_partial': 0}
+        """
+        return {"inode": self._inode or 0, "offset": self._offset - len(self._partial),
+                "line": self._next_line, "skip_partial": int(self._drop_first)}
+
+    def restore(self, position: Mapping[str, object]) -> None:
+        """Resume from a saved :meth:`position` (after a restart).
+
+        Nothing is read here: the next :meth:`read` checks the file, and one that was replaced
+        (another inode) or is shorter than the saved offset is read from its start, as when it
+        is rotated while followed. Raises ValueError for a malformed position.
+        """
+        inode, offset, line = (_count(position, key) for key in ("inode", "offset", "line"))
+        skip = _count(position, "skip_partial") if "skip_partial" in position else 0
+        if line < 1:
+            raise ValueError("position.line must be >= 1")
+        self._inode = inode or None
+        self._offset = offset
+        self._next_line = line
+        self._partial = b""
+        self._drop_first = bool(skip)
+
     def read(self, max_bytes: int = _READ_MAX) -> tuple[bytes, int]:
         """New complete lines (joined, each ending in ``\\n``) and the number of the first."""
         try:
@@ -88,6 +120,14 @@ class FileTail:
         first = self._next_line
         self._next_line += complete.count(b"\n")
         return complete, first
+
+
+def _count(position: Mapping[str, object], key: str) -> int:
+    """A non-negative int field of a saved position (JSON: bool is not a count)."""
+    value = position.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"position.{key} must be a non-negative integer, got {value!r}")
+    return value
 
 
 def parse_json_lines(data: bytes, where: str) -> list[dict[str, Any]]:

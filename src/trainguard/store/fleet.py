@@ -96,6 +96,28 @@ class FleetMixin(StoreCore):
             rows = conn.execute(query).all()
         return [alert_from_row(r) for r in rows]
 
+    def update_alert(self, alert_id: int, *, end: float | None, peak_score: float,
+                     signals: Sequence[Mapping[str, Any]] | None = None) -> None:
+        """Set an alert's end (None: open again), peak score and, if given, its signals."""
+        t = schema.alerts
+        values: dict[str, Any] = {"ended": end, "peak_score": peak_score}
+        if signals is not None:
+            values["signals"] = [dict(s) for s in signals]
+        with self._write("update alert") as conn:
+            self._update_one(conn, t.update().where(t.c.id == alert_id).values(**values),
+                             "alert", alert_id)
+
+    def find_alert(self, *, node: str, kind: str, start: float, source: str
+                   ) -> AlertRecord | None:
+        """The alert with exactly this node, kind, start and source (the watch service's key,
+        so a restart does not add an alert twice), or None."""
+        t = schema.alerts
+        query = sa.select(t).where(t.c.node == node, t.c.kind == kind, t.c.started == start,
+                                   t.c.source == source).order_by(t.c.id).limit(1)
+        with self._read("alerts") as conn:
+            row = conn.execute(query).first()
+        return None if row is None else alert_from_row(row)
+
     # -- exclusions --------------------------------------------------------------------------
 
     def add_exclusion(

@@ -34,7 +34,7 @@ from trainguard.telemetry.builder import TelemetryBuilder
 from trainguard.telemetry.frame import FloatArray, MetricKind
 
 __all__ = ["MAX_POINTS", "PrometheusClient", "PrometheusStats", "RangeSeries", "Transport",
-           "read_prometheus"]
+           "metric_kinds", "read_prometheus"]
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +159,7 @@ class PrometheusClient:
                     out[str(name)] = _KINDS.get(str(entries[0].get("type")), MetricKind.UNKNOWN)
         return out
 
-    def windows(self, start: float, end: float, step_s: int) -> list[tuple[float, float]]:
+    def windows(self, start: float, end: float, step_s: float) -> list[tuple[float, float]]:
         """Query windows covering [start, end] with <= MAX_POINTS points each, back to back."""
         span = (MAX_POINTS - 1) * step_s
         out: list[tuple[float, float]] = []
@@ -170,7 +170,7 @@ class PrometheusClient:
             s = e + step_s
         return out
 
-    def query_range(self, query: str, start: float, end: float, step_s: int,
+    def query_range(self, query: str, start: float, end: float, step_s: float,
                     ) -> list[RangeSeries]:
         """Run a range query in windows of <= MAX_POINTS points; series merged across windows."""
         if step_s <= 0:
@@ -179,7 +179,7 @@ class PrometheusClient:
                                                          list[FloatArray]]] = {}
         for s, e in self.windows(start, end, step_s):
             data = self.get("/api/v1/query_range", {
-                "query": query, "start": _fmt(s), "end": _fmt(e), "step": f"{step_s}s"})
+                "query": query, "start": _fmt(s), "end": _fmt(e), "step": _fmt(step_s)})
             for item in (data or {}).get("result", []):
                 labels = {str(k): str(v) for k, v in item.get("metric", {}).items()}
                 points = item.get("values") or []
@@ -230,32 +230,33 @@ class PrometheusStats:
     metrics: int
     series: int
     samples: int
-    start: int
-    end: int
+    start: float
+    end: float
 
 
 def read_prometheus(client: PrometheusClient, builder: TelemetryBuilder, *,
-                    metrics: list[str] | None = None, start: float, end: float, step_s: int,
-                    progress: Callable[[int, int], None] | None = None) -> PrometheusStats:
+                    metrics: list[str] | None = None, start: float, end: float, step_s: float,
+                    progress: Callable[[int, int], None] | None = None, align: bool = True,
+                    kinds: Mapping[str, MetricKind] | None = None,
+                    retime: Callable[[FloatArray], FloatArray] | None = None,
+                    ) -> PrometheusStats:
     """Fetch `metrics` (names or PromQL selectors; None = every metric name in the range) over
-    [start, end] (unix seconds, aligned down/up to multiples of `step_s`) into `builder`.
+    [start, end] (unix seconds, aligned down/up to multiples of `step_s` unless `align` is
+    false) into `builder`.
 
-    Queries run `client.max_concurrency` at a time; types come from `/api/v1/metadata` when the
-    server has it. `progress(metrics_done, metrics_total)` follows the queries.
+    Queries run `client.max_concurrency` at a time; types come from `kinds`, else from
+    `/api/v1/metadata` when the server has it. `retime` maps the returned timestamps before
+    they reach `builder` (the watch service's replay clock). `progress(metrics_done,
+    metrics_total)` follows the queries.
     """
     if step_s <= 0:
         raise ConfigError("telemetry.prometheus.step_s must be > 0")
     if end < start:
         raise ConfigError("telemetry.prometheus: end is before start")
-    a = math.floor(start / step_s) * step_s
-    b = math.ceil(end / step_s) * step_s
-    try:
-        kinds = client.metadata()
-    except TelemetryError as exc:
-        if str(exc).startswith("cannot reach"):
-            raise
-        log.info("no metric metadata from %s (%s); types from names only", client.url, exc)
-        kinds = {}
+    a = math.floor(start / step_s) * step_s if align else start
+    b = math.ceil(end / step_s) * step_s if align else end
+    if kinds is None:
+        kinds = metric_kinds(client)
     if metrics is not None:
         queries = list(metrics)
     else:
@@ -279,11 +280,22 @@ def read_prometheus(client: PrometheusClient, builder: TelemetryBuilder, *,
                 query = futures[fut]
                 for labels, ts, vals in fut.result():
                     name = labels.pop("__name__", query)
-                    builder.add_series(name, kinds.get(name, MetricKind.UNKNOWN), labels, ts,
-                                       vals)
+                    builder.add_series(name, kinds.get(name, MetricKind.UNKNOWN), labels,
+                                       ts if retime is None else retime(ts), vals)
                     n_series += 1
                     n_samples += int(ts.size)
                 done_count += 1
                 if progress is not None:
                     progress(done_count, len(queries))
     return PrometheusStats(len(queries), n_series, n_samples, a, b)
+
+
+def metric_kinds(client: PrometheusClient) -> dict[str, MetricKind]:
+    """Declared metric types, or {} (with a log line) when the server cannot tell."""
+    try:
+        return client.metadata()
+    except TelemetryError as exc:
+        if str(exc).startswith("cannot reach"):
+            raise
+        log.info("no metric metadata from %s (%s); types from names only", client.url, exc)
+        return {}

@@ -27,10 +27,10 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from trainguard.errors import ConfigError
 from trainguard.store import Store
@@ -169,6 +169,26 @@ class RateLimiter:
                                    f"{self.max_excluded})")
         return Decision(True, "within limits")
 
+    def state(self) -> dict[str, Any]:
+        """What must survive a restart (JSON-serialisable): the grants of the last hour and each
+        node's last grant, so a restarted service cannot act on K more nodes at once."""
+        self._expire(self._clock())
+        horizon = self._clock() - max(WINDOW_S, self.policy.cooldown_s)
+        return {"granted": list(self._granted),
+                "last_grant": {n: t for n, t in self._last_grant.items() if t >= horizon}}
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Resume from :meth:`state`; malformed entries are dropped with a warning."""
+        try:
+            granted = sorted(float(t) for t in state.get("granted", []))
+            last = {str(n): float(t) for n, t in dict(state.get("last_grant", {})).items()}
+        except (TypeError, ValueError, AttributeError):
+            log.warning("actions: the saved rate-limit state is malformed; starting afresh")
+            return
+        self._granted = deque(granted)
+        self._last_grant = last
+        self._expire(self._clock())
+
     def acquire(self, node: str) -> Decision:
         """:meth:`check`, and on success count the action and mark the node excluded."""
         decision = self.check(node)
@@ -296,6 +316,18 @@ class ActionExecutor:
         """Nodes this executor granted: dry-run's simulated exclusions, and live exclusions
         whose store write failed (still counted toward the pool fraction)."""
         self._unrecorded: set[str] = set()
+
+    def state(self) -> dict[str, Any]:
+        """The limiter's state plus this executor's own (dry-run's simulated exclusions)."""
+        return {**self.limiter.state(), "acted": sorted(self._acted),
+                "unrecorded": sorted(self._unrecorded)}
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        self.limiter.restore(state)
+        for key, target in (("acted", self._acted), ("unrecorded", self._unrecorded)):
+            value = state.get(key, [])
+            if isinstance(value, list):
+                target.update(str(n) for n in value)
 
     def _sync_excluded(self) -> None:
         stored: set[str] = set()

@@ -48,7 +48,7 @@ class FakeProm:
                          "temp": [{"type": "gauge", "help": "", "unit": ""}]}
         if path == "/api/v1/query_range":
             start, end = float(q["start"][0]), float(q["end"][0])
-            step = int(q["step"][0].rstrip("s"))
+            step = float(q["step"][0].rstrip("s"))
             ts = np.arange(start, end + 1e-9, step)
             result = [{"metric": labels,
                        "values": [[t, "NaN" if t % 300 == 0 else str(t / 10 + i)]
@@ -190,7 +190,7 @@ def test_read_prometheus_types_alignment_and_concurrency(prom: FakeProm) -> None
     assert (stats.metrics, stats.series) == (2, 3)
     ranges = {(q["start"][0], q["end"][0], q["step"][0])
               for p, q, _ in prom.requests if p.endswith("query_range")}
-    assert ranges == {("990", "1320", "30s")}
+    assert ranges == {("990", "1320", "30")}  # plain seconds: a float step works too
     assert calls[-1] == (2, 2)
     tel = b.build()
     assert tel.step_s == 30 and tel.times[0] == 990 and tel.times[-1] == 1320

@@ -1,0 +1,262 @@
+"""`trainguard watch`'s configuration: one frozen dataclass per part, loaded from a TOML file
+and overridden by command-line flags.
+
+    [watch]
+    prometheus = "http://prometheus:9090"
+    interval = "30s"          # how often a new interval is fetched and scored
+    history = "6h"            # warm-up window on a first start
+    state_dir = "/var/lib/trainguard/watch"
+
+    [detect]                  # any DetectorConfig field
+    block_s = 120
+
+    [http]
+    listen = "127.0.0.1:9464" # /metrics, /alertmanager/webhook, /status
+    token_file = "/etc/trainguard/token"
+
+    [alertmanager]
+    url = "http://alertmanager:9093"
+
+    [actions]                 # ActionPolicy fields; off and dry-run by default
+    enabled = false
+
+    [kernel_logs]
+    sources = ["/var/log/nodes/"]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainguard.detect.config import DetectorConfig
+from trainguard.errors import ConfigError
+from trainguard.timeparse import parse_duration
+from trainguard.watch.actions import ActionPolicy
+
+__all__ = ["TimeMap", "WatchConfig", "load_config"]
+
+_EXCLUDED_PREFIXES = ("up", "scrape_", "prometheus_", "trainguard_", "go_", "process_",
+                      "promhttp_", "ALERTS", "alertmanager_", "net_conntrack_")
+"""Metric names never scored: Prometheus' own series about its scrapes (``up`` would make every
+scrape target a node), other servers' self-metrics, and ours (Prometheus may scrape /metrics)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TimeMap:
+    """Detector time from Prometheus time, for replaying a sped-up simulation.
+
+    ``det = sim_start + (prom - wall_start - phase_s) * speed``; the identity by default. The
+    phase puts each evaluation point just before the simulator's next sample, where the latest
+    scrape certainly holds the sample being asked for.
+
+        >>> m = TimeMap(speed=60, sim_start=0, wall_start=100, phase_s=0.5)
+        >>> m.to_prom(120), m.to_det(102.5)
+        (102.5, 120.0)
+    """
+
+    speed: float = 1.0
+    sim_start: float = 0.0
+    wall_start: float = 0.0
+    phase_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.speed) and self.speed > 0):
+            raise ConfigError("watch.replay.speed must be a finite number > 0")
+
+    @property
+    def identity(self) -> bool:
+        return self.speed == 1 and self.sim_start == self.wall_start and self.phase_s == 0
+
+    def to_prom(self, det: float) -> float:
+        return self.wall_start + self.phase_s + (det - self.sim_start) / self.speed
+
+    def to_det(self, prom: float) -> float:
+        return self.sim_start + (prom - self.wall_start - self.phase_s) * self.speed
+
+
+@dataclass(frozen=True, slots=True)
+class WatchConfig:
+    """Everything `WatchService` needs; the defaults are `trainguard watch`'s."""
+
+    prometheus: str
+    """Base URL of the Prometheus server scraping the cluster's exporters."""
+    interval_s: float = 30.0
+    """Wall seconds between two rounds (fetch the new interval, score it, deliver)."""
+    step_s: int | None = None
+    """Detector sample step (detector seconds); None: the scrape interval Prometheus reports
+    for its targets (times the replay speed), else 30."""
+    history_s: float = 6 * 3600.0
+    """On a first start, how much history (detector seconds) is fetched to warm up."""
+    lag_s: float | None = None
+    """Wall seconds the newest fetched point stays behind now, so its scrape has landed; None:
+    a fifth of the detector step in wall time, at most 10 s."""
+    max_chunk_s: float = 2 * 3600.0
+    """Largest range (detector seconds) fetched in one go while catching up."""
+    metrics: tuple[str, ...] | None = None
+    """Metric names or selectors to score; None: every metric Prometheus has, except the
+    excluded prefixes."""
+    exclude_prefixes: tuple[str, ...] = _EXCLUDED_PREFIXES
+    """Metric name prefixes never scored (when `metrics` is None)."""
+    discover_s: float = 300.0
+    """Wall seconds between two refreshes of the metric names and types."""
+    resend_s: float = 60.0
+    """Wall seconds between re-posts of the open alerts (Alertmanager forgets alerts that are
+    not re-sent within its resolve_timeout, 5 min by default)."""
+    state_dir: Path = Path("trainguard-watch")
+    """Where the state is kept (see `watch.state`)."""
+    detect: DetectorConfig = field(default_factory=DetectorConfig)
+    replay: TimeMap = field(default_factory=TimeMap)
+    alertmanager_url: str | None = None
+    alertmanager_token: str | None = None
+    listen: str | None = "127.0.0.1:9464"
+    """HOST:PORT of the HTTP endpoints; None: no HTTP server."""
+    token: str | None = None
+    """Bearer token the HTTP endpoints require (mandatory off loopback)."""
+    actions: ActionPolicy = field(default_factory=ActionPolicy)
+    drain: bool = False
+    """Actions also drain the node in Slurm (``scontrol update ... state=drain``)."""
+    supervisor_alerts: Path | None = None
+    """A running supervisor's alerts file (``trainguard run --alerts-file``): actions and
+    Alertmanager webhook alerts are appended to it."""
+    kernel_logs: tuple[str, ...] = ()
+    """Kernel-log sources (see `watch.kernlog.parse_sources`)."""
+    prometheus_token: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.prometheus.startswith(("http://", "https://")):
+            raise ConfigError(f"watch.prometheus must be an http(s):// URL, got "
+                              f"{self.prometheus!r}")
+        for name in ("interval_s", "history_s", "max_chunk_s", "discover_s", "resend_s"):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and v > 0):
+                raise ConfigError(f"watch.{name.removesuffix('_s')} must be > 0")
+        if self.step_s is not None and self.step_s <= 0:
+            raise ConfigError("watch.step must be > 0")
+        if self.lag_s is not None and not (math.isfinite(self.lag_s) and self.lag_s >= 0):
+            raise ConfigError("watch.lag must be >= 0")
+        if self.alertmanager_url is not None and not self.alertmanager_url.startswith(
+                ("http://", "https://")):
+            raise ConfigError("alertmanager.url must be an http(s):// URL")
+
+
+_DURATION_KEYS = {"interval": "interval_s", "history": "history_s", "lag": "lag_s",
+                  "max_chunk": "max_chunk_s", "discover": "discover_s", "resend": "resend_s",
+                  "step": "step_s"}
+
+
+def _duration(value: Any, key: str) -> float:
+    if isinstance(value, bool):
+        raise ConfigError(f"{key} must be a duration like 30s, got {value!r}")
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        return parse_duration(value, key)
+    raise ConfigError(f"{key} must be a duration like 30s, got {value!r}")
+
+
+def _table(doc: Mapping[str, Any], name: str) -> dict[str, Any]:
+    value = doc.get(name, {})
+    if not isinstance(value, dict):
+        raise ConfigError(f"[{name}] must be a table")
+    return dict(value)
+
+
+def _fields(cls: type[Any], values: Mapping[str, Any], section: str) -> dict[str, Any]:
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ConfigError(f"[{section}] unknown key(s): {', '.join(unknown)} "
+                          f"(known: {', '.join(sorted(known))})")
+    return dict(values)
+
+
+def _read_secret(path: Any, key: str) -> str:
+    try:
+        return Path(str(path)).read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ConfigError(f"{key}: cannot read {path}: {exc.strerror or exc}") from exc
+
+
+def load_config(path: Path | None, overrides: Mapping[str, Any]) -> WatchConfig:
+    """The TOML file (if any) with `overrides` (WatchConfig field names, None = not given) on
+    top. Every mistake is a ConfigError naming the key."""
+    doc: dict[str, Any] = {}
+    if path is not None:
+        try:
+            doc = tomllib.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    unknown = sorted(set(doc) - {"watch", "detect", "http", "alertmanager", "actions",
+                                 "kernel_logs", "replay", "prometheus"})
+    if unknown:
+        raise ConfigError(f"{path}: unknown section(s): {', '.join(unknown)}")
+    kw: dict[str, Any] = {}
+    for key, value in _table(doc, "watch").items():
+        if key in _DURATION_KEYS:
+            kw[_DURATION_KEYS[key]] = _duration(value, f"watch.{key}")
+        elif key == "state_dir":
+            kw["state_dir"] = Path(str(value))
+        elif key == "supervisor_alerts":
+            kw["supervisor_alerts"] = Path(str(value))
+        elif key in ("metrics", "exclude_prefixes"):
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ConfigError(f"watch.{key} must be a list of strings")
+            kw[key] = tuple(value)
+        elif key in ("prometheus", "drain"):
+            kw[key] = value
+        else:
+            raise ConfigError(f"[watch] unknown key: {key}")
+    if "step_s" in kw:
+        kw["step_s"] = int(kw["step_s"])
+    prom = _table(doc, "prometheus")
+    if "token_file" in prom:
+        kw["prometheus_token"] = _read_secret(prom.pop("token_file"), "prometheus.token_file")
+    if prom:
+        raise ConfigError(f"[prometheus] unknown key(s): {', '.join(sorted(prom))}")
+    try:
+        kw["detect"] = DetectorConfig(**_fields(DetectorConfig, _table(doc, "detect"), "detect"))
+        kw["actions"] = ActionPolicy(**_fields(ActionPolicy, _table(doc, "actions"), "actions"))
+    except TypeError as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
+    http = _table(doc, "http")
+    if "listen" in http:
+        kw["listen"] = None if http["listen"] in ("", "off", False) else str(http.pop("listen"))
+        http.pop("listen", None)
+    if "token_file" in http:
+        kw["token"] = _read_secret(http.pop("token_file"), "http.token_file")
+    if http:
+        raise ConfigError(f"[http] unknown key(s): {', '.join(sorted(http))}")
+    am = _table(doc, "alertmanager")
+    if "url" in am:
+        kw["alertmanager_url"] = str(am.pop("url"))
+    if "token_file" in am:
+        kw["alertmanager_token"] = _read_secret(am.pop("token_file"), "alertmanager.token_file")
+    if am:
+        raise ConfigError(f"[alertmanager] unknown key(s): {', '.join(sorted(am))}")
+    logs = _table(doc, "kernel_logs")
+    sources = logs.pop("sources", [])
+    if not isinstance(sources, list) or not all(isinstance(s, str) for s in sources):
+        raise ConfigError("kernel_logs.sources must be a list of strings")
+    if logs:
+        raise ConfigError(f"[kernel_logs] unknown key(s): {', '.join(sorted(logs))}")
+    kw["kernel_logs"] = tuple(sources)
+    replay = _table(doc, "replay")
+    if replay:
+        try:
+            kw["replay"] = TimeMap(**_fields(TimeMap, replay, "replay"))
+        except TypeError as exc:
+            raise ConfigError(f"[replay]: {exc}") from exc
+    for key, value in overrides.items():
+        if value is not None:
+            kw[key] = value
+    if "prometheus" not in kw:
+        raise ConfigError("give --prometheus URL (or watch.prometheus in the config file)")
+    return WatchConfig(**kw)

@@ -1,0 +1,534 @@
+"""The `trainguard watch` loop: Prometheus in, alerts out, state kept across restarts.
+
+Each round (every `interval_s` wall seconds):
+
+1. fetch the new points since the cursor, up to now minus the lag (the newest scrape must have
+   landed), at the detector step, in chunks of at most `max_chunk_s` (a first start fetches
+   `history_s` of history to warm up; a restart fetches what it missed);
+2. feed them to the streaming detector: only the new blocks are scored (no recomputation);
+3. reconcile the detector's episodes with the alerts raised so far (`watch.alerts`);
+4. save the state (before delivering: a crash re-delivers, it never forgets);
+5. deliver what is due: the store, Alertmanager, the actions (each idempotent), then save again;
+6. poll the kernel logs, refresh `/metrics`, re-post the open alerts when due.
+
+A Prometheus that is down or restarting costs a round (counted in
+``trainguard_watch_errors_total{stage="query"}``), not the service: the cursor stays and the
+next round fetches the whole span. Points Prometheus never scraped are gaps to the detector.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from trainguard.detect.alerts import AlertKind
+from trainguard.detect.detector import Detector
+from trainguard.errors import TelemetryError, TrainguardError
+from trainguard.evidence.events import FailureEvent, TimeKind
+from trainguard.store import Store
+from trainguard.taxonomy import Action, Severity
+from trainguard.telemetry.builder import TelemetryBuilder
+from trainguard.telemetry.frame import FloatArray, MetricKind, Telemetry
+from trainguard.telemetry.prometheus import PrometheusClient, metric_kinds, read_prometheus
+from trainguard.telemetry.rates import detect_monotonic
+from trainguard.watch import alertmanager as am
+from trainguard.watch.actions import ActionExecutor, Outcome
+from trainguard.watch.actions import NodeAlert as ActionAlert
+from trainguard.watch.alerts import Change, confidence, reconcile
+from trainguard.watch.config import WatchConfig
+from trainguard.watch.exporter import MetricsExporter, MetricsSnapshot, OpenAlert
+from trainguard.watch.kernlog import KernelLogTailer
+from trainguard.watch.state import LiveAlert, WatchState, load_state, prepare_dir, save_state
+
+__all__ = ["RoundReport", "WatchService", "severity_of"]
+
+log = logging.getLogger(__name__)
+
+_NODE_ACTIONS = (Action.EXCLUDE_NODE, Action.REBOOT_NODE, Action.RESET_GPU)
+"""Kernel-log evidence that raises a hard alert (the rest is stored as evidence only)."""
+KERNEL_SOURCE = "kernel-log"
+STORE_SOURCE = "trainguard-watch"
+
+
+def severity_of(kind: str) -> str:
+    """Alertmanager severity of an alert kind: hard evidence pages, a prediction warns."""
+    return "critical" if kind == AlertKind.HARD.value else "warning"
+
+
+@dataclass(frozen=True, slots=True)
+class RoundReport:
+    """What one round did."""
+
+    fetched_to: int | None
+    """Detector time scored up to (None: nothing new)."""
+    samples: int
+    changes: tuple[Change, ...]
+    events: int
+    """Kernel-log events stored."""
+    errors: tuple[str, ...]
+
+
+class WatchService:
+    """The live detector service (see the module docstring).
+
+        >>> svc = WatchService(cfg, client=PrometheusClient(cfg.prometheus))  # doctest: +SKIP
+        >>> svc.load()                                                          # doctest: +SKIP
+        >>> svc.run(stop_event)                                                 # doctest: +SKIP
+
+    Everything with side effects is injected: the Prometheus client, the store, the
+    Alertmanager client, the action executor, the kernel-log tailer, the metrics exporter and
+    the wall clock. `on_change` sees every alert change after its delivery.
+    """
+
+    def __init__(self, cfg: WatchConfig, *, client: PrometheusClient,
+                 store: Store | None = None, alertmanager: am.AlertmanagerClient | None = None,
+                 executor: ActionExecutor | None = None,
+                 kernel_logs: KernelLogTailer | None = None,
+                 exporter: MetricsExporter | None = None,
+                 clock: Callable[[], float] = time.time,
+                 on_change: Callable[[Change], None] | None = None,
+                 progress: Callable[[int, int], None] | None = None) -> None:
+        self.cfg = cfg
+        self.client = client
+        self.store = store
+        self.alertmanager = alertmanager
+        self.executor = executor
+        self.kernel_logs = kernel_logs
+        self.exporter = exporter
+        self.clock = clock
+        self.on_change = on_change
+        self.progress = progress
+        self.state = WatchState()
+        self.detector: Detector | None = None
+        self.step_s = cfg.step_s or 30
+        self.note = ""
+        self._names: list[str] | None = None
+        self._kinds: dict[str, MetricKind] = {}
+        self._discovered_at = -math.inf
+        self._resent_at = -math.inf
+        self._lock = threading.Lock()
+
+    # -- start-up ---------------------------------------------------------------------------
+    def load(self) -> str:
+        """Read the saved state (if any) and fix the step; returns what happened, in words."""
+        prepare_dir(self.cfg.state_dir)
+        loaded = load_state(self.cfg.state_dir)
+        self.note = loaded.note
+        if loaded.state is not None:
+            self.state = loaded.state
+            if loaded.detector is not None:
+                self.detector = loaded.detector
+            else:
+                self._rewind_for_rewarm()
+        saved_step = self.state.step_s
+        self.step_s = self.cfg.step_s or saved_step or self._scrape_step()
+        if saved_step is not None and saved_step != self.step_s:
+            # The saved detector works on the old grid: learn again, keep the alerts.
+            self.note += (f"; step changed from {saved_step} s to {self.step_s} s: warming up "
+                          "again from history")
+            self.detector = None
+            self._rewind_for_rewarm()
+        self.state.step_s = self.step_s
+        if self.kernel_logs is not None:
+            self.kernel_logs.restore(self.state.kernel_logs)
+        if self.executor is not None:
+            self.executor.restore(self.state.actions)
+        return self.note
+
+    def _rewind_for_rewarm(self) -> None:
+        """Without a usable detector: warm up again on the history before the cursor; the
+        alerts already raised keep their keys, so none is raised twice."""
+        if self.state.cursor is not None:
+            self.state.warm_until = self.state.cursor
+            self.state.cursor = None
+
+    def _scrape_step(self) -> int:
+        """Detector step from the scrape interval of Prometheus' targets (x the replay speed);
+        30 s when Prometheus does not say."""
+        try:
+            data = self.client.get("/api/v1/targets", {"state": "active"})
+            intervals = [_seconds(t.get("scrapeInterval", ""))
+                         for t in (data or {}).get("activeTargets", [])]
+        except (TelemetryError, AttributeError, TypeError):
+            log.info("watch: cannot read the scrape interval from Prometheus; step 30 s")
+            return 30
+        found = [i for i in intervals if i is not None and i > 0]
+        if not found:
+            return 30
+        return max(1, round(min(found) * self.cfg.replay.speed))
+
+    # -- one round --------------------------------------------------------------------------
+    def round(self) -> RoundReport:
+        """Fetch, score, reconcile and deliver once (see the module docstring)."""
+        with self._lock:
+            return self._round()
+
+    def _round(self) -> RoundReport:
+        errors: list[str] = []
+        now = self.clock()
+        tm = self.cfg.replay
+        step = self.step_s
+        lag = self.cfg.lag_s if self.cfg.lag_s is not None else min(10.0, step / tm.speed / 5)
+        newest = math.floor(tm.to_det(now - lag) / step) * step
+        st = self.state
+        if st.cursor is None:
+            begin = newest - math.floor(self.cfg.history_s / step) * step
+            if st.warm_until is not None:
+                # A re-warm: learn again on what came before the old cursor, as far back as
+                # twice the detector's own warm-up (never before the first start's history).
+                back = max(self.cfg.history_s, 2 * self.cfg.detect.warmup_s)
+                begin = min(begin, st.warm_until - math.floor(back / step) * step)
+                if st.first_t is not None:
+                    begin = max(begin, st.first_t)
+            else:
+                st.warm_until = newest + step
+            st.cursor = begin
+        samples = 0
+        fetched_to: int | None = None
+        changes: list[Change] = []
+        total = max(1, newest + step - st.cursor)
+        begin_cursor = st.cursor
+        while st.cursor <= newest:
+            hi = min(newest, st.cursor + max(step, int(self.cfg.max_chunk_s // step) * step)
+                     - step)
+            try:
+                tel = self._fetch(st.cursor, hi)
+            except TrainguardError as exc:
+                st.count_error("query")
+                errors.append(f"query: {exc}")
+                log.warning("watch: %s", exc)
+                break
+            if tel is not None:
+                samples += tel.n_samples
+                try:
+                    self._feed(tel)
+                except TrainguardError as exc:  # defensive: the grid is ours, should not be
+                    st.count_error("score")
+                    errors.append(f"score: {exc}")
+                    log.error("watch: scoring failed: %s", exc)
+            st.cursor = hi + step
+            fetched_to = hi
+            if st.first_t is None and tel is not None:
+                st.first_t = int(tel.times[0])
+            due = self._reconcile(now, hi)
+            self._save(errors)
+            changes += self._deliver(due, errors)
+            if self.progress is not None:
+                self.progress(st.cursor - begin_cursor, total)
+        changes += self._deliver(self._close_kernel_alerts(), errors)
+        events = self._poll_kernel_logs(now, changes, errors)
+        if fetched_to is not None or events:
+            st.last_success = now if fetched_to is not None else st.last_success
+            self._save(errors)
+        self._resend(now, errors)
+        self._export(now)
+        return RoundReport(fetched_to, samples, tuple(changes), events, tuple(errors))
+
+    def _fetch(self, lo: int, hi: int) -> Telemetry | None:
+        """Points lo..hi (detector time, inclusive) from Prometheus; None when there are none."""
+        tm = self.cfg.replay
+        # Until Prometheus has scraped something (a server just started, a new cluster), ask
+        # every round; then every `discover_s` for new metrics and types.
+        if not self._names or not self._kinds \
+                or self.clock() - self._discovered_at >= self.cfg.discover_s:
+            self._discover(lo, hi)
+        names = list(self.cfg.metrics) if self.cfg.metrics is not None else self._names or []
+        if not names:
+            return None
+        builder = TelemetryBuilder(step_s=self.step_s)
+
+        def retime(ts: FloatArray) -> FloatArray:
+            return np.asarray(tm.sim_start + (ts - tm.wall_start - tm.phase_s) * tm.speed,
+                              dtype=np.float64)
+
+        read_prometheus(self.client, builder, metrics=names, start=tm.to_prom(lo),
+                        end=tm.to_prom(hi), step_s=self.step_s / tm.speed, align=False,
+                        kinds=self._kinds, retime=None if tm.identity else retime)
+        if builder.n_samples == 0:
+            return None
+        return builder.build(start_s=lo, end_s=hi + self.step_s)
+
+    def _discover(self, lo: int, hi: int) -> None:
+        tm = self.cfg.replay
+        self._kinds = metric_kinds(self.client)
+        if self.cfg.metrics is None:
+            start = tm.to_prom(lo - self.cfg.history_s)
+            names = self.client.series_names(None, start, tm.to_prom(hi))
+            self._names = [n for n in names if not n.startswith(self.cfg.exclude_prefixes)]
+        self._discovered_at = self.clock()
+
+    def _feed(self, tel: Telemetry) -> None:
+        if self.detector is None:
+            cumulative = frozenset(m.name for m in tel.metrics
+                                   if m.kind is MetricKind.COUNTER or detect_monotonic(m))
+            self.detector = Detector(self.cfg.detect, cumulative)
+        self.detector.feed(tel)
+
+    def _reconcile(self, now: float, scored_to: int) -> list[Change]:
+        det = self.detector
+        if det is None:
+            return []
+        tracker = det.tracker
+        changes = reconcile(self.state.alerts, tracker.open_episodes(), tracker.closed,
+                            now=now, warm_until=self.state.warm_until, scored_to=scored_to)
+        for c in changes:
+            self._remember(c.alert)
+        # Closed episodes the cool-down can no longer re-open have been reported: let go.
+        horizon = scored_to - self.cfg.detect.cooldown_s - 2 * self.cfg.detect.block_s
+        tracker.forget_closed(horizon)
+        keep_from = horizon - self.cfg.history_s
+        self.state.alerts = {k: a for k, a in self.state.alerts.items()
+                             if a.open or a.pending or (a.end or 0) >= keep_from}
+        return changes
+
+    def _remember(self, alert: LiveAlert) -> None:
+        self.state.alerts[alert.key] = alert
+
+    # -- delivery ---------------------------------------------------------------------------
+    def _deliver(self, changes: list[Change], errors: list[str]) -> list[Change]:
+        """Deliver every pending alert (these changes and any left over from before)."""
+        delivered: list[Change] = []
+        for c in changes:
+            if c.alert.historical:
+                continue
+            alert = self._deliver_one(self.state.alerts[c.alert.key], fired=c.kind == "fired",
+                                      errors=errors)
+            delivered.append(Change(c.kind, alert))
+            if c.kind == "fired":
+                sev = severity_of(alert.kind)
+                self.state.alerts_total[sev] = self.state.alerts_total.get(sev, 0) + 1
+        changed = {c.alert.key for c in changes}
+        for key, alert in list(self.state.alerts.items()):
+            if alert.pending and key not in changed:
+                self._deliver_one(alert, fired=not alert.acted, errors=errors)
+        if delivered:
+            self._save(errors)
+        for c in delivered:
+            log.log(logging.WARNING if c.kind == "fired" else logging.INFO,
+                    "watch: %s %s alert on %s: %s", c.kind, c.alert.kind, c.alert.node,
+                    c.alert.summary)
+            if self.on_change is not None:
+                self.on_change(c)
+        return delivered
+
+    def _deliver_one(self, alert: LiveAlert, *, fired: bool, errors: list[str]) -> LiveAlert:
+        if not alert.stored:
+            alert = self._store_alert(alert, errors)
+        if not alert.sent:
+            alert = replace(alert, sent=self._post([alert], errors))
+        if not alert.acted:
+            if fired:
+                self._act(alert)
+            alert = replace(alert, acted=True)
+        self._remember(alert)
+        return alert
+
+    def _store_alert(self, alert: LiveAlert, errors: list[str]) -> LiveAlert:
+        if self.store is None:
+            return replace(alert, stored=True)
+        try:
+            sid = alert.store_id
+            if sid is None:
+                found = self.store.find_alert(node=alert.node, kind=alert.kind,
+                                              start=alert.start, source=_store_source(alert))
+                sid = found.id if found is not None else None
+            if sid is None:
+                sid = self.store.add_alert(node=alert.node, start=alert.start, end=alert.end,
+                                           peak_score=alert.peak, kind=alert.kind,
+                                           signals=alert.signals, source=_store_source(alert))
+            else:
+                self.store.update_alert(sid, end=alert.end, peak_score=alert.peak,
+                                        signals=alert.signals)
+        except TrainguardError as exc:
+            self.state.count_error("store")
+            errors.append(f"store: {exc}")
+            log.warning("watch: cannot write the alert to the store: %s", exc)
+            return alert
+        return replace(alert, store_id=sid, stored=True)
+
+    def _am_alert(self, alert: LiveAlert) -> am.NodeAlert:
+        tm = self.cfg.replay
+        return am.NodeAlert(node=alert.node, severity=severity_of(alert.kind),
+                            start=tm.to_prom(alert.start),
+                            end=None if alert.end is None else tm.to_prom(alert.end),
+                            kind=alert.kind, score=alert.peak, summary=alert.summary,
+                            extra_labels={} if alert.source == "detector"
+                            else {"evidence": alert.source})
+
+    def _post(self, alerts: list[LiveAlert], errors: list[str]) -> bool:
+        if self.alertmanager is None:
+            return True
+        ok = self.alertmanager.post([self._am_alert(a) for a in alerts])
+        if not ok:
+            self.state.count_error("alertmanager")
+            errors.append("alertmanager: post failed (retried next round)")
+        return ok
+
+    def _act(self, alert: LiveAlert) -> None:
+        if self.executor is None:
+            return
+        tm = self.cfg.replay
+        evidence = tuple(f"{s.get('metric')} {s.get('gpu') or ''} {s.get('deviation')}".strip()
+                         for s in alert.signals)
+        result = self.executor.handle(ActionAlert(
+            node=alert.node, severity="hard" if alert.kind == "hard" else "predictive",
+            confidence=confidence(alert.kind, alert.peak, self.cfg.detect.score_on),
+            summary=alert.summary, time=tm.to_prom(alert.start), evidence=evidence,
+            score=alert.peak, metrics=tuple(str(s.get("metric")) for s in alert.signals)))
+        counts = self.state.actions_total
+        steps = [(s.action, s.outcome.value) for s in result.steps]
+        if not steps and result.outcome is Outcome.RATE_LIMITED:
+            steps = [("exclude", Outcome.RATE_LIMITED.value)]
+        for action, outcome in steps:
+            key = f"{action}/{outcome}"
+            counts[key] = counts.get(key, 0) + 1
+        self.state.actions = self.executor.state()
+
+    def _resend(self, now: float, errors: list[str]) -> None:
+        """Re-post the open alerts before Alertmanager's resolve_timeout forgets them."""
+        if self.alertmanager is None or now - self._resent_at < self.cfg.resend_s:
+            return
+        self._resent_at = now
+        live = [a for a in self.state.alerts.values() if a.open and not a.historical]
+        if live:
+            self._post(live, errors)
+
+    # -- kernel logs ------------------------------------------------------------------------
+    def _poll_kernel_logs(self, now: float, changes: list[Change], errors: list[str]) -> int:
+        if self.kernel_logs is None:
+            return 0
+        events = self.kernel_logs.poll()
+        self.state.kernel_logs = self.kernel_logs.position()
+        if not events:
+            return 0
+        if self.store is not None:
+            try:
+                self.store.add_events(events)
+            except TrainguardError as exc:
+                self.state.count_error("store")
+                errors.append(f"store: {exc}")
+        fired = [self._kernel_alert(ev, now) for ev in events]
+        due = [Change("fired", a) for a in fired if a is not None]
+        changes += self._deliver(due, errors)
+        return len(events)
+
+    def _kernel_alert(self, ev: FailureEvent, now: float) -> LiveAlert | None:
+        """A hard alert for node-level kernel evidence (an XID that needs a reset or a drain);
+        evidence within the detector's hard cool-down of an open one joins it."""
+        if ev.host is None or ev.severity is not Severity.FATAL or ev.action not in _NODE_ACTIONS:
+            return None
+        t = ev.time if ev.time_kind is TimeKind.ABSOLUTE and ev.time is not None else now
+        det_t = self.cfg.replay.to_det(t)
+        for a in self.state.alerts.values():
+            if (a.source == KERNEL_SOURCE and a.node == ev.host and a.open
+                    and det_t - a.start <= self.cfg.detect.hard_cooldown_s):
+                return None
+        signal = {"metric": ev.signature, "gpu": ev.gpu_pci, "deviation": ev.xid or 0,
+                  "detail": ev.summary[:200]}
+        alert = LiveAlert(node=ev.host, kind="hard", start=det_t, end=None, peak=1.0,
+                          source=KERNEL_SOURCE, raised_at=now, signals=(signal,),
+                          summary=f"kernel log of {ev.host}: {ev.summary}"[:500])
+        self._remember(alert)
+        return alert
+
+    def _close_kernel_alerts(self) -> list[Change]:
+        """Kernel-log alerts end a hard cool-down after their evidence (detector time)."""
+        if self.state.cursor is None:
+            return []
+        scored_to = self.state.cursor - self.step_s
+        out = []
+        for a in list(self.state.alerts.values()):
+            if a.source == KERNEL_SOURCE and a.open \
+                    and scored_to - a.start > self.cfg.detect.hard_cooldown_s:
+                closed = a.changed(end=a.start + self.cfg.detect.hard_cooldown_s)
+                self._remember(closed)
+                out.append(Change("resolved", closed))
+        return out
+
+    # -- outputs ----------------------------------------------------------------------------
+    def _export(self, now: float) -> None:
+        if self.exporter is None:
+            return
+        self.exporter.update(self.snapshot(now))
+
+    def snapshot(self, now: float) -> MetricsSnapshot:
+        st = self.state
+        scores: dict[str, float] = {}
+        det = self.detector
+        if det is not None and det.tracker.last_scores is not None:
+            for node, s in zip(det.tracker.nodes, det.tracker.last_scores.tolist(), strict=False):
+                if math.isfinite(s):
+                    scores[node] = float(s)
+        open_alerts = tuple(OpenAlert(a.node, severity_of(a.kind), a.kind)
+                            for a in st.alerts.values() if a.open and not a.historical)
+        actions: dict[tuple[str, str], int] = {}
+        for key, value in st.actions_total.items():
+            action, _, outcome = key.partition("/")
+            actions[(action, outcome)] = value
+        lag = None
+        if st.cursor is not None and st.last_success is not None:
+            lag = max(0.0, now - self.cfg.replay.to_prom(st.cursor - self.step_s))
+        return MetricsSnapshot(node_scores=scores, open_alerts=open_alerts,
+                               alerts_total=dict(st.alerts_total),
+                               errors_total=dict(st.errors_total),
+                               actions_total=actions,
+                               last_success=st.last_success, lag_s=lag)
+
+    def status(self) -> dict[str, Any]:
+        """The `/status` document: where the service stands."""
+        with self._lock:
+            st = self.state
+            tm = self.cfg.replay
+            return {"cursor": st.cursor, "first_t": st.first_t, "warm_until": st.warm_until,
+                    "step_s": self.step_s, "note": self.note,
+                    "scored_to_wall": None if st.cursor is None
+                    else tm.to_prom(st.cursor - self.step_s),
+                    "last_success": st.last_success, "alerts_total": st.alerts_total,
+                    "errors_total": st.errors_total, "actions_total": st.actions_total,
+                    "alerts": [a.to_dict() for a in st.alerts.values() if not a.historical]}
+
+    # -- the loop ---------------------------------------------------------------------------
+    def _save(self, errors: list[str]) -> None:
+        if self.executor is not None:
+            self.state.actions = self.executor.state()
+        try:
+            save_state(self.cfg.state_dir, self.state, self.detector)
+        except OSError as exc:
+            self.state.count_error("state")
+            errors.append(f"state: {exc}")
+            log.error("watch: cannot save the state in %s: %s", self.cfg.state_dir, exc)
+
+    def run(self, stop: threading.Event,
+            on_round: Callable[[RoundReport], None] | None = None) -> None:
+        """Rounds every `interval_s` until `stop` is set. A failing round is logged and
+        counted; the loop goes on."""
+        while not stop.is_set():
+            started = self.clock()
+            try:
+                report = self.round()
+                if on_round is not None:
+                    on_round(report)
+            except Exception:  # the service boundary: log, count, keep watching
+                log.exception("watch: round failed")
+                self.state.count_error("round")
+            stop.wait(max(0.0, self.cfg.interval_s - (self.clock() - started)))
+
+
+def _store_source(alert: LiveAlert) -> str:
+    return STORE_SOURCE if alert.source == "detector" else f"{STORE_SOURCE}:{alert.source}"
+
+
+def _seconds(text: str) -> float | None:
+    from trainguard.timeparse import parse_duration
+
+    try:
+        return parse_duration(str(text), "scrapeInterval")
+    except TrainguardError:
+        return None
