@@ -248,3 +248,37 @@ def test_the_json_state_alone_lists_what_was_raised(rig: Rig) -> None:
     assert [a.node for a in loaded.state.alerts.values()] == ["node01"]
     assert list(_iter_changes(rig.changes)) == ["fired node01"]
     assert all(a.sent and a.stored for a in loaded.state.alerts.values())
+
+
+def test_kernel_log_xids_become_evidence_and_one_hard_alert(rig: Rig, tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    from trainguard.evidence.rules import load_rules
+    from trainguard.watch.kernlog import KernelLogTailer, parse_sources
+
+    log_file = tmp_path / "kern.log"
+    log_file.write_text("")
+    tailer = KernelLogTailer(parse_sources([f"node02={log_file}"]), load_rules(), from_end=True)
+    with Store.open(str(tmp_path / "tg.db")) as store:
+        svc = rig.service(store=store, kernel_logs=tailer)
+        rig.run(svc, T0 + 1500)
+        stamp = datetime.fromtimestamp(rig.now, UTC).isoformat()
+        xid = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus."
+        with open(log_file, "a") as f:  # twice: the second joins the first alert
+            f.write(f"{stamp} node02 kernel: {xid}\n{stamp} node02 kernel: {xid}\n")
+        rig.run(svc, T0 + 1700)
+        events = store.events(host="node02")
+        assert [e.xid for e in events] == [79, 79]
+        kernel = [c.alert for c in rig.changes if c.alert.source == "kernel-log"]
+        assert [(a.node, a.kind, a.start) for a in kernel] == [("node02", "hard", rig.now - 180)]
+        assert ("node02", "hard", rig.now - 180, "trainguard-watch:kernel-log") in {
+            (a.node, a.kind, a.start, a.source) for a in store.alerts()}
+        del svc
+        with open(log_file, "a") as f:  # written while the watch is down: read after it
+            f.write(f"{stamp} node02 kernel: NVRM: Xid (PCI:0000:3b:00): 13, pid=1, name=x, "
+                    "Graphics Exception\n")
+        tailer = KernelLogTailer(parse_sources([f"node02={log_file}"]), load_rules(),
+                                 from_end=True)
+        svc = rig.service(store=store, kernel_logs=tailer)  # restart: the old lines not again
+        rig.run(svc, T0 + 1900)
+        assert [e.xid for e in store.events(host="node02")] == [79, 79, 13]
