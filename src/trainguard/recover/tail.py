@@ -79,10 +79,7 @@ class FileTail:
         (another inode) or is shorter than the saved offset is read from its start, as when it
         is rotated while followed. Raises ValueError for a malformed position.
         """
-        inode, offset, line = (_count(position, key) for key in ("inode", "offset", "line"))
-        skip = _count(position, "skip_partial") if "skip_partial" in position else 0
-        if line < 1:
-            raise ValueError("position.line must be >= 1")
+        inode, offset, line, skip = read_position(position, "skip_partial")
         self._inode = inode or None
         self._offset = offset
         self._next_line = line
@@ -122,6 +119,17 @@ class FileTail:
         return complete, first
 
 
+def read_position(position: Mapping[str, object], skip_key: str) -> tuple[int, int, int, int]:
+    """``(inode, offset, line, skip)`` of a saved reader position (``skip`` from `skip_key`, 0
+    when absent); raises ValueError naming the field that is not a non-negative int, or a
+    ``line`` below 1."""
+    inode, offset, line = (_count(position, key) for key in ("inode", "offset", "line"))
+    skip = _count(position, skip_key) if skip_key in position else 0
+    if line < 1:
+        raise ValueError("position.line must be >= 1")
+    return inode, offset, line, skip
+
+
 def _count(position: Mapping[str, object], key: str) -> int:
     """A non-negative int field of a saved position (JSON: bool is not a count)."""
     value = position.get(key)
@@ -148,4 +156,4 @@ def parse_json_lines(data: bytes, where: str) -> list[dict[str, Any]]:
     return records
 
 
-__all__ = ["FileTail", "parse_json_lines"]
+__all__ = ["FileTail", "parse_json_lines", "read_position"]

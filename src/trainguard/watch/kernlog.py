@@ -36,7 +36,7 @@ from trainguard.errors import ConfigError
 from trainguard.evidence.events import FailureEvent
 from trainguard.evidence.rules import RuleSet
 from trainguard.evidence.scanner import host_from_path, scan_bytes
-from trainguard.recover.tail import FileTail
+from trainguard.recover.tail import FileTail, read_position
 
 log = logging.getLogger(__name__)
 
@@ -346,10 +346,7 @@ class JournalTail:
     def restore(self, position: Mapping[str, object]) -> None:
         """Resume from a saved :meth:`position`; a file replaced or shorter since is read from its
         start on the next :meth:`read`. Raises ValueError for a malformed position."""
-        inode, offset, line = (_count(position, key) for key in ("inode", "offset", "line"))
-        skip = _count(position, "skip") if "skip" in position else 0
-        if line < 1:
-            raise ValueError("position.line must be >= 1")
+        inode, offset, line, skip = read_position(position, "skip")
         self._inode = inode or None
         self._next_line = line
         self._restart(offset, skipping=bool(skip))
@@ -575,14 +572,6 @@ class KernelLogTailer:
                 self._warn(f"kernel log position for {key!r}: {exc}; ignored")
                 continue
             self._files[str(path)] = followed
-
-
-def _count(position: Mapping[str, object], key: str) -> int:
-    """A non-negative int field of a saved position (JSON: bool is not a count)."""
-    value = position.get(key)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"position.{key} must be a non-negative integer, got {value!r}")
-    return value
 
 
 def _is_member(name: str) -> bool:
