@@ -6,7 +6,6 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import time
 import urllib.request
@@ -15,15 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_server import _free_port as free_port
 
 BINARY = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
 READY_TIMEOUT_S = 15.0
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def require_binary() -> str:

@@ -163,6 +163,40 @@ def start_prometheus(workdir: Path, openmetrics_files: Sequence[Path], *,
     raise PrometheusStartError(f"prometheus did not become ready:\n{last_error}")
 
 
+@contextlib.contextmanager
+def scraping_prometheus(workdir: Path, targets: Sequence[str], *, scrape_interval: str = "1s",
+                        ready_timeout_s: float = 10.0) -> Iterator[PromServer]:
+    """A real Prometheus scraping ``targets`` (HOST:PORT) live, stopped by PID on exit.
+
+    ``honor_labels``: the simulator's node-exporter series carry their own job/instance
+    ("node01:9100"), as its files do; without it Prometheus renames them exported_job/_instance.
+    Skips (fails under CI=true) when Prometheus is not installed.
+    """
+    try:
+        prom, _ = binaries()
+    except PrometheusUnavailable as exc:
+        _unavailable(str(exc))
+    config = {"global": {"scrape_interval": scrape_interval, "scrape_timeout": scrape_interval},
+              "scrape_configs": [{"job_name": "dcgm", "honor_labels": True,
+                                  "static_configs": [{"targets": list(targets)}]}]}
+    (workdir / "prometheus.yml").write_text(json.dumps(config))
+    url = f"http://127.0.0.1:{_free_port()}"
+    log_path = workdir / "prometheus.log"
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            [prom, f"--config.file={workdir / 'prometheus.yml'}",
+             f"--storage.tsdb.path={workdir / 'data'}", f"--web.listen-address={url[7:]}"],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    server = PromServer(url, proc.pid, workdir / "data", log_path, proc)
+    try:
+        if not _wait_ready(url, proc, ready_timeout_s):
+            pytest.fail(f"prometheus did not start:\n{log_path.read_text()[-2000:]}",
+                        pytrace=False)
+        yield server
+    finally:
+        server.stop()
+
+
 def _unavailable(reason: str) -> NoReturn:
     if os.environ.get("CI", "").strip().lower() in ("true", "1", "yes"):
         pytest.fail(f"{reason} (CI=true: integration servers are required)", pytrace=False)

@@ -3,7 +3,6 @@ the simulator's labels, and move with the simulated clock; the CLI stops cleanly
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys
@@ -13,14 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from prometheus_server import (
-    PrometheusUnavailable,
-    PromServer,
-    _free_port,
-    _unavailable,
-    _wait_ready,
-    binaries,
-)
+from prometheus_server import PromServer, scraping_prometheus
 
 from trainguard.simulate import SimConfig
 from trainguard.simulate.serve import ExporterServer, LiveExporter
@@ -42,33 +34,9 @@ def exporter() -> Iterator[ExporterServer]:
 
 @pytest.fixture
 def prometheus(exporter: ExporterServer, tmp_path: Path) -> Iterator[PromServer]:
-    try:
-        prom, _ = binaries()
-    except PrometheusUnavailable as exc:
-        _unavailable(str(exc))
-    # honor_labels: the node-exporter series carry their own job/instance ("node01:9100"), as
-    # the simulator's files do; without it Prometheus renames them exported_job/_instance.
-    config = {"global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
-              "scrape_configs": [{"job_name": "dcgm", "honor_labels": True,
-                                  "static_configs": [{"targets": [
-                                      f"{exporter.host}:{exporter.port}"]}]}]}
-    (tmp_path / "prometheus.yml").write_text(json.dumps(config))
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    log_path = tmp_path / "prometheus.log"
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(
-            [prom, f"--config.file={tmp_path / 'prometheus.yml'}",
-             f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address={url[7:]}"],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    server = PromServer(url, proc.pid, tmp_path / "data", log_path, proc)
-    try:
-        if not _wait_ready(url, proc, 10.0):
-            pytest.fail(f"prometheus did not start:\n{log_path.read_text()[-2000:]}",
-                        pytrace=False)
+    with scraping_prometheus(tmp_path, [f"{exporter.host}:{exporter.port}"],
+                             scrape_interval="1s") as server:
         yield server
-    finally:
-        server.stop()
 
 
 def _query(prom: PromServer, expr: str) -> list[dict[str, object]]:

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from alertmanager_server import alertmanager, free_port
 from alertmanager_server import listed as am_listed
-from prometheus_server import PrometheusUnavailable, PromServer, _unavailable, _wait_ready, binaries
+from prometheus_server import PromServer, scraping_prometheus
 
 from trainguard.detect.config import DetectorConfig
 from trainguard.detect.detector import detect
@@ -54,31 +54,9 @@ def exporter() -> Iterator[ExporterServer]:
 
 @pytest.fixture
 def prometheus(exporter: ExporterServer, tmp_path: Path) -> Iterator[PromServer]:
-    try:
-        prom, _ = binaries()
-    except PrometheusUnavailable as exc:
-        _unavailable(str(exc))
-    config = {"global": {"scrape_interval": f"{int(SCRAPE_S * 1000)}ms",
-                         "scrape_timeout": f"{int(SCRAPE_S * 1000)}ms"},
-              "scrape_configs": [{"job_name": "dcgm", "honor_labels": True,
-                                  "static_configs": [{"targets": [
-                                      f"{exporter.host}:{exporter.port}"]}]}]}
-    (tmp_path / "prometheus.yml").write_text(json.dumps(config))
-    url = f"http://127.0.0.1:{free_port()}"
-    log_path = tmp_path / "prometheus.log"
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(
-            [prom, f"--config.file={tmp_path / 'prometheus.yml'}",
-             f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address={url[7:]}"],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    server = PromServer(url, proc.pid, tmp_path / "data", log_path, proc)
-    try:
-        if not _wait_ready(url, proc, 10.0):
-            pytest.fail(f"prometheus did not start:\n{log_path.read_text()[-2000:]}",
-                        pytrace=False)
+    with scraping_prometheus(tmp_path, [f"{exporter.host}:{exporter.port}"],
+                             scrape_interval=f"{int(SCRAPE_S * 1000)}ms") as server:
         yield server
-    finally:
-        server.stop()
 
 
 class Watch:
