@@ -94,7 +94,7 @@ def watch(
     1 when it cannot start, 2 on bad options.
     """
     from trainguard.timeparse import parse_duration
-    from trainguard.watch.config import TimeMap, load_config
+    from trainguard.watch.config import TimeMap, load_config, read_secret
 
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(message)s")
@@ -111,10 +111,7 @@ def watch(
         if listen is not None:
             overrides["listen"] = None if listen == "off" else listen
         if token_file is not None:
-            try:
-                overrides["token"] = token_file.read_text(encoding="utf-8").strip()
-            except OSError as exc:
-                raise ConfigError(f"--token-file {token_file}: {exc.strerror or exc}") from exc
+            overrides["token"] = read_secret(token_file, "--token-file")
         if simulator is not None:
             clock = _replay_from(simulator)
             wall_step = clock["interval_s"] / clock["speed"]

@@ -39,7 +39,7 @@ from trainguard.errors import ConfigError
 from trainguard.timeparse import parse_duration
 from trainguard.watch.actions import ActionPolicy
 
-__all__ = ["TimeMap", "WatchConfig", "load_config"]
+__all__ = ["TimeMap", "WatchConfig", "load_config", "read_secret"]
 
 _EXCLUDED_PREFIXES = ("up", "scrape_", "prometheus_", "trainguard_", "go_", "process_",
                       "promhttp_", "ALERTS", "alertmanager_", "net_conntrack_")
@@ -176,7 +176,8 @@ def _fields(cls: type[Any], values: Mapping[str, Any], section: str) -> dict[str
     return dict(values)
 
 
-def _read_secret(path: Any, key: str) -> str:
+def read_secret(path: Any, key: str) -> str:
+    """The stripped contents of a token file; ConfigError naming `key` when unreadable."""
     try:
         return Path(str(path)).read_text(encoding="utf-8").strip()
     except OSError as exc:
@@ -218,7 +219,7 @@ def load_config(path: Path | None, overrides: Mapping[str, Any]) -> WatchConfig:
         kw["step_s"] = int(kw["step_s"])
     prom = _table(doc, "prometheus")
     if "token_file" in prom:
-        kw["prometheus_token"] = _read_secret(prom.pop("token_file"), "prometheus.token_file")
+        kw["prometheus_token"] = read_secret(prom.pop("token_file"), "prometheus.token_file")
     if prom:
         raise ConfigError(f"[prometheus] unknown key(s): {', '.join(sorted(prom))}")
     try:
@@ -231,14 +232,14 @@ def load_config(path: Path | None, overrides: Mapping[str, Any]) -> WatchConfig:
         kw["listen"] = None if http["listen"] in ("", "off", False) else str(http.pop("listen"))
         http.pop("listen", None)
     if "token_file" in http:
-        kw["token"] = _read_secret(http.pop("token_file"), "http.token_file")
+        kw["token"] = read_secret(http.pop("token_file"), "http.token_file")
     if http:
         raise ConfigError(f"[http] unknown key(s): {', '.join(sorted(http))}")
     am = _table(doc, "alertmanager")
     if "url" in am:
         kw["alertmanager_url"] = str(am.pop("url"))
     if "token_file" in am:
-        kw["alertmanager_token"] = _read_secret(am.pop("token_file"), "alertmanager.token_file")
+        kw["alertmanager_token"] = read_secret(am.pop("token_file"), "alertmanager.token_file")
     if am:
         raise ConfigError(f"[alertmanager] unknown key(s): {', '.join(sorted(am))}")
     logs = _table(doc, "kernel_logs")

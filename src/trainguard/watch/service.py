@@ -38,6 +38,7 @@ from trainguard.telemetry.builder import TelemetryBuilder
 from trainguard.telemetry.frame import FloatArray, MetricKind, Telemetry
 from trainguard.telemetry.prometheus import PrometheusClient, metric_kinds, read_prometheus
 from trainguard.telemetry.rates import detect_monotonic
+from trainguard.timeparse import parse_duration
 from trainguard.watch import alertmanager as am
 from trainguard.watch.actions import ActionExecutor, Outcome
 from trainguard.watch.actions import NodeAlert as ActionAlert
@@ -526,8 +527,6 @@ def _store_source(alert: LiveAlert) -> str:
 
 
 def _seconds(text: str) -> float | None:
-    from trainguard.timeparse import parse_duration
-
     try:
         return parse_duration(str(text), "scrapeInterval")
     except TrainguardError:
