@@ -219,7 +219,10 @@ class WatchService:
             if st.first_t is None and tel is not None:
                 st.first_t = int(tel.times[0])
             due = self._reconcile(now, hi)
-            self._save(errors)
+            if due or st.cursor <= newest:
+                # Before delivering (a crash re-delivers), and to keep a long catch-up's
+                # progress; the last chunk's state is saved once, after the loop, otherwise.
+                self._save(errors)
             changes += self._deliver(due, errors)
             if self.progress is not None:
                 self.progress(st.cursor - begin_cursor, total)
