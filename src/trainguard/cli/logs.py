@@ -22,7 +22,10 @@ from trainguard.evidence import (
     load_rules,
     scan_paths,
 )
+from trainguard.evidence.aggregate import repeats
 from trainguard.evidence.incidents import DEFAULT_WINDOW_S
+from trainguard.evidence.inputs import DEFAULT_MAX_BYTES
+from trainguard.textsafe import terminal_safe
 
 app = typer.Typer(help="Classify failure evidence in logs.", no_args_is_help=True)
 
@@ -51,17 +54,23 @@ def classify(
     db: Annotated[str | None, typer.Option(
         "--db", help="Also record the events (and their hosts) in this store: a SQLite path or "
         "a postgresql:// URL. Without it nothing is written.")] = None,
+    max_gib: Annotated[float, typer.Option(
+        "--max-gib", help="Read at most this many GiB from one .gz file (decompressed) or pipe; "
+        "the rest is reported as not scanned.", min=1e-6)] = DEFAULT_MAX_BYTES / (1 << 30),
 ) -> None:
     """Classify failure logs into incidents (root cause, culprit, action), most important first.
 
     Exit status: 0 when input was read (incidents found or not), 1 when no input could be read,
-    2 on usage errors.
+    2 on usage errors. Directories are walked for regular files only (FIFOs, sockets and devices
+    in them are skipped with a warning); a pipe named explicitly is read, a device is refused.
+    Repeats of one event are folded into one row with a count.
     """
     try:
         ruleset = load_rules(rules or [])
     except TrainguardError as exc:
         fail(str(exc), 2)
-    options = ScanOptions(host_from_path=host_from_path, default_year=year)
+    options = ScanOptions(host_from_path=host_from_path, default_year=year,
+                          max_bytes=max(1, int(max_gib * (1 << 30))), merge_gap_s=window)
     total = sum(Path(p).stat().st_size for p in paths if p != "-" and Path(p).is_file())
     show_progress = stderr_is_tty() and total >= _PROGRESS_MIN_BYTES
     if show_progress:
@@ -76,7 +85,7 @@ def classify(
     else:
         events, stats = scan_paths(paths, ruleset, options)
     for w in stats.warnings:
-        warn(f"{w.path}: {w.message}")
+        warn(terminal_safe(f"{w.path}: {w.message}"))
     if stats.files_read == 0:
         fail("no input could be read", 1)
     incidents = correlate(events, ruleset, window_s=window, include_info=show_all)
@@ -89,9 +98,10 @@ def classify(
     _print_table(incidents, limit)
     mb = stats.bytes_read / 1e6
     rate = mb / stats.seconds if stats.seconds > 0 else 0.0
+    folded = f" ({len(events):,} after folding repeats)" if len(events) != stats.events else ""
     err.print(f"{stats.files_read} file(s), {stats.lines_read:,} lines, {mb:,.1f} MB in "
-              f"{stats.seconds:.2f}s ({rate:,.0f} MB/s); {len(events)} event(s) -> "
-              f"{len(incidents)} incident(s)", highlight=False)
+              f"{stats.seconds:.2f}s ({rate:,.0f} MB/s); {stats.events:,} event(s){folded} -> "
+              f"{len(incidents)} incident(s)", highlight=False, markup=False)
 
 
 def _record(db: str, events: list[FailureEvent]) -> None:
@@ -113,6 +123,11 @@ def _record(db: str, events: list[FailureEvent]) -> None:
         fail(str(exc), 1)
 
 
+def _safe(text: str) -> str:
+    """Log text for a Rich table cell: no escape sequences, no markup."""
+    return escape(terminal_safe(text))
+
+
 def _print_table(incidents: list[Incident], limit: int) -> None:
     if not incidents:
         out.print("No failure incidents found.")
@@ -129,12 +144,15 @@ def _print_table(incidents: list[Incident], limit: int) -> None:
             f"rank {inc.rank}" if inc.rank is not None else "",
         ) if x) or "-"
         ev = inc.root_cause.evidence[0] if inc.root_cause.evidence else None
-        root = escape(inc.root_cause.summary)
+        # Summaries, hosts and paths come from the logs: no escape sequence may reach the tty.
+        root = _safe(inc.root_cause.summary)
+        if (times := repeats(inc.root_cause)) > 1:
+            root += f" [dim](x{times:,})[/]"
         if ev is not None:
-            root += f"\n[dim]{escape(ev.path)}:{ev.line_no}[/]"
+            root += f"\n[dim]{_safe(ev.path)}:{ev.line_no}[/]"
         table.add_row(str(n), inc.category.value, inc.action.value, inc.severity.value,
-                      escape(where), root,
-                      f"{len(inc.related)} events, {len(inc.hosts)} hosts, "
+                      _safe(where), root,
+                      f"{inc.related_count:,} events, {len(inc.hosts)} hosts, "
                       f"{len(inc.ranks)} ranks")
     out.print(table)
     if len(shown) < len(incidents):

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from trainguard.evidence.aggregate import last_time, repeats
 from trainguard.evidence.events import FailureEvent, TimeKind
 from trainguard.evidence.rules import RuleSet
 from trainguard.evidence.xid import is_consequence
@@ -68,7 +69,13 @@ class Incident:
 
     @property
     def event_count(self) -> int:
-        return 1 + len(self.related)
+        """Log events in this incident, folded repeats included."""
+        return 1 + self.related_count
+
+    @property
+    def related_count(self) -> int:
+        """Log events besides the root cause, folded repeats included."""
+        return sum(repeats(e) for e in self.related) + repeats(self.root_cause) - 1
 
     @property
     def summary(self) -> str:
@@ -84,8 +91,8 @@ class Incident:
         text = self.root_cause.summary
         if where:
             text += " on " + " ".join(where)
-        if self.related:
-            text += (f"; {len(self.related)} related event(s) on {max(1, len(self.hosts))} "
+        if self.related_count:
+            text += (f"; {self.related_count} related event(s) on {max(1, len(self.hosts))} "
                      f"host(s), {len(self.ranks)} rank(s)")
         return text
 
@@ -203,7 +210,9 @@ def _cluster(events: Sequence[FailureEvent], window_s: float) -> list[list[Failu
                 clusters.append(current)
                 current = []
             current.append(ev)
-            last = max(last, anchor if ev.time is None else max(anchor, ev.time))
+            # A folded run of repeats (aggregate.py) reaches to its last repeat's time.
+            end = last_time(ev)
+            last = max(last, anchor if end is None else max(anchor, end))
         if current:
             clusters.append(current)
     if untimed:
@@ -227,7 +236,8 @@ def _build(cluster: list[FailureEvent], rules: RuleSet | None) -> Incident:
                            key=lambda e: (e.time if e.time is not None else float("inf"),
                                           e.evidence[0].path if e.evidence else "",
                                           e.evidence[0].line_no if e.evidence else 0)))
-    times = [e.time for e in cluster if e.time is not None and e.time_kind is TimeKind.ABSOLUTE]
+    times = [t for e in cluster if e.time_kind is TimeKind.ABSOLUTE
+             for t in (e.time, last_time(e)) if t is not None]
     hosts = tuple(sorted({e.host for e in cluster if e.host}))
     ranks = tuple(sorted({e.rank for e in cluster if e.rank is not None}))
     # The culprit's location: the root's own, else what a launcher summary names

@@ -71,6 +71,7 @@ _RANK_PREFIX_INNER = re.compile(r"(?:^|\s)\[(?:rank|default)(?P<rank>\d+)\]:")
 _RANK_ANYWHERE = re.compile(r"\[(?:Rank|rank) (?P<rank>\d+)\]|\brank(?:=| )(?P<rank2>\d+)\b")
 
 
+_PREFIX_SEARCH_CHARS = 2048
 _FRACTION = re.compile(r"(\.\d{6})\d+")
 
 
@@ -152,10 +153,13 @@ def parse_prefix(line: str, year: int) -> LinePrefix:
 
     if rank is None and (mp := _RANK_PREFIX_INNER.search(line[:160])):
         rank = int(mp.group("rank"))
-    if mn := _NCCL_HOST.search(line):
+    # NCCL's "host:pid:tid [dev]" and "[Rank N]" sit near the start: looking at a bounded head
+    # keeps the cost per line flat however long the line is.
+    head = line[:_PREFIX_SEARCH_CHARS]
+    if mn := _NCCL_HOST.search(head):
         host = host or mn.group("host")
         gpu_index = int(mn.group("dev"))
-    if rank is None and (mr2 := _RANK_ANYWHERE.search(line)):
+    if rank is None and (mr2 := _RANK_ANYWHERE.search(head)):
         rank = int(mr2.group("rank") or mr2.group("rank2"))
     return LinePrefix(time, kind, host, rank, gpu_index)
 

@@ -1,9 +1,16 @@
 """Failure signatures: loading the TOML rule files and matching one line against them.
 
 A :class:`RuleSet` holds the rules in precedence order plus one combined *prefilter* over all of
-their keywords. The scanner runs only the prefilter over the bulk of a log (with RE2 when
-installed: a DFA, hundreds of MB/s); a rule's full Python regex runs only on the few lines the
-prefilter lets through.
+their keywords. The scanner runs only the prefilter over the bulk of a log (a DFA, hundreds of
+MB/s); a rule's full pattern runs only on the few lines the prefilter lets through.
+
+Every pattern (keywords, full rule patterns, the prefilter) is compiled with RE2, never with
+Python's backtracking ``re``: RE2 matches in time linear in the text, so no line, however hostile,
+can stall the scan, the watch service or the supervisor (issue #16: one 13.8 KB line of repeated
+``Work(SeqNum=...`` fragments took ``re`` 20 s). RE2 has no lookarounds or backreferences; an
+operator rule that uses them is refused with a :class:`ConfigError`. google-re2 is a hard
+dependency: there is no ``re`` fallback. The text any rule sees is also bounded: a line is cut to
+:data:`MAX_LINE_CHARS` and a multi-line block to :data:`MAX_BLOCK_CHARS`.
 
     >>> rules = load_rules()
     >>> m = rules.match("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB")
@@ -20,23 +27,43 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
+
+import re2
 
 from trainguard.errors import ConfigError
 from trainguard.taxonomy import CATEGORY_PRIORITY, DEFAULT_ACTION, Action, Category, Severity
 
 log = logging.getLogger(__name__)
 
-try:  # RE2 gives a linear-time DFA for the prefilter; plain `re` is ~15x slower on it.
-    import re2 as _re2
-except ImportError:  # pragma: no cover - exercised only where the wheel is missing
-    _re2 = None
-
 # Built-in, code-driven signatures (see xid.py); listed so keywords reach the prefilter.
 XID_KEYWORDS: tuple[str, ...] = ("NVRM: Xid", "SXid", "fallen off the bus", "NVRM: GPU at PCI",
                                  "The NVIDIA GPU", "Xid=", "XID error")
 TRACEBACK_KEYWORD = "Traceback (most recent call last)"
 _KNOWN_GROUPS = frozenset({"rank", "host", "gpu_pci", "gpu_index", "xid", "exit_code"})
+
+MAX_LINE_CHARS = 16 << 10
+"""A rule sees at most this many characters of a line (and of each following line)."""
+MAX_BLOCK_CHARS = 64 << 10
+"""A multi-line rule (``lines_after``) sees at most this many characters of its block."""
+_RE2_MAX_MEM = 64 << 20
+
+
+class PatternMatch(Protocol):
+    """The part of a match object the rules use (RE2's and ``re``'s both fit)."""
+
+    def group(self, index: int = 0, /) -> Any: ...
+
+    def groupdict(self) -> dict[str, Any]: ...
+
+
+class Pattern(Protocol):
+    """A compiled pattern: RE2 for everything built here."""
+
+    @property
+    def pattern(self) -> str: ...
+
+    def search(self, text: Any, /) -> PatternMatch | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,8 +78,8 @@ class Rule:
     priority: int
     keywords: tuple[str, ...]
     keywords_case: bool
-    pattern: re.Pattern[str]
-    keyword_rx: re.Pattern[str]
+    pattern: Pattern
+    keyword_rx: Pattern
     lines_after: int
     summary: str
     source: str
@@ -87,11 +114,28 @@ def _enum(enum: type[Any], value: Any, key: str, where: str) -> Any:
         raise ConfigError(f"{where}: {key} = {value!r} is not one of: {allowed}") from None
 
 
-def _compile(pattern: str, flags: int, where: str, key: str) -> re.Pattern[str]:
+def compile_re2(pattern: str, *, ignore_case: bool = False) -> Pattern:
+    """``pattern`` compiled with RE2 (linear-time matching); raises ``re2.error``."""
+    opts = re2.Options()
+    opts.log_errors = False  # RE2 would print "Error parsing ..." to stderr itself
+    opts.max_mem = _RE2_MAX_MEM
+    opts.case_sensitive = not ignore_case
+    compiled: Pattern = re2.compile(pattern, opts)
+    return compiled
+
+
+def _compile(pattern: str, where: str, key: str, *, ignore_case: bool = False) -> Pattern:
     try:
-        return re.compile(pattern, flags)
-    except re.error as exc:
-        raise ConfigError(f"{where}: {key} is not a valid regex: {exc}") from exc
+        return compile_re2(pattern, ignore_case=ignore_case)
+    except re2.error as exc:
+        try:
+            re.compile(pattern)
+        except re.error as py_exc:
+            raise ConfigError(f"{where}: {key} is not a valid regex: {py_exc}") from exc
+        raise ConfigError(
+            f"{where}: {key} uses regex syntax RE2 does not support ({exc}); rules are matched "
+            "with RE2 so no line can stall the scan: rewrite it without lookarounds, "
+            r"backreferences or possessive quantifiers (and \Z as \z)") from exc
 
 
 def _parse_rule(raw: dict[str, Any], where: str) -> Rule:
@@ -125,19 +169,12 @@ def _parse_rule(raw: dict[str, Any], where: str) -> Rule:
         raise ConfigError(f"{where}: keywords must be a non-empty list of strings "
                           "(they select the lines the pattern is tried on)")
     keywords_case = bool(raw.get("keywords_case", False))
-    kw_flags = 0 if keywords_case else re.IGNORECASE
-    keyword_rx = _compile("|".join(f"(?:{k})" for k in keywords), kw_flags, where, "keywords")
-    if _re2 is not None:
-        try:
-            _re2.compile("|".join(f"(?:{k})" for k in keywords))
-        except Exception as exc:  # re2 raises its own error type
-            raise ConfigError(f"{where}: keywords must be RE2-compatible regexes "
-                              f"(no lookarounds/backreferences): {exc}") from exc
+    keyword_rx = _compile("|".join(f"(?:{k})" for k in keywords), where, "keywords",
+                          ignore_case=not keywords_case)
     pattern_src = raw["pattern"]
     if not isinstance(pattern_src, str):
         raise ConfigError(f"{where}: pattern must be a string")
-    flags = re.IGNORECASE if raw.get("ignore_case") else 0
-    pattern = _compile(pattern_src, flags, where, "pattern")
+    pattern = _compile(pattern_src, where, "pattern", ignore_case=bool(raw.get("ignore_case")))
     lines_after = raw.get("lines_after", 0)
     if not isinstance(lines_after, int) or not 0 <= lines_after <= 200:
         raise ConfigError(f"{where}: lines_after must be an integer in [0, 200]")
@@ -166,7 +203,7 @@ def parse_rules_toml(text: str, where: str) -> list[Rule]:
 
 
 class RuleSet:
-    """Rules in precedence order plus the combined prefilter."""
+    """Rules in precedence order plus the combined prefilter (all RE2)."""
 
     def __init__(self, rules: Sequence[Rule]) -> None:
         self.rules: tuple[Rule, ...] = tuple(rules)
@@ -182,43 +219,65 @@ class RuleSet:
         # keeps its own case sensitivity through a scoped flag.
         multi = [f"(?{'' if r.keywords_case else 'i'}:{r.keyword_rx.pattern})"
                  for r in self.rules if r.lines_after]
-        self.multiline_start = re.compile("|".join(multi)) if multi else None
-        self.prefilter: Any
-        if _re2 is not None:
-            opts = _re2.Options()
-            opts.max_mem = 256 << 20
-            self.prefilter = _re2.compile(self.prefilter_source.encode(), opts)
-            self.engine = "re2"
-        else:
-            log.warning("google-re2 is not installed: log scanning falls back to Python's re "
-                        "(~15x slower). pip install google-re2")
-            self.prefilter = re.compile(self.prefilter_source.encode())
-            self.engine = "re"
+        self.multiline_start: Pattern | None = compile_re2("|".join(multi)) if multi else None
+        opts = re2.Options()
+        opts.max_mem = 256 << 20
+        opts.log_errors = False
+        self.prefilter: Any = re2.compile(self.prefilter_source.encode(), opts)
+        self.engine = "re2"
+        # One pass over a candidate line tells which rules' keywords occur in it (instead of one
+        # search per rule). A Set's DFA never gives up on slow input; the budget is the
+        # prefilter's.
+        self._keyword_set: Any = re2.Set.SearchSet(opts)
+        for r in self.rules:
+            self._keyword_set.Add(f"(?{'' if r.keywords_case else 'i'}:{r.keyword_rx.pattern})")
+        if self.rules:
+            self._keyword_set.Compile()
 
     def match(self, text: str, following: Sequence[str] = (),
               skip: Iterable[str] = ()) -> RuleMatch | None:
         """First rule (in precedence order) whose keywords and pattern match ``text``.
 
-        ``following`` are the lines after ``text`` for multi-line rules.
+        ``following`` are the lines after ``text`` for multi-line rules. A rule sees at most
+        :data:`MAX_LINE_CHARS` of each line and :data:`MAX_BLOCK_CHARS` of a block.
         """
         skip_ids = frozenset(skip)
-        for rule in self.rules:
-            if rule.id in skip_ids or not rule.keyword_rx.search(text):
+        line = _utf8(text[:MAX_LINE_CHARS])
+        hits = sorted(self._keyword_set.Match(line) or ()) if self.rules else []
+        block_cache: dict[int, bytes] = {}
+        for rule in (self.rules[i] for i in hits):
+            if rule.id in skip_ids:
                 continue
-            if rule.lines_after:
-                block = "\n".join((text, *following[: rule.lines_after]))
-                m = rule.pattern.search(block)
-            else:
-                m = rule.pattern.search(text)
+            subject = line
+            if rule.lines_after and following:
+                subject = block_cache.get(rule.lines_after, b"")
+                if not subject:
+                    subject = _block(text, following[: rule.lines_after])
+                    block_cache[rule.lines_after] = subject
+            m = rule.pattern.search(subject)
             if m is not None:
-                groups = {k: v for k, v in m.groupdict().items() if v is not None}
+                groups = {k: _text(v) for k, v in m.groupdict().items() if v is not None}
                 # Alternatives may name one value twice (host2, gpu_index2...): fold them back.
                 for key in list(groups):
                     base = key.rstrip("0123456789")
                     if base != key and base in _KNOWN_GROUPS:
                         groups.setdefault(base, groups.pop(key))
-                return RuleMatch(rule, groups, m.group(0))
+                return RuleMatch(rule, groups, _text(m.group(0)))
         return None
+
+
+def _utf8(text: str) -> bytes:
+    # Matching UTF-8 bytes (RE2's native input) spares the per-rule str re-encoding.
+    return text.encode("utf-8", "replace")
+
+
+def _text(value: bytes | str) -> str:
+    return value if isinstance(value, str) else value.decode("utf-8", "replace")
+
+
+def _block(text: str, following: Sequence[str]) -> bytes:
+    joined = "\n".join((text[:MAX_LINE_CHARS], *(f[:MAX_LINE_CHARS] for f in following)))
+    return _utf8(joined[:MAX_BLOCK_CHARS])
 
 
 def builtin_rules_text() -> str:
@@ -241,4 +300,5 @@ def load_rules(extra: Sequence[Path] = ()) -> RuleSet:
     return RuleSet([*user, *(r for r in builtin if r.id not in user_ids)])
 
 
-__all__ = ["Rule", "RuleMatch", "RuleSet", "load_rules", "parse_rules_toml", "render_summary"]
+__all__ = ["MAX_BLOCK_CHARS", "MAX_LINE_CHARS", "Pattern", "PatternMatch", "Rule", "RuleMatch",
+           "RuleSet", "compile_re2", "load_rules", "parse_rules_toml", "render_summary"]

@@ -1,13 +1,15 @@
 """Stream log files through the prefilter and classify the lines it lets through.
 
 Outline:
-1. open each input (file, directory walk, ``.gz``, ``-`` for stdin), refuse binary files;
-2. read fixed-size chunks; keep a look-ahead tail so multi-line reports (tracebacks, torchrun's
-   failure summary) can be read past a chunk boundary; memory stays flat as files grow;
+1. open each input (file, directory walk, ``.gz``, ``-`` for stdin; see ``inputs.py`` for what
+   is skipped and what is bounded), refuse binary files;
+2. read fixed-size chunks, dropping NUL bytes (crash-time padding); keep a look-ahead tail so
+   multi-line reports (tracebacks, torchrun's failure summary) can be read past a chunk
+   boundary; memory stays flat as files grow (``scan_paths`` can fold repeats of one event);
 3. run the combined prefilter over each chunk; for each hit, cut out its line, parse the prefix
    (time, host, rank) and classify it;
-4. Python tracebacks are read forward to their final exception line, which is classified by the
-   same rules and credited with the traceback's last frame.
+4. Python tracebacks are read forward to their final exception line (``tracebacks.py``), which
+   is classified by the same rules and credited with the traceback's last frame.
 
 Problems with the input never raise: they become :class:`ScanWarning`\\ s naming the file.
 """
@@ -16,45 +18,46 @@ from __future__ import annotations
 
 import gzip
 import io
-import os
-import re
-import sys
 import time as _time
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import BinaryIO
 
-from trainguard.evidence.classify import LineContext, classify_line, event_from_rule
+from trainguard.evidence.aggregate import EventAggregator
+from trainguard.evidence.classify import LineContext, classify_line
 from trainguard.evidence.events import EvidenceLine, FailureEvent
+from trainguard.evidence.inputs import (
+    DEFAULT_MAX_BYTES,
+    BoundedReader,
+    ScanWarning,
+    binary_reason,
+    host_from_path,
+    iter_inputs,
+    open_input,
+    sniff,
+)
 from trainguard.evidence.lineparse import parse_prefix, shift_year_if_future, utc_year_of
-from trainguard.evidence.rules import TRACEBACK_KEYWORD, RuleMatch, RuleSet
+from trainguard.evidence.rules import (
+    MAX_BLOCK_CHARS,
+    MAX_LINE_CHARS,
+    TRACEBACK_KEYWORD,
+    RuleSet,
+)
+from trainguard.evidence.tracebacks import (
+    find_exception_line,
+    python_exception_event,
+    with_traceback,
+)
 from trainguard.evidence.xid import FALLEN_OFF_START
-from trainguard.taxonomy import Action, Category, Severity
 
 CHUNK_BYTES = 4 << 20
 LOOKAHEAD_BYTES = 256 << 10
 MAX_LINE_BYTES = 1 << 20
-MAX_EVAL_CHARS = 16 << 10
+MAX_EVAL_CHARS = MAX_LINE_CHARS
 _TRACEBACK_MAX_LINES = 400
+_FOLLOWING_MAX_BYTES = 2 * MAX_BLOCK_CHARS
 
-_GENERIC_NAMES = re.compile(
-    r"^(?:kern|kernel|syslog|messages|dmesg|journal|stdout|stderr|output|out|err|log|logs|"
-    r"train|training|rank\d*|worker\d*|slurm-\d+|job|console|nvidia|gpu|node|current)$",
-    re.IGNORECASE)
-_RANK_PREFIX = re.compile(r"^(?:\[(?:rank|default)\d+\]:|\[\d+,\d+\]<std(?:out|err)>:|\d{1,5}: )")
-_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
-_EXC_NAME = re.compile(r"(?:Error|Exception|Exit|Interrupt|Failure|Warning)$")
-_EXC_LINE = re.compile(r"^(?P<exc_type>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*)(?::\s?(?P<message>.*))?$")
-
-
-@dataclass(frozen=True, slots=True)
-class ScanWarning:
-    """Something about the input that the user should know (never fatal)."""
-
-    path: str
-    message: str
 
 
 @dataclass(slots=True)
@@ -75,79 +78,19 @@ class ScanOptions:
     """Take the host name from the file path when the lines carry none."""
     default_year: int | None = None
     """Year for formats without one (syslog, glog); default: the file's modification year."""
+    max_bytes: int = DEFAULT_MAX_BYTES
+    """Bytes read at most from one gzip file (decompressed) or pipe; the rest is reported as
+    not scanned."""
+    merge_gap_s: float | None = None
+    """Fold repeats of one event at most this many seconds apart into one event with a
+    ``repeats`` count (see ``aggregate.py``), so memory stays bounded however many lines match;
+    keep it no larger than the correlation window. ``None``: one event per matching line."""
 
-
-def host_from_path(path: str, root: str | None = None) -> str | None:
-    """``logs/node17/kern.log`` -> ``node17``; ``node17.log.gz`` -> ``node17``."""
-    p = Path(path)
-    name = p.name
-    for suffix in (".gz", ".log", ".txt", ".out", ".err", ".json"):
-        if name.lower().endswith(suffix):
-            name = name[: -len(suffix)]
-    name = re.sub(r"\.\d+$", "", name)  # kern.log.1
-    for suffix in (".log", ".txt"):
-        if name.lower().endswith(suffix):
-            name = name[: -len(suffix)]
-    if name and not _GENERIC_NAMES.match(name):
-        return name
-    # The directory names the host for generic file names (node17/kern.log), except for files
-    # lying directly in a directory argument (its name is the collection, not a host).
-    parent = p.parent.name
-    if parent and parent not in (".", "/", "..") and (root is None or
-                                                      Path(root).resolve() != p.parent.resolve()):
-        return parent
-    return None
-
-
-def iter_inputs(paths: Sequence[str], warn: Callable[[ScanWarning], None]) -> Iterator[
-        tuple[str, str | None]]:
-    """Expand arguments to files: (path, root it came from). ``-`` is stdin."""
-    for arg in paths:
-        if arg == "-":
-            yield "-", None
-            continue
-        p = Path(arg)
-        if p.is_dir():
-            found = False
-            for dirpath, dirnames, filenames in os.walk(p, onerror=lambda e: warn(
-                    ScanWarning(str(e.filename), f"cannot list directory: {e.strerror}"))):
-                dirnames.sort()
-                for fn in sorted(filenames):
-                    found = True
-                    yield os.path.join(dirpath, fn), arg
-            if not found:
-                warn(ScanWarning(arg, "directory contains no files"))
-        elif p.exists():
-            yield arg, None
-        else:
-            warn(ScanWarning(arg, "no such file or directory"))
-
-
-def _open(path: str) -> tuple[BinaryIO, float | None]:
-    if path == "-":
-        return sys.stdin.buffer, None
-    f = open(path, "rb")  # noqa: SIM115 - closed by the caller
-    mtime = os.fstat(f.fileno()).st_mtime
-    magic = f.read(2)
-    f.seek(0)
-    if magic == b"\x1f\x8b":
-        return gzip.GzipFile(fileobj=f, mode="rb"), mtime  # type: ignore[return-value]
-    return f, mtime
-
-
-def _strip_rank_prefix(line: str, indent: int | None = None) -> tuple[str, str, int]:
-    """Split a launcher's rank prefix off; keep the body's own indentation.
-
-    ``indent`` is how many spaces the launcher put after its prefix (taken from the traceback
-    header); only those are removed, so frame lines stay indented relative to the header.
-    """
-    m = _RANK_PREFIX.match(line)
-    if not m:
-        return "", line, 0
-    body = line[m.end():]
-    pad = len(body) - len(body.lstrip(" ")) if indent is None else indent
-    cut = min(pad, len(body) - len(body.lstrip(" ")))
-    return m.group(0), body[cut:], pad
+    def __post_init__(self) -> None:
+        if self.max_bytes <= 0:
+            raise ValueError("scan.max_bytes must be > 0")
+        if self.merge_gap_s is not None and self.merge_gap_s < 0:
+            raise ValueError("scan.merge_gap_s must be >= 0")
 
 
 class _FileScan:
@@ -164,6 +107,7 @@ class _FileScan:
         self.consumed: set[int] = set()
         self.bad_utf8 = 0
         self.long_lines = 0
+        self.nul_bytes = 0
 
     def warn(self, msg: str) -> None:
         self.stats.warnings.append(ScanWarning(self.path, msg))
@@ -208,48 +152,16 @@ class _FileScan:
 
     def traceback(self, line_no: int, header: str, after: list[str]) -> FailureEvent | None:
         """Read a traceback forward to its exception line and classify that line."""
-        prefix, _, pad = _strip_rank_prefix(header)
-        last_frame: str | None = None
-        for offset, raw in enumerate(after, start=1):
-            p, body, _ = _strip_rank_prefix(raw, pad)
-            if p != prefix:
-                continue  # another rank's interleaved output
-            if not body.strip() or body.startswith((" ", "\t")) or body.startswith("^"):
-                if fm := _FRAME.match(body):
-                    last_frame = f'{fm.group("file")}:{fm.group("line")} in {fm.group("func")}'
-                continue
-            if body.startswith(("Traceback", "During handling", "The above exception")):
-                continue
-            exc = _EXC_LINE.match(body.strip())
-            if exc is None or (exc.group("message") is None
-                               and not _EXC_NAME.search(exc.group("exc_type"))):
-                continue
-            exc_no = line_no + offset
-            self.consumed.add(exc_no)
-            extra = [("exc_type", exc.group("exc_type"))]
-            if last_frame:
-                extra.append(("last_frame", last_frame))
-            ctx = self.context(exc_no, raw)
-            ev = classify_line(self.rules, raw, ctx, after[offset:offset + 200])
-            if ev is None:
-                rule = self.rules.by_id.get("python_exception")
-                m = rule.pattern.search(body) if rule else None
-                if rule is not None and m is not None:
-                    groups = {k: v for k, v in m.groupdict().items() if v is not None}
-                    ev = event_from_rule(RuleMatch(rule, groups, m.group(0)), raw, ctx)
-                else:
-                    ev = FailureEvent(
-                        category=Category.USER_CODE_ERROR, action=Action.FIX_CODE,
-                        severity=Severity.FATAL, signature="python_exception",
-                        summary=body.strip()[:300], confidence=0.45,
-                        time=ctx.prefix.time, time_kind=ctx.prefix.time_kind,
-                        host=ctx.prefix.host or ctx.host_hint, rank=ctx.prefix.rank,
-                        evidence=(EvidenceLine(self.path, exc_no, raw[:2000]),))
-            known = {k for k, _ in ev.fields}
-            fields = ev.fields + tuple(kv for kv in extra if kv[0] not in known)
-            evidence = (EvidenceLine(self.path, line_no, header[:2000]), *ev.evidence)
-            return replace(ev, fields=fields, evidence=evidence)
-        return None
+        found = find_exception_line(header, after)
+        if found is None:
+            return None
+        exc_no = line_no + found.offset
+        self.consumed.add(exc_no)
+        ctx = self.context(exc_no, found.raw)
+        ev = classify_line(self.rules, found.raw, ctx, after[found.offset:found.offset + 200])
+        if ev is None:
+            ev = python_exception_event(self.rules, found, ctx)
+        return with_traceback(ev, found, EvidenceLine(self.path, line_no, header[:2000]))
 
 
 def scan_stream(stream: BinaryIO, fs: _FileScan, on_progress: Callable[[int], None] | None = None,
@@ -275,6 +187,11 @@ def scan_stream(stream: BinaryIO, fs: _FileScan, on_progress: Callable[[int], No
         stats.bytes_read += len(data)
         if on_progress is not None and data:
             on_progress(len(data))
+        if b"\x00" in data:
+            # Kernel logs written during a crash are NUL-padded: drop the bytes, keep the lines.
+            size = len(data)
+            data = data.replace(b"\x00", b"")
+            fs.nul_bytes += size - len(data)
         if skipping_long:
             nl = data.find(b"\n")
             if nl < 0 and not eof:
@@ -285,7 +202,9 @@ def scan_stream(stream: BinaryIO, fs: _FileScan, on_progress: Callable[[int], No
             skipping_long = False
         buf = carry + data if carry else data
         if not buf:
-            break
+            if eof:
+                break
+            continue
         if eof:
             cut = len(buf)
         else:
@@ -363,13 +282,18 @@ def _scan_region(fs: _FileScan, prefilter: object, buf: bytes, cut: int, line_ba
         next_start = end + 1
 
         def following(n: int, _from: int = next_start) -> list[str]:
+            # Up to n lines, but no more than _FOLLOWING_MAX_BYTES of them: the cost per
+            # candidate line stays bounded however long the lines after it are.
             out: list[str] = []
             pos = _from
-            while len(out) < n and pos < len(buf):
+            budget = _FOLLOWING_MAX_BYTES
+            while len(out) < n and pos < len(buf) and budget > 0:
                 e = buf.find(b"\n", pos)
                 if e < 0:
                     e = len(buf)
-                out.append(fs.decode(buf[pos:min(e, pos + MAX_EVAL_CHARS)]))
+                stop = min(e, pos + MAX_EVAL_CHARS, pos + budget)
+                out.append(fs.decode(buf[pos:stop]))
+                budget -= stop - pos + 1
                 pos = e + 1
             return out
 
@@ -383,58 +307,76 @@ def scan_paths(paths: Sequence[str], rules: RuleSet, options: ScanOptions = Scan
                on_file: Callable[[str, int | None], None] | None = None,
                on_progress: Callable[[int], None] | None = None,
                ) -> tuple[list[FailureEvent], ScanStats]:
-    """Scan files/directories/stdin and return all events plus statistics and warnings."""
+    """Scan files/directories/stdin and return the events plus statistics and warnings.
+
+    With ``options.merge_gap_s`` repeats of one event are folded into one event with a
+    ``repeats`` count; ``stats.events`` counts every matching line either way.
+    """
     stats = ScanStats()
     t0 = _time.perf_counter()
     events: list[FailureEvent] = []
+    folded = EventAggregator(options.merge_gap_s) if options.merge_gap_s is not None else None
     for path, root in iter_inputs(paths, stats.warnings.append):
-        events.extend(scan_file(path, root, rules, options, stats, on_file, on_progress))
+        for ev in scan_file(path, root, rules, options, stats, on_file, on_progress):
+            if folded is not None:
+                folded.add(ev)
+            else:
+                events.append(ev)
     stats.seconds = _time.perf_counter() - t0
-    return events, stats
+    return (folded.events() if folded is not None else events), stats
 
 
 def scan_file(path: str, root: str | None, rules: RuleSet, options: ScanOptions,
               stats: ScanStats, on_file: Callable[[str, int | None], None] | None = None,
-              on_progress: Callable[[int], None] | None = None) -> Iterable[FailureEvent]:
+              on_progress: Callable[[int], None] | None = None) -> Iterator[FailureEvent]:
+    """Events of one input, in line order; problems become warnings in ``stats``."""
     display = "<stdin>" if path == "-" else path
     try:
-        stream, mtime = _open(path)
+        opened = open_input(path)
     except OSError as exc:
         stats.files_skipped += 1
         stats.warnings.append(ScanWarning(display, f"cannot read: {exc.strerror or exc}"))
-        return []
+        return
     try:
-        head = _peek(stream)
+        stream, first = sniff(opened.stream)
     except (OSError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
-        stream.close()
+        opened.stream.close()
         stats.files_skipped += 1
         stats.warnings.append(ScanWarning(display, f"cannot read: {exc}"))
-        return []
-    if head is None:
+        return
+    if (why := binary_reason(first)) is not None:
         stream.close()
         stats.files_skipped += 1
-        stats.warnings.append(ScanWarning(display, "binary file skipped"))
-        return []
-    stream, first = head
+        stats.warnings.append(ScanWarning(display, f"binary file skipped ({why})"))
+        return
+    bounded = BoundedReader(stream, options.max_bytes) if opened.bounded else None
     if on_file is not None:
-        size = os.path.getsize(path) if path != "-" else None
-        on_file(display, size)
-    year = options.default_year or utc_year_of(mtime if mtime else _time.time())
+        on_file(display, opened.size)
+    year = options.default_year or utc_year_of(opened.mtime or _time.time())
     hint = host_from_path(path, root) if options.host_from_path and path != "-" else None
-    fs = _FileScan(rules, path, display, year, mtime, hint, stats)
+    fs = _FileScan(rules, path, display, year, opened.mtime, hint, stats)
     stats.files_read += 1
     try:
-        out = list(scan_stream(stream, fs, on_progress))
+        yield from scan_stream(bounded or stream, fs, on_progress)  # type: ignore[arg-type]
     finally:
-        stream.close()
+        (bounded or stream).close()
+    _file_warnings(fs, first, bounded, options.max_bytes)
+
+
+def _file_warnings(fs: _FileScan, first: bytes, bounded: BoundedReader | None,
+                   max_bytes: int) -> None:
     if not first:
         fs.warn("empty file")
+    if fs.nul_bytes:
+        fs.warn(f"{fs.nul_bytes:,} NUL byte(s) dropped (crash-time padding?); the text around "
+                "them was scanned")
     if fs.bad_utf8:
         fs.warn(f"{fs.bad_utf8} matching line(s) are not valid UTF-8 (decoded with replacement)")
     if fs.long_lines:
         fs.warn(f"{fs.long_lines} line(s) longer than {MAX_EVAL_CHARS // 1024} KiB were "
                 "truncated for matching")
-    return out
+    if bounded is not None and bounded.truncated:
+        fs.warn(f"stopped after {max_bytes:,} bytes (--max-bytes); the rest was not scanned")
 
 
 def scan_bytes(data: bytes, rules: RuleSet, *, path: str, first_line: int = 1,
@@ -448,41 +390,5 @@ def scan_bytes(data: bytes, rules: RuleSet, *, path: str, first_line: int = 1,
     return list(scan_stream(io.BytesIO(data), fs, first_line=first_line))
 
 
-def _peek(stream: BinaryIO) -> tuple[BinaryIO, bytes] | None:
-    """Read the first bytes to reject binary input; returns a stream positioned at 0."""
-    first = stream.read(8192)
-    if b"\x00" in first:
-        return None
-    return _Prepend(first, stream), first  # type: ignore[return-value]
-
-
-class _Prepend(io.RawIOBase):
-    """A stream that yields ``head`` and then the rest of ``rest`` (works for stdin/gzip)."""
-
-    def __init__(self, head: bytes, rest: BinaryIO) -> None:
-        self._head = head
-        self._rest = rest
-
-    def readable(self) -> bool:
-        return True
-
-    def read(self, size: int = -1) -> bytes:
-        if self._head:
-            if size < 0:
-                out, self._head = self._head + self._rest.read(), b""
-                return out
-            out = self._head[:size]
-            self._head = self._head[size:]
-            if len(out) < size:
-                out += self._rest.read(size - len(out))
-            return out
-        return self._rest.read(size)
-
-    def close(self) -> None:
-        if self._rest is not sys.stdin.buffer:
-            self._rest.close()
-        super().close()
-
-
 __all__ = ["ScanOptions", "ScanStats", "ScanWarning", "host_from_path", "iter_inputs",
-           "scan_bytes", "scan_paths"]
+           "scan_bytes", "scan_file", "scan_paths", "scan_stream"]

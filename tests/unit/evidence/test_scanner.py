@@ -19,6 +19,7 @@ from trainguard.evidence import (
     FailureEvent,
     ScanOptions,
     ScanWarning,
+    inputs,
     load_rules,
     scan_paths,
     scanner,
@@ -136,7 +137,7 @@ def test_unreadable_file_gives_a_warning(tmp_path: Path, monkeypatch: pytest.Mon
                 raise PermissionError(13, "Permission denied", path)
             return real_open(path, *args, **kwargs)
 
-        monkeypatch.setattr(scanner, "open", denied, raising=False)
+        monkeypatch.setattr(inputs, "open", denied, raising=False)
     readable = _write_lines(tmp_path / "ok.log", [XID])
 
     events, stats = scan_paths([str(secret), str(readable)], load_rules())
