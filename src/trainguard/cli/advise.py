@@ -50,7 +50,7 @@ def _duration(seconds: float) -> str:
 
 
 def _measure(db: str | None) -> MeasuredInputs:
-    with Store.open(db) as store:
+    with Store.open(db, readonly=True) as store:
         runs = load_runs(store)
     return measured_inputs(runs, failure_stats(runs))
 

@@ -20,11 +20,13 @@ from trainguard.nfs import (
     Environment,
     MountDiagnosis,
     MountWindow,
+    TransportGroup,
     cumulative,
     diagnose,
     diff,
     parse_mountstats,
     shared_transports,
+    transport_groups,
 )
 from trainguard.nfs.source import (
     LIVE_MOUNTSTATS,
@@ -33,6 +35,7 @@ from trainguard.nfs.source import (
     read_mountstats,
     sample_twice,
 )
+from trainguard.textsafe import terminal_safe
 
 app = typer.Typer(help="Diagnose the NFS client path (mountstats).", no_args_is_help=True)
 
@@ -88,6 +91,11 @@ def _num(x: float | None, digits: int = 2) -> str:
     return f"{x:.{digits}f}"
 
 
+def _safe(text: str) -> str:
+    """Text from the input (mount paths, device names) for Rich markup on a terminal."""
+    return escape(terminal_safe(text))
+
+
 def _windows(paths: list[Path], interval: float | None) -> tuple[list[MountWindow], list[str],
                                                                  str, bool, int]:
     """(windows, notes, what was read, live?, non-NFS mounts skipped)."""
@@ -121,14 +129,56 @@ def _windows(paths: list[Path], interval: float | None) -> tuple[list[MountWindo
             after.non_nfs)
 
 
-def _print_mount(d: MountDiagnosis, env: Environment) -> None:
+def _print_transport(d: MountDiagnosis, env: Environment) -> None:
+    tr = d.transport
+    if tr is None:
+        return
+    limit = (f"limit {env.slot_limit} ({_safe(env.slot_limit_source)})"
+             if env.slot_limit is not None else "slot limit unknown")
+    out.print(f"  transport: {tr.connections} x {tr.proto}; per send on average "
+              f"{_num(tr.inflight)} in flight, {_num(tr.backlog)} waiting for a slot, "
+              f"{_num(tr.sending)} waiting to transmit; max slots {tr.max_slots or '-'} "
+              f"({limit})")
+    if tr.connections > 1:
+        conns = Table(show_header=True, box=None, padding=(0, 2))
+        for col in ("conn", "sends", "in flight", "backlog", "to transmit", "max slots"):
+            conns.add_column(col, justify="right")
+        for c in tr.per_conn:
+            conns.add_row(str(c.index), f"{c.sends:,}", _num(c.inflight), _num(c.backlog),
+                          _num(c.sending), str(c.max_slots or "-"))
+        out.print(conns)
+
+
+def _print_shared(d: MountDiagnosis, env: Environment, group: TransportGroup | None,
+                  first: bool) -> None:
+    """The transport once per group: under its first mount; the others point there."""
+    if group is None or first:
+        _print_transport(d, env)
+    else:
+        others = len(group.members) - 2
+        more = f" and {others} other mount(s)" if others else ""
+        out.print(f"  transport: shared with {_safe(group.mountpoints[0])}{more} (transport "
+                  f"group {group.number}): its counters are shown under "
+                  f"{_safe(group.mountpoints[0])}")
+
+
+def _print_groups(groups: tuple[TransportGroup, ...]) -> None:
+    """Each shared transport's mounts, listed once (the report stays linear in the mounts)."""
+    for g in groups:
+        out.print(f"transport group {g.number}: {len(g.members)} mounts share one transport "
+                  f"(counters under {_safe(g.mountpoints[0])}): "
+                  + ", ".join(_safe(mp) for mp in g.mountpoints))
+
+
+def _print_mount(d: MountDiagnosis, env: Environment, group: TransportGroup | None = None,
+                 first: bool = True) -> None:
     rate = d.basis == "interval" and d.duration_s is not None
     sizes = " ".join(f"{k}={v}" for k, v in (("wsize", d.wsize), ("rsize", d.rsize)) if v)
     basis = (f"interval {_duration(d.duration_s)}" if d.basis == "interval"
              else f"since mount (age {_duration(d.duration_s)})")
     if d.reset:
         basis += ", counters reset between samples"
-    table = Table(title=f"[bold]{escape(d.mountpoint)}[/]  {escape(d.device)}  "
+    table = Table(title=f"[bold]{_safe(d.mountpoint)}[/]  {_safe(d.device)}  "
                         f"NFSv{d.nfs_version} {d.proto} nconnect={d.nconnect} {sizes}  "
                         f"[dim]({basis})[/]", title_justify="left")
     for col, right in (("op", False), ("ops/s" if rate else "calls", True),
@@ -148,49 +198,36 @@ def _print_mount(d: MountDiagnosis, env: Environment) -> None:
     out.print(table)
     if len(others) > _MAX_OTHER_OPS:
         out.print(f"[dim]  (+{len(others) - _MAX_OTHER_OPS} more ops with calls)[/]")
-    tr = d.transport
-    if tr is not None:
-        limit = (f"limit {env.slot_limit} ({escape(env.slot_limit_source)})"
-                 if env.slot_limit is not None else "slot limit unknown")
-        out.print(f"  transport: {tr.connections} x {tr.proto}; per send on average "
-                  f"{_num(tr.inflight)} in flight, {_num(tr.backlog)} waiting for a slot, "
-                  f"{_num(tr.sending)} waiting to transmit; max slots {tr.max_slots or '-'} "
-                  f"({limit})")
-        if tr.connections > 1:
-            conns = Table(show_header=True, box=None, padding=(0, 2))
-            for col in ("conn", "sends", "in flight", "backlog", "to transmit", "max slots"):
-                conns.add_column(col, justify="right")
-            for c in tr.per_conn:
-                conns.add_row(str(c.index), f"{c.sends:,}", _num(c.inflight), _num(c.backlog),
-                              _num(c.sending), str(c.max_slots or "-"))
-            out.print(conns)
+    _print_shared(d, env, group, first)
     if d.link_util is not None and env.link_gbps is not None:
         out.print(f"  link: {d.link_util:.1%} of {env.link_gbps:g} Gbit/s")
     main = d.findings[0]
     out.print(f"  attribution: [{_STYLE[main.category]}]{main.category}[/] "
-              f"({main.mechanism}): {escape(main.summary)}")
+              f"({main.mechanism}): {_safe(main.summary)}")
     evidence = ", ".join(f"{k}={_num(v) if isinstance(v, float) else v}"
                          for k, v in main.evidence if v is not None)
     if evidence:
-        out.print(f"  [dim]evidence: {escape(evidence)}[/]")
+        out.print(f"  [dim]evidence: {_safe(evidence)}[/]")
     for f in d.findings[1:]:
-        out.print(f"  also: {f.category} ({f.mechanism}): {escape(f.summary)}")
+        out.print(f"  also: {f.category} ({f.mechanism}): {_safe(f.summary)}")
     for i, r in enumerate(d.recommendations, start=1):
-        out.print(f"  {i}. [bold]{escape(r.action)}[/]")
+        out.print(f"  {i}. [bold]{_safe(r.action)}[/]")
         if r.command:
-            out.print(f"     $ {escape(r.command)}")
+            out.print(f"     $ {_safe(r.command)}")
         if r.why:
-            out.print(f"     [dim]{escape(r.why)}[/]")
+            out.print(f"     [dim]{_safe(r.why)}[/]")
     for note in d.notes:
-        out.print(f"  [dim]note: {escape(note)}[/]")
+        out.print(f"  [dim]note: {_safe(note)}[/]")
     out.print()
 
 
 def _doc(diags: list[MountDiagnosis], env: Environment, what: str, notes: list[str],
-         non_nfs: int) -> dict[str, Any]:
+         non_nfs: int, groups: tuple[TransportGroup, ...] = ()) -> dict[str, Any]:
     return {"source": what, "slot_limit": env.slot_limit,
             "slot_limit_source": env.slot_limit_source, "link_gbps": env.link_gbps,
             "non_nfs_mounts_skipped": non_nfs, "notes": notes,
+            "transport_groups": [{"group": g.number, "mounts": list(g.mountpoints)}
+                                 for g in groups],
             "mounts": [d.to_dict() for d in diags]}
 
 
@@ -228,11 +265,12 @@ def diagnose_cmd(
             wanted = mount.rstrip("/") or "/"
             windows = [w for w in windows if w.mount.mountpoint == wanted]
             if not windows and nfs_points:
-                fail(f"no NFS mount at {mount} in {what} (NFS mounts: "
-                     f"{', '.join(nfs_points)})")
+                fail(terminal_safe(f"no NFS mount at {mount} in {what} (NFS mounts: "
+                                   f"{', '.join(nfs_points)})"))
+        groups = transport_groups(windows)
         diags = [diagnose(w, env) for w in shared_transports(windows)]
     except TrainguardError as exc:
-        fail(str(exc))
+        fail(terminal_safe(str(exc)))  # it may quote mount paths from the input
     if not diags:
         message = f"no NFS mount in {what} ({non_nfs} other mounts): nothing to diagnose"
         if json_out:
@@ -242,13 +280,18 @@ def diagnose_cmd(
             err.print(message)
         raise typer.Exit(EXIT_NO_NFS)
     if json_out:
-        out.print_json(json.dumps(_doc(diags, env, what, notes, non_nfs)))
+        # Plain json.dumps: Rich's print_json re-lexes the document, slow for thousands of mounts.
+        typer.echo(json.dumps(_doc(diags, env, what, notes, non_nfs, groups), indent=2,
+                              ensure_ascii=False))
         return
-    err.print(f"{len(diags)} NFS mount(s) from {escape(what)}; {non_nfs} non-NFS skipped")
+    err.print(f"{len(diags)} NFS mount(s) from {_safe(what)}; {non_nfs} non-NFS skipped")
     for note in notes:
-        warn(note)
-    for d in diags:
-        _print_mount(d, env)
+        warn(terminal_safe(note))
+    of = {i: g for g in groups for i in g.members}
+    for i, d in enumerate(diags):
+        g = of.get(i)
+        _print_mount(d, env, g, g is None or g.members[0] == i)
+    _print_groups(groups)
 
 
 __all__ = ["EXIT_NO_NFS", "app", "diagnose_cmd"]

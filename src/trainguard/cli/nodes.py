@@ -38,7 +38,7 @@ def nodes(
     if ctx.invoked_subcommand is not None:
         return
     try:
-        with Store.open(db) as store:
+        with Store.open(db, readonly=True) as store:
             health = node_health(store, now=time.time())
             conc = exclusion_concentration(store)
     except TrainguardError as exc:

@@ -40,7 +40,7 @@ def report(
 
     try:
         start = parse_timestamp(since, "--since") if since else None
-        with Store.open(db) as store:
+        with Store.open(db, readonly=True) as store:
             rep = build_report(store, session_id=session, since=start,
                                bandwidth_bps=bandwidth_gbps * 1e9)
         if html_out is not None:

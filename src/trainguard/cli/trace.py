@@ -168,7 +168,7 @@ def hang(
         if saved.exists() and not now and flight is None:
             try:
                 doc = json.loads(saved.read_text(encoding="utf-8"))
-            except (OSError, ValueError) as exc:
+            except (OSError, ValueError, RecursionError) as exc:
                 raise TrainguardError(f"{saved}: unreadable ({exc})") from exc
             origin = f"the supervisor's, {saved}"
         else:

@@ -36,14 +36,17 @@ from trainguard.nfs.mountstats import (
     Xprt,
     parse_mountstats,
 )
+from trainguard.nfs.paths import escape_path, unescape_path
 from trainguard.nfs.recommend import MAX_NCONNECT, recommend
 from trainguard.nfs.window import (
     Basis,
     MountWindow,
+    TransportGroup,
     WindowSet,
     cumulative,
     diff,
     shared_transports,
+    transport_groups,
 )
 
 __all__ = [
@@ -65,15 +68,19 @@ __all__ = [
     "OpSummary",
     "Recommendation",
     "Thresholds",
+    "TransportGroup",
     "TransportSummary",
     "WindowSet",
     "Xprt",
     "cumulative",
     "diagnose",
     "diff",
+    "escape_path",
     "parse_mountstats",
     "recommend",
     "shared_transports",
     "summarize_op",
     "summarize_transport",
+    "transport_groups",
+    "unescape_path",
 ]

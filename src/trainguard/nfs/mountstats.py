@@ -29,10 +29,12 @@ import re
 from dataclasses import dataclass
 
 from trainguard.errors import TelemetryError
+from trainguard.nfs.paths import unescape_path
 
 __all__ = [
     "EVENT_DELAY",
     "KNOWN_NFS_VERSIONS",
+    "MAX_LINE_CHARS",
     "MountstatsSnapshot",
     "NfsMount",
     "OpStats",
@@ -48,12 +50,19 @@ KNOWN_NFS_VERSIONS = ("2", "3", "4", "4.0", "4.1", "4.2")
 EVENT_DELAY = 24
 """Index of NFSIOS_DELAY in ``events:``: replies NFS3ERR_JUKEBOX / NFS4ERR_DELAY ("try later")."""
 
+MAX_LINE_CHARS = 65536
+"""The longest line accepted. The kernel's longest is the ``device`` line: a device name and a
+mount path (each at most PATH_MAX, 4096 bytes, up to 4x that once octal-escaped); a longer line
+means the input is not mountstats, and is refused rather than matched."""
+
 _NFS_FSTYPES = frozenset({"nfs", "nfs4"})
+# The kernel octal-escapes whitespace in the device name and mount path (see `unescape_path`),
+# so each is one \S+ run: unlike a lazy ".+?", that keeps matching a long line linear.
 _DEVICE = re.compile(
-    r"^\s*device\s+(?P<dev>.+?)\s+mounted on\s+(?P<mnt>.+?)\s+with fstype\s+(?P<fs>\S+)"
+    r"^\s*device\s+(?P<dev>\S+)\s+mounted on\s+(?P<mnt>\S+)\s+with fstype\s+(?P<fs>\S+)"
     r"(?:\s+statvers=(?P<sv>\S+))?\s*$")
 # show_vfsstat prints "no device mounted on ..." for a mount without a device name.
-_NO_DEVICE = re.compile(r"^\s*no device\s+mounted on\s+.+?\s+with fstype\s+\S+")
+_NO_DEVICE = re.compile(r"^\s*no device\s+mounted on\s+\S+\s+with fstype\s+\S+")
 _OP = re.compile(r"^\s*(?P<name>[A-Z][A-Z0-9_]*|\d+):\s*(?P<rest>.*)$")
 _STATVERS = re.compile(r"^\d+\.\d+$")
 # Fields after the protocol name, by protocol: (statvers 1.0 count, 1.1 count, names).
@@ -451,6 +460,10 @@ def parse_mountstats(text: str, source: str = "mountstats") -> MountstatsSnapsho
 
     lines = text.splitlines()
     for lineno, raw in enumerate(lines, start=1):
+        if len(raw) > MAX_LINE_CHARS:
+            raise _fail(source, lineno, f"line of {len(raw):,} characters (mountstats lines "
+                                        f"are at most {MAX_LINE_CHARS:,}): not a "
+                                        "/proc/self/mountstats capture")
         line = raw.rstrip("\r")
         if not line.strip():
             continue
@@ -469,18 +482,19 @@ def parse_mountstats(text: str, source: str = "mountstats") -> MountstatsSnapsho
                 block = None
             devices += 1
             fstype, statvers = head["fs"], head["sv"]
+            device, mountpoint = unescape_path(head["dev"]), unescape_path(head["mnt"])
             if fstype not in _NFS_FSTYPES or statvers is None:
                 non_nfs += 1
                 in_other = True
                 if fstype in _NFS_FSTYPES:
-                    notes.append(f"{head['mnt']}: NFS mount without statistics (no statvers=), "
+                    notes.append(f"{mountpoint}: NFS mount without statistics (no statvers=), "
                                  "skipped")
                 continue
             if not _STATVERS.match(statvers):
                 raise _fail(source, lineno, f"unknown statvers={statvers!r} (expected a "
                                             "version like 1.1)")
             in_other = False
-            block = _Block(device=head["dev"], mountpoint=head["mnt"], fstype=fstype,
+            block = _Block(device=device, mountpoint=mountpoint, fstype=fstype,
                            statvers=statvers, line=lineno, last_line=lineno)
             continue
         if block is None:

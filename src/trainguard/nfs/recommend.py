@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import shlex
+
 from trainguard.nfs.model import Attribution, Environment, Finding, MountDiagnosis, Recommendation
+from trainguard.nfs.paths import escape_path
 
 __all__ = ["MAX_NCONNECT", "recommend"]
 
@@ -14,13 +17,15 @@ _SESSION_SLOT_MAX = 1024  # NFS4_MAX_SLOT_TABLE
 
 
 def _mount_command(d: MountDiagnosis, changes: dict[str, str]) -> str:
+    # The device and mount path come from the mountstats file (decoded): quote them, so a path
+    # with a space or a "$(...)" stays one argument and is never run.
     fstype = "nfs4" if d.nfs_version.startswith("4") else "nfs"
     opts = [f"vers={d.nfs_version}"]
     if d.proto == "rdma":
         opts.append("proto=rdma")
     opts += [f"{k}={v}" for k, v in changes.items()]
-    return f"umount {d.mountpoint} && mount -t {fstype} -o {','.join(opts)} {d.device} " \
-           f"{d.mountpoint}"
+    mp = shlex.quote(d.mountpoint)
+    return f"umount {mp} && mount -t {fstype} -o {','.join(opts)} {shlex.quote(d.device)} {mp}"
 
 
 def _io_key(d: MountDiagnosis, op: str) -> tuple[str, int] | None:
@@ -44,7 +49,8 @@ def _nconnect(d: MountDiagnosis, why: str, op: str) -> Recommendation | None:
         _mount_command(d, changes),
         f"{why} Mounts of the same server share one client and its connections: unmount every "
         "mount of that server first, or the existing connections are reused. Keep the mount's "
-        f"other options (see `grep ' {d.mountpoint} ' /proc/mounts`).")
+        f"other options (see `grep -F {shlex.quote(f' {escape_path(d.mountpoint)} ')} "
+        "/proc/mounts`).")
 
 
 def _io_size(d: MountDiagnosis, op: str, with_nconnect: bool = False) -> Recommendation | None:
@@ -198,7 +204,8 @@ def _for_finding(f: Finding, d: MountDiagnosis, env: Environment) -> list[Recomm
         return [_parallel(d), _io_size(d, op)]
     if f.category is Attribution.IDLE:
         return [Recommendation("Measure while the workload runs",
-                               f"trainguard nfs diagnose --mount {d.mountpoint} --interval 30",
+                               f"trainguard nfs diagnose --mount {shlex.quote(d.mountpoint)} "
+                               "--interval 30",
                                "Start it during a checkpoint save (or data loading) so the "
                                "window holds the traffic that matters.")]
     return []

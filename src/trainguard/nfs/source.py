@@ -11,10 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainguard.errors import TelemetryError
+from trainguard.fileread import UnreadableFile, read_bounded
 from trainguard.nfs.model import Environment
 
 __all__ = [
     "LIVE_MOUNTSTATS",
+    "MAX_MOUNTSTATS_BYTES",
     "TCP_SLOT_LIMIT",
     "LiveSample",
     "environment",
@@ -26,6 +28,11 @@ __all__ = [
 
 LIVE_MOUNTSTATS = Path("/proc/self/mountstats")
 TCP_SLOT_LIMIT = Path("/proc/sys/sunrpc/tcp_max_slot_table_entries")
+MAX_MOUNTSTATS_BYTES = 64 * 1024 * 1024
+"""The most a mountstats file may hold. A real one is about 7 KB per NFS mount (the NFSv4
+per-op list is the bulk), so a few MB even with thousands of mounts; past this the input is not
+a mountstats capture (``/dev/zero``, a log file given by mistake) and is refused before it is
+read into memory."""
 
 
 def is_live(path: Path) -> bool:
@@ -33,11 +40,20 @@ def is_live(path: Path) -> bool:
     return path.is_absolute() and path.parts[:2] == ("/", "proc")
 
 
-def read_mountstats(path: Path) -> str:
+def read_mountstats(path: Path, max_bytes: int = MAX_MOUNTSTATS_BYTES) -> str:
+    """The text of a mountstats file: a regular file (procfs files are) of at most `max_bytes`.
+
+    A device, FIFO or socket (``/dev/zero`` is endless) or a larger file is refused with one
+    `TelemetryError` line before it fills memory.
+    """
     try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise TelemetryError(f"cannot read {path}: {exc.strerror or exc}") from exc
+        data = read_bounded(path, max_bytes)
+    except UnreadableFile as exc:
+        what = ("; give a mountstats capture or /proc/self/mountstats" if not exc.too_large
+                else ": not a mountstats capture (a real one is a few MB even with thousands "
+                     "of mounts)")
+        raise TelemetryError(f"cannot read {path}: {exc.reason}{what}") from exc
+    return data.decode("utf-8", errors="replace")
 
 
 def read_slot_limit(path: Path | None = None) -> int | None:

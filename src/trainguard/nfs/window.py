@@ -19,7 +19,16 @@ from enum import StrEnum
 from trainguard.errors import TelemetryError
 from trainguard.nfs.mountstats import MountstatsSnapshot, NfsMount, OpStats, Xprt
 
-__all__ = ["Basis", "MountWindow", "WindowSet", "cumulative", "diff", "shared_transports"]
+__all__ = [
+    "Basis",
+    "MountWindow",
+    "TransportGroup",
+    "WindowSet",
+    "cumulative",
+    "diff",
+    "shared_transports",
+    "transport_groups",
+]
 
 
 class Basis(StrEnum):
@@ -174,29 +183,69 @@ def diff(before: MountstatsSnapshot, after: MountstatsSnapshot,
     return WindowSet(windows=tuple(windows), notes=tuple(notes))
 
 
+@dataclass(frozen=True, slots=True)
+class TransportGroup:
+    """Mounts whose ``xprt:`` lines are identical: one server's client transport(s), shared.
+
+        >>> [(g.number, g.mountpoints) for g in transport_groups(windows)]  # doctest: +SKIP
+        [(1, ('/nasbox/music', '/nasbox/newmovies'))]
+    """
+
+    number: int
+    """1-based, in the order of the group's first mount."""
+    members: tuple[int, ...]
+    """Positions of the group's windows in the sequence given, first one first."""
+    mountpoints: tuple[str, ...]
+
+
+_NAMED_SHARERS = 3
+"""A shared-transport note names the other mounts up to this many, else counts them: with
+thousands of mounts on one server, naming every other mount under each one would make the
+report quadratic in the input."""
+
+
+def _transport_key(w: MountWindow) -> tuple[Xprt, ...] | None:
+    xprts = tuple(replace(x, line=0) for x in w.mount.xprts)
+    return xprts if xprts and sum(x.sends for x in xprts) > 0 else None
+
+
+def transport_groups(windows: Sequence[MountWindow]) -> tuple[TransportGroup, ...]:
+    """The groups of two or more windows that share their transport (see `shared_transports`).
+
+    One pass over the windows: linear in their number, however many share one transport.
+    """
+    by_key: dict[tuple[Xprt, ...], list[int]] = {}
+    for i, w in enumerate(windows):
+        k = _transport_key(w)
+        if k is not None:
+            by_key.setdefault(k, []).append(i)
+    shared = [members for members in by_key.values() if len(members) > 1]
+    return tuple(TransportGroup(number=n, members=tuple(members),
+                                mountpoints=tuple(windows[i].mount.mountpoint for i in members))
+                 for n, members in enumerate(shared, start=1))
+
+
 def shared_transports(windows: Sequence[MountWindow]) -> tuple[MountWindow, ...]:
     """The windows, each noting the other mounts whose ``xprt:`` lines are identical to its own.
 
     Mounts of one server share the client's RPC transport(s), so their ``xprt:`` counters
     (backlog, queue lengths, max slots) are the same numbers printed under each mount: slot
     evidence then covers the traffic of all of them, while the per-op counters are per mount.
+    The note names up to three other mounts; past that it counts them and names the transport
+    group (`transport_groups`), which a report lists once.
     """
-    def key(w: MountWindow) -> tuple[Xprt, ...] | None:
-        xprts = tuple(replace(x, line=0) for x in w.mount.xprts)
-        return xprts if xprts and sum(x.sends for x in xprts) > 0 else None
-
-    groups: dict[tuple[Xprt, ...], list[str]] = {}
-    for w in windows:
-        k = key(w)
-        if k is not None:
-            groups.setdefault(k, []).append(w.mount.mountpoint)
-    out: list[MountWindow] = []
-    for w in windows:
-        k = key(w)
-        others = [m for m in groups.get(k, []) if m != w.mount.mountpoint] if k else []
-        if others:
-            w = replace(w, notes=(*w.notes, "transport counters (xprt:) are shared with "
-                                  f"{', '.join(others)} (same server): the slot and queue "
-                                  "figures cover their traffic too"))
-        out.append(w)
+    out = list(windows)
+    for g in transport_groups(windows):
+        for i in g.members:
+            others = len(g.members) - 1
+            if others <= _NAMED_SHARERS:
+                who = ", ".join(mp for j, mp in zip(g.members, g.mountpoints, strict=True)
+                                if j != i)
+                who += " (same server)"
+            else:
+                who = (f"{others} other mounts of the same server (transport group "
+                       f"{g.number})")
+            out[i] = replace(out[i], notes=(*out[i].notes, f"transport counters (xprt:) are "
+                                            f"shared with {who}: the slot and queue figures "
+                                            "cover their traffic too"))
     return tuple(out)

@@ -4,6 +4,18 @@ SQLite (the default) is tuned so a supervisor and a CLI can share one file: WAL 
 timeout, foreign keys on, and explicit ``BEGIN`` so transactions (and DDL) really are atomic;
 writes use ``BEGIN IMMEDIATE`` so they wait for the write lock up front instead of failing on a
 lock upgrade. PostgreSQL goes through psycopg 3, imported only when a PostgreSQL URL is used.
+
+Opening checks the database before anything is written to it (`open_engine`):
+
+1. a database with tables but no trainguard ``schema_version`` is another application's and is
+   refused for every command ("PATH is not a trainguard store (it has tables: a, b)"), before
+   the SQLite file is switched to WAL or a table is created;
+2. a read-only open (``readonly=True``: report, nodes, advise) never creates a file, directory
+   or table: a missing SQLite file is "no store at PATH", and SQLite connections are
+   ``query_only`` (a write fails; SQLite still removes its -wal/-shm files on close, which a
+   ``mode=ro`` connection would leave behind);
+3. a ``schema_version`` that is not an integer, or newer/older than this trainguard's, is a
+   `StoreError` / `SchemaVersionError`.
 """
 
 from __future__ import annotations
@@ -11,6 +23,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import sqlite3
 import time
 from typing import Any
 
@@ -74,25 +87,56 @@ def one_line(exc: BaseException) -> str:
     return " ".join(text.split()) or type(exc).__name__
 
 
-def create_engine(url: str) -> Engine:
-    """An engine for ``url`` (as returned by :func:`resolve_db_url`); raises :class:`StoreError`."""
-    shown = display_url(url)
+def _parse(url: str) -> URL:
     try:
-        parsed = make_url(url)
+        return make_url(url)
     except (ArgumentError, ValueError) as exc:  # ValueError: a non-numeric port
-        raise StoreError(f"invalid database URL {shown!r}: {one_line(exc)}") from exc
+        raise StoreError(f"invalid database URL {display_url(url)!r}: {one_line(exc)}") from exc
+
+
+def _sqlite_file(url: URL) -> str | None:
+    """The file of a SQLite URL; None for an in-memory database."""
+    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+        return None
+    return url.database
+
+
+def store_name(url: str) -> str:
+    """How messages name a store: the file of a SQLite store, else the URL, password masked."""
+    try:
+        path = _sqlite_file(make_url(url))
+    except (ArgumentError, ValueError):
+        path = None
+    return path if path is not None else display_url(url)
+
+
+def create_engine(url: str, *, readonly: bool = False) -> Engine:
+    """An engine for ``url`` (as returned by :func:`resolve_db_url`); raises :class:`StoreError`.
+
+    ``readonly``: a SQLite file must exist ("no store at PATH"), no directory is created, and
+    every connection is ``query_only``.
+    """
+    shown = display_url(url)
+    parsed = _parse(url)
     backend = parsed.get_backend_name()
     if backend == "sqlite":
-        return _sqlite_engine(parsed, shown)
+        return _sqlite_engine(parsed, shown, readonly)
     if backend == "postgresql":
         return _postgres_engine(parsed, shown)
     raise StoreError(f"unsupported database {shown}: trainguard stores in SQLite or PostgreSQL")
 
 
-def _sqlite_engine(url: URL, shown: str) -> Engine:
-    if url.database and url.database != ":memory:":
+def _sqlite_engine(url: URL, shown: str, readonly: bool = False) -> Engine:
+    path = _sqlite_file(url)
+    if path is not None and readonly:
+        # Connecting would create the file: a read-only command says there is none instead.
+        if not os.path.exists(path):
+            raise StoreError(f"no store at {path}")
+        if not os.path.isfile(path):
+            raise StoreError(f"no store at {path}: not a file")
+    elif path is not None:
         # A store path inside a directory that does not exist yet (a fresh run dir): create it.
-        parent = os.path.dirname(url.database)
+        parent = os.path.dirname(path)
         try:
             os.makedirs(parent or ".", exist_ok=True)
         except OSError as exc:
@@ -106,11 +150,14 @@ def _sqlite_engine(url: URL, shown: str) -> Engine:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         # Take transaction control away from pysqlite, which would otherwise not BEGIN before
-        # SELECTs or DDL; the "begin" hook below issues BEGIN itself.
+        # SELECTs or DDL; the "begin" hook below issues BEGIN itself. WAL is switched on by
+        # ensure_schema, once the file is known to be a trainguard store (it is a property of
+        # the file, not of a connection).
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         try:
-            cursor.execute("PRAGMA journal_mode=WAL")
+            if readonly:
+                cursor.execute("PRAGMA query_only=ON")
             cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.execute("PRAGMA foreign_keys=ON")
             cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
@@ -150,38 +197,53 @@ def write_engine(engine: Engine) -> Engine:
     return engine
 
 
-def ensure_schema(engine: Engine, *, written_by: str) -> int:
+def _names(tables: list[str], most: int = 10) -> str:
+    shown = ", ".join(tables[:most])
+    return shown + (f" and {len(tables) - most} more" if len(tables) > most else "")
+
+
+def _existing_version(conn: Connection, where: str) -> int | None:
+    """The database's trainguard schema version; None when it has no tables at all.
+
+    Refuses another application's database (tables, but no ``schema_version``) and a version
+    this trainguard cannot use.
+    """
+    found = _read_version(conn, where)
+    if found is None:
+        tables = sorted(sa.inspect(conn).get_table_names())
+        if tables:
+            raise StoreError(f"{where} is not a trainguard store (it has tables: "
+                             f"{_names(tables)}); give the path of a trainguard store")
+        return None
+    if found > schema.SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"{where} has schema version {found}, newer than version "
+            f"{schema.SCHEMA_VERSION} this trainguard supports; upgrade trainguard"
+        )
+    if found < schema.SCHEMA_VERSION:
+        # No older versions exist yet; migrations go here when SCHEMA_VERSION moves.
+        raise SchemaVersionError(
+            f"{where} has schema version {found}, older than version "
+            f"{schema.SCHEMA_VERSION} and no migration is known"
+        )
+    return found
+
+
+def ensure_schema(engine: Engine, *, written_by: str, where: str | None = None) -> int:
     """Create the tables if absent and record :data:`schema.SCHEMA_VERSION`.
 
     Returns the database's schema version. Raises :class:`SchemaVersionError` when the database
     was written by a newer trainguard (or an older one this version cannot upgrade), and
-    :class:`StoreError` when it cannot be reached or is not a trainguard store.
+    :class:`StoreError` when it cannot be reached or is not a trainguard store (it has other
+    tables). `where` names the store in messages (default: its URL, password masked).
     """
     shown = engine.url.render_as_string(hide_password=True)
+    where = where or shown
     try:
         with write_engine(engine).begin() as conn:
             if conn.dialect.name == "postgresql":
                 conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_PG_SCHEMA_LOCK_KEY)))
-            found = _read_version(conn, shown)
-            if found is None:
-                ours = set(schema.metadata.tables) - {schema.schema_version.name}
-                present = ours & set(sa.inspect(conn).get_table_names())
-                if present:
-                    raise StoreError(
-                        f"{shown} has tables {', '.join(sorted(present))} but no trainguard "
-                        "schema version; it is not a trainguard store"
-                    )
-            elif found > schema.SCHEMA_VERSION:
-                raise SchemaVersionError(
-                    f"{shown} has schema version {found}, newer than version "
-                    f"{schema.SCHEMA_VERSION} this trainguard supports; upgrade trainguard"
-                )
-            elif found < schema.SCHEMA_VERSION:
-                # No older versions exist yet; migrations go here when SCHEMA_VERSION moves.
-                raise SchemaVersionError(
-                    f"{shown} has schema version {found}, older than version "
-                    f"{schema.SCHEMA_VERSION} and no migration is known"
-                )
+            found = _existing_version(conn, where)
             schema.metadata.create_all(conn, checkfirst=True)
             if found is None:
                 conn.execute(
@@ -193,27 +255,92 @@ def ensure_schema(engine: Engine, *, written_by: str) -> int:
                     )
                 )
                 log.info("created trainguard store %s (schema %d)", shown, schema.SCHEMA_VERSION)
-            return schema.SCHEMA_VERSION
+        if engine.dialect.name == "sqlite" and engine.url.database not in (None, "", ":memory:"):
+            _wal(engine)
+        return schema.SCHEMA_VERSION
     except SQLAlchemyError as exc:
         raise StoreError(f"cannot open store {shown}: {one_line(exc)}") from exc
 
 
-def _read_version(conn: Connection, shown: str) -> int | None:
+def _wal(engine: Engine) -> None:
+    """Switch the (checked) SQLite file to WAL; outside a transaction, as SQLite requires."""
+    raw = engine.raw_connection()
+    try:
+        cursor = raw.cursor()
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+        finally:
+            cursor.close()
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot open store {display_url(str(engine.url))}: "
+                         f"{one_line(exc)}") from exc
+    finally:
+        raw.close()
+
+
+def check_schema(engine: Engine, *, where: str | None = None) -> int:
+    """The schema version of an existing store, for a read-only open: nothing is created.
+
+    Raises :class:`StoreError` for an empty database ("no store at ...") or another
+    application's, :class:`SchemaVersionError` for a version this trainguard cannot read.
+    """
+    shown = engine.url.render_as_string(hide_password=True)
+    where = where or shown
+    try:
+        with engine.connect() as conn:
+            found = _existing_version(conn, where)
+    except SQLAlchemyError as exc:
+        raise StoreError(f"cannot open store {where}: {one_line(exc)}") from exc
+    if found is None:
+        raise StoreError(f"no store at {where}: the database is empty (a read-only command "
+                         "does not create one)")
+    return found
+
+
+def open_engine(db: str | None, *, readonly: bool, written_by: str) -> Engine:
+    """An engine on the checked store named by ``db``.
+
+    Writers create the store when the database is empty; ``readonly`` opens never create a
+    file, directory or table. The engine is disposed of when the check fails.
+    """
+    url = resolve_db_url(db)
+    where = store_name(url)
+    engine = create_engine(url, readonly=readonly)
+    try:
+        if readonly:
+            check_schema(engine, where=where)
+        else:
+            ensure_schema(engine, written_by=written_by, where=where)
+    except BaseException:
+        engine.dispose()
+        raise
+    return engine
+
+
+def _read_version(conn: Connection, where: str) -> int | None:
     if not sa.inspect(conn).has_table(schema.schema_version.name):
         return None
-    version = conn.execute(sa.select(sa.func.max(schema.schema_version.c.version))).scalar()
+    # Read the raw value: SQLite keeps whatever was stored ('abc', 1.5) in an INTEGER column.
+    version = conn.execute(sa.text(f"SELECT max(version) FROM {schema.schema_version.name}"))\
+        .scalar()
     if version is None:
-        raise StoreError(f"{shown} has an empty schema_version table; not a trainguard store")
-    return int(version)
+        raise StoreError(f"{where} has an empty schema_version table; not a trainguard store")
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise StoreError(f"{where} has schema version {version!r:.40}, not an integer: not a "
+                         "trainguard store, or a damaged one")
+    return version
 
 
 __all__ = [
     "DB_ENV",
     "DEFAULT_DB",
+    "check_schema",
     "create_engine",
     "display_url",
     "ensure_schema",
     "one_line",
+    "open_engine",
     "resolve_db_url",
+    "store_name",
     "write_engine",
 ]

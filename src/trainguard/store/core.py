@@ -23,10 +23,14 @@ from trainguard.store.connect import one_line, write_engine
 class StoreCore:
     """Owns the engine; every public method runs in its own short transaction."""
 
-    def __init__(self, engine: Engine) -> None:
-        """Wrap an engine whose schema is already checked; use ``Store.open`` instead."""
+    def __init__(self, engine: Engine, *, readonly: bool = False) -> None:
+        """Wrap an engine whose schema is already checked; use ``Store.open`` instead.
+
+        ``readonly``: every write raises `StoreError` before it reaches the database.
+        """
         self._engine = engine
         self._writer = write_engine(engine)
+        self._readonly = readonly
 
     @property
     def url(self) -> str:
@@ -65,6 +69,8 @@ class StoreCore:
 
     @contextmanager
     def _write(self, what: str) -> Iterator[Connection]:
+        if self._readonly:
+            raise StoreError(f"cannot {what} in {self.url}: the store was opened read-only")
         try:
             with self._writer.begin() as conn:
                 yield conn

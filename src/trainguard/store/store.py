@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from trainguard import __version__
-from trainguard.store.connect import create_engine, ensure_schema, resolve_db_url
+from trainguard.store.connect import open_engine
 from trainguard.store.fleet import FleetMixin
 from trainguard.store.runs import RunsMixin
 
@@ -23,15 +23,15 @@ class Store(RunsMixin, FleetMixin):
     """
 
     @classmethod
-    def open(cls, db: str | None = None) -> Store:
-        """Open (creating if needed) the store named by ``db``; see :func:`resolve_db_url`."""
-        engine = create_engine(resolve_db_url(db))
-        try:
-            ensure_schema(engine, written_by=f"trainguard {__version__}")
-        except BaseException:
-            engine.dispose()
-            raise
-        return cls(engine)
+    def open(cls, db: str | None = None, *, readonly: bool = False) -> Store:
+        """Open the store named by ``db`` (see :func:`resolve_db_url`), creating it if needed.
+
+        ``readonly=True`` (report, nodes, advise) never creates anything: a missing store is
+        "no store at PATH", and writes fail. Either way another application's database (tables
+        but no trainguard schema version) is refused untouched.
+        """
+        engine = open_engine(db, readonly=readonly, written_by=f"trainguard {__version__}")
+        return cls(engine, readonly=readonly)
 
 
 __all__ = ["Store"]

@@ -15,9 +15,12 @@ as a pickle or, from ``_dump_fr_trace_json()``, as JSON::
                   "time_discovered_completed_ns": 1724779239975811724,
                   "retired": True, "timeout_ms": 600000, ...}, ...], ...}
 
-`read_dump` parses one file (a pickle is read with an unpickler that refuses every class and
-function, so a crafted dump cannot run code), `read_dumps` a directory of them, and
-`FlightDump.rank_state` turns a dump into a `RankState` the hang localizer compares across ranks.
+`read_dump` parses one file, `read_dumps` a directory of them, and `FlightDump.rank_state` turns
+a dump into a `RankState` the hang localizer compares across ranks. A dump comes from disk, so it
+is read defensively: a regular file of at most `MAX_DUMP_BYTES`; a pickle through an unpickler
+whose allowlist of globals (`ALLOWED_GLOBALS`) is empty, since a dump is plain data, so a crafted
+dump cannot reach ``os.system`` or ``builtins.exec``; and JSON or pickle, nothing nested deeper
+than `MAX_DEPTH` (a deep document would otherwise end in a `RecursionError`).
 
 What counts as *completed* depends on the backend:
 
@@ -30,18 +33,16 @@ What counts as *completed* depends on the backend:
 
 from __future__ import annotations
 
-import io
-import json
 import math
 import os
-import pickle
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from trainguard.errors import TraceError
+from trainguard.fileread import UnreadableFile, read_bounded
+from trainguard.trace.dumpload import ALLOWED_GLOBALS, MAX_DEPTH, load_dump
 from trainguard.trace.model import WORLD, CollectiveCall, GroupState, RankState
 
 SOURCE = "flight-recorder"
@@ -53,6 +54,9 @@ SUPPORTED_MAJOR = 2
 """The dump format's major version this reader understands (PyTorch bumps it when it changes the
 meaning of an existing field; minor versions only add fields)."""
 DEFAULT_PG_DESC = "default_pg"
+MAX_DUMP_BYTES = 256 << 20
+"""Largest dump file read. PyTorch keeps ``TORCH_FR_BUFFER_SIZE`` entries (2,000 by default) of
+a few KB each with their stack frames, so a dump is a few MB, tens with a large buffer."""
 
 _EVENTLESS_BACKENDS = frozenset({"gloo"})
 """Backends whose entries never leave ``scheduled``: for them ``retired`` means finished."""
@@ -177,42 +181,6 @@ class FlightDump:
         tail = self.calls[-recent:] if recent > 0 else ()
         return RankState(rank=self.rank, groups=groups, updated=self.written, source=SOURCE,
                          recent=tail)
-
-
-class _RefusingUnpickler(pickle.Unpickler):
-    """An unpickler that builds plain data only: a dump holds dicts, lists, tuples, strings,
-    numbers, booleans and None, never a class, so any global a pickle asks for is refused (the
-    way a crafted pickle would reach ``os.system``)."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        raise _RefusedGlobal(f"{module}.{name}")
-
-
-class _RefusedGlobal(pickle.UnpicklingError):
-    pass
-
-
-def _load(raw: bytes, path: str) -> Any:
-    if not raw.strip():
-        raise TraceError(f"{path}: empty file, not a flight-recorder dump")
-    head = raw.lstrip()[:1]
-    if head in (b"{", b"["):
-        try:
-            return json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise TraceError(f"{path}: not valid JSON ({exc})") from exc
-    if raw[:1] != b"\x80":
-        raise TraceError(f"{path}: not a flight-recorder dump (neither a pickle nor JSON)")
-    try:
-        return _RefusingUnpickler(io.BytesIO(raw)).load()
-    except _RefusedGlobal as exc:
-        raise TraceError(f"{path}: refused to unpickle: it asks for {exc}, and a "
-                         "flight-recorder dump holds plain data only") from exc
-    # A damaged pickle raises almost any exception type (pickle's documentation says so); every
-    # one of them means the same thing here: the file is not a readable dump.
-    except Exception as exc:
-        raise TraceError(f"{path}: unreadable pickle, truncated or damaged "
-                         f"({type(exc).__name__}: {exc})") from exc
 
 
 def _int(value: object, where: str) -> int:
@@ -387,21 +355,25 @@ def parse_dump(data: object, *, path: str = "<dump>", rank: int | None = None,
                       path=path, written=written)
 
 
-def read_dump(path: str | os.PathLike[str], *, rank: int | None = None) -> FlightDump:
+def read_dump(path: str | os.PathLike[str], *, rank: int | None = None,
+              max_bytes: int = MAX_DUMP_BYTES) -> FlightDump:
     """Read one rank's dump (pickle or JSON, told apart by content).
 
     The rank is ``rank`` when given, else the dump's own ``rank`` field, else the number that
     ends the file name (``nccl_trace_rank_3``, ``trace_3.json``). `TraceError` with one line
-    naming the file when it is missing, truncated, not a dump, of an unknown format version, or
-    a pickle that asks for any class or function.
+    naming the file when it is missing, not a regular file, over `max_bytes`, truncated, nested
+    deeper than `MAX_DEPTH`, not a dump, of an unknown format version, or a pickle that asks for
+    any class or function.
     """
     p = Path(path)
     try:
-        raw = p.read_bytes()
+        raw = read_bounded(p, max_bytes)
         written = p.stat().st_mtime
+    except UnreadableFile as exc:
+        raise TraceError(f"{p}: cannot read flight-recorder dump ({exc.reason})") from exc
     except OSError as exc:
         raise TraceError(f"{p}: cannot read flight-recorder dump ({exc.strerror or exc})") from exc
-    data = _load(raw, str(p))
+    data = load_dump(raw, str(p))
     if rank is None and not (isinstance(data, Mapping) and "rank" in data):
         rank = _rank_from_name(p)
     return parse_dump(data, path=str(p), rank=rank, written=written)
@@ -453,7 +425,10 @@ def read_dumps(source: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
 
 
 __all__ = [
+    "ALLOWED_GLOBALS",
     "DEFAULT_PREFIX",
+    "MAX_DEPTH",
+    "MAX_DUMP_BYTES",
     "SOURCE",
     "SUPPORTED_MAJOR",
     "FlightDump",

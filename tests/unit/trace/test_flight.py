@@ -350,3 +350,100 @@ def test_pickle_asking_for_any_class_is_refused(tmp_path: Path) -> None:
 def test_unreadable_path(tmp_path: Path) -> None:
     with pytest.raises(TraceError, match=r"nccl_trace_rank_0: cannot read flight-recorder dump"):
         read_dump(tmp_path / "nccl_trace_rank_0")
+
+
+# --- bounded and depth-guarded reading -----------------------------------------------------------
+
+def _unicode(s: str) -> bytes:
+    return b"X" + len(s.encode()).to_bytes(4, "little") + s.encode()
+
+
+def _pickled_dump_with_rank(value: bytes) -> bytes:
+    """A protocol-2 pickle of {"version": "2.10", "rank": <value opcodes>}, written by hand so
+    that the value can be deeper than `pickle.dumps` itself could recurse."""
+    return (b"\x80\x02}" + _unicode("version") + _unicode("2.10") + b"s" + _unicode("rank")
+            + value + b"s.")
+
+
+def _deep_list(n: int) -> bytes:
+    return b"]" * n + b"a" * (n - 1)  # n empty lists, each appended into the one before
+
+
+@pytest.mark.parametrize(("name", "content", "message"), [
+    ("deep_0.json", b'{"version": "2.10", "rank": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+     "JSON nested too deeply"),
+    ("deep40_0.json", b'{"version": "2.10", "rank": ' + b"[" * 40 + b"]" * 40 + b"}",
+     "nested deeper than 32 levels"),
+    ("nccl_trace_rank_0", _pickled_dump_with_rank(_deep_list(100_000)),
+     "nested deeper than 32 levels"),
+    # A list that contains itself: nesting without end.
+    ("nccl_trace_rank_1", _pickled_dump_with_rank(b"]q\x00h\x00a"), "nested deeper than 32"),
+])
+def test_deep_nesting_is_one_clear_error(tmp_path: Path, name: str, content: bytes,
+                                         message: str) -> None:
+    p = tmp_path / name
+    p.write_bytes(content)
+    with pytest.raises(TraceError, match=message) as info:
+        read_dump(p)
+    assert str(info.value).startswith(str(p))
+
+
+def test_shared_containers_are_walked_once_per_depth(tmp_path: Path) -> None:
+    # 2**24 paths through 25 shared lists: a walk that followed every path would not finish.
+    node: list[Any] = []
+    for _ in range(24):
+        node = [node, node]
+    data = nccl_dump([nccl_entry(0, 1)], rank=0, extra_field=node)
+    p = tmp_path / "nccl_trace_rank_0"
+    p.write_bytes(pickle.dumps(data, protocol=4))
+    assert read_dump(p).rank == 0
+
+
+def test_dump_over_the_size_limit_is_refused(tmp_path: Path) -> None:
+    p = write_json(tmp_path / "trace_0.json", nccl_dump([nccl_entry(0, 1)]))
+    size = p.stat().st_size
+    assert read_dump(p, max_bytes=size).rank == 0
+    with pytest.raises(TraceError, match=r"trace_0.json: cannot read flight-recorder dump "
+                                         r"\(larger than"):
+        read_dump(p, max_bytes=size - 1)
+
+
+def test_device_is_refused_without_reading_it() -> None:
+    with pytest.raises(TraceError, match=r"/dev/zero: cannot read flight-recorder dump \(not a "
+                                         r"regular file \(a character device\)\)"):
+        read_dump("/dev/zero", rank=0)
+
+
+class _ExecGadget:
+    """Pickles into builtins.exec of a statement that creates a marker file."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return (exec, (f"open({str(self.marker)!r}, 'w').close()",))
+
+
+@pytest.mark.parametrize("protocol", [2, 5])
+def test_pickle_that_calls_builtins_exec_is_refused(tmp_path: Path, protocol: int) -> None:
+    marker = tmp_path / "pwned"
+    p = tmp_path / "nccl_trace_rank_0"
+    p.write_bytes(pickle.dumps({"version": "2.10", "entries": [], "x": _ExecGadget(marker)},
+                               protocol=protocol))
+    with pytest.raises(TraceError, match=r"refused to unpickle: it asks for "
+                                         r"(__builtin__|builtins)\.exec"):
+        read_dump(p)
+    assert not marker.exists()
+
+
+def test_even_harmless_globals_are_refused(tmp_path: Path) -> None:
+    from collections import OrderedDict
+
+    from trainguard.trace.dumpload import ALLOWED_GLOBALS
+
+    assert not ALLOWED_GLOBALS  # an exact allowlist, and a dump needs none
+    p = tmp_path / "nccl_trace_rank_0"
+    p.write_bytes(pickle.dumps({"version": "2.10", "entries": [], "x": OrderedDict()},
+                               protocol=2))
+    with pytest.raises(TraceError, match=r"asks for collections\.OrderedDict"):
+        read_dump(p)
