@@ -163,6 +163,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--ckpt-dir", default="checkpoints", help="checkpoint directory")
     p.add_argument("--ckpt-every", type=int, default=20, help="save every N steps (rank 0)")
     p.add_argument("--keep-last", type=int, default=3, help="checkpoints to keep")
+    p.add_argument("--allow-fresh-start", action="store_true",
+                   default=os.environ.get("TRAINGUARD_ALLOW_FRESH_START") == "1",
+                   help="start from step 0 when --ckpt-dir holds checkpoints none of which can "
+                        "be read (they are kept); default: refuse "
+                        "(or TRAINGUARD_ALLOW_FRESH_START=1)")
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate")
     p.add_argument("--log-every", type=int, default=10, help="print the loss every N steps")
@@ -214,7 +219,8 @@ def main() -> int:
 
     ckpts = tg.Checkpoints(args.ckpt_dir, keep_last=args.keep_last)
     with tg.phase("ckpt_load"):
-        state, start_step = tg.load_torch(ckpts, map_location=device)
+        state, start_step = tg.load_torch(ckpts, map_location=device,
+                                          allow_fresh_start=args.allow_fresh_start)
         if state is not None:
             model.load_state_dict(state["model"])
             optimizer.load_state_dict(state["optimizer"])

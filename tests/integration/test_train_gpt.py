@@ -228,8 +228,8 @@ def test_resume_skips_corrupted_newest_checkpoint(baseline: Baseline) -> None:
         step: baseline.losses[step] for step in range(20, STEPS)
     }
     assert _final_loss(relaunch) == baseline.final
-    # The re-save of step 30 replaced the damaged checkpoint.
+    # The re-save of step 30 took its place; the damaged one is moved aside, never deleted unread.
     ckpt = workdir / "ckpt"
-    assert sorted(p.name for p in ckpt.iterdir()) == [
-        "step-00000010", "step-00000020", "step-00000030"
-    ]  # fmt: skip
+    names = sorted(p.name for p in ckpt.iterdir())
+    assert names[:3] == ["step-00000010", "step-00000020", "step-00000030"]
+    assert len(names) == 4 and names[3].startswith("unreadable-step-00000030-")

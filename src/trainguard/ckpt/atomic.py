@@ -14,6 +14,7 @@ final dir (and the next save renames back). Leftovers are removed by the next sa
 stale: older than an hour, or made by a process that no longer runs on this host.
 
 Readers never trust a directory name alone: `CheckpointDir.validate` re-hashes every file.
+Nothing this process could not read is ever removed by a save (`trainguard.ckpt.retention`).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from trainguard.ckpt.manifest import (
     step_dirname,
     validate_manifest,
 )
+from trainguard.ckpt.retention import UNKNOWN, Ledger, doomed_steps
 from trainguard.errors import CheckpointError, ConfigError
 
 __all__ = [
@@ -216,6 +218,9 @@ class CheckpointDir:
             raise ConfigError(f"checkpoint keep_last must be an integer >= 1, got {keep_last!r}")
         self.root = Path(root)
         self.keep_last = keep_last
+        self.ledger = Ledger()
+        """What this process knows of each checkpoint (see `trainguard.ckpt.retention`)."""
+        self._kept_warned: set[Path] = set()
 
     def __repr__(self) -> str:
         return f"CheckpointDir({str(self.root)!r}, keep_last={self.keep_last})"
@@ -307,8 +312,14 @@ class CheckpointDir:
             _fsync_dir(tmp)
             current = final
             if final.exists():
-                aside = self.root / f".old-{tmp.name.removeprefix('.tmp-')}"
+                unreadable = self._keep_reason(CheckpointInfo(step, final, 0.0, ()))
+                # An unreadable one is moved aside for good instead (see the retention rule).
+                kind = ".old-" if unreadable is None else "unreadable-"
+                aside = self.root / f"{kind}{tmp.name.removeprefix('.tmp-')}"
                 os.rename(final, aside)
+                if unreadable is not None:
+                    logger.warning("moved checkpoint %s to %s instead of replacing it: it could "
+                                   "not be read (%s)", final, aside, unreadable)
             os.rename(tmp, final)
             _fsync_dir(self.root)
         except BaseException as exc:
@@ -321,8 +332,9 @@ class CheckpointDir:
             raise CheckpointError(
                 f"cannot save checkpoint step {step} at {current}: {_what(exc)}"
             ) from exc
-        if aside is not None:
+        if aside is not None and aside.name.startswith(".old-"):
             _rmtree_quiet(aside)
+        self.ledger.note(final, None)  # written here: ours to prune
         saved = SavedCheckpoint(
             step=step,
             path=final,
@@ -338,23 +350,28 @@ class CheckpointDir:
         return self.save(step, {name: bytes_writer(data) for name, data in files.items()})
 
     def _prune(self, saved_step: int) -> None:
-        """Drop checkpoints beyond the newest `keep_last`, and any newer than `saved_step`.
+        """Drop checkpoints beyond the newest `keep_last`, and any newer than `saved_step`,
+        except those this process could not read (`trainguard.ckpt.retention`).
 
         Saving step N after a resume means every checkpoint above N belongs to an abandoned
         timeline (e.g. a rollback to before a NaN); keeping it would let a later restart resume
         from it.
         """
-        infos = self.list()
-        newer = [info for info in infos if info.step > saved_step]
-        kept = [info for info in infos if info.step <= saved_step]
-        doomed = newer + kept[: max(0, len(kept) - self.keep_last)]
-        for info in newer:
-            logger.warning(
-                "removing checkpoint %s: newer than the just-saved step %d (abandoned timeline)",
-                info.path,
-                saved_step,
-            )
-        for info in doomed:
+        infos = {info.step: info for info in self.list()}
+        unreadable = {step for step, info in infos.items()
+                      if self.ledger.verdict(info.path) not in (None, UNKNOWN)}
+        for step in doomed_steps(list(infos), saved_step, self.keep_last, unreadable):
+            info = infos[step]
+            reason = self._keep_reason(info)
+            if reason is not None:
+                if info.path not in self._kept_warned:
+                    self._kept_warned.add(info.path)
+                    logger.warning("keeping checkpoint %s although a save would prune it: it "
+                                   "could not be read (%s)", info.path, reason)
+                continue
+            if step > saved_step:
+                logger.warning("removing checkpoint %s: newer than the just-saved step %d "
+                               "(abandoned timeline)", info.path, saved_step)
             # Rename first so the checkpoint disappears atomically, then delete at leisure.
             grave = self.root / f".del-{_tag(info.step)}"
             try:
@@ -363,6 +380,14 @@ class CheckpointDir:
                 logger.warning("cannot remove old checkpoint %s: %s", info.path, exc)
                 continue
             _rmtree_quiet(grave)
+
+    def _keep_reason(self, info: CheckpointInfo) -> str | None:
+        """None when a save may remove `info` (this process wrote or verified it, or it
+        validates now), else why it could not be read."""
+        verdict = self.ledger.verdict(info.path)
+        if verdict is UNKNOWN:
+            return self.validate(info)
+        return verdict if isinstance(verdict, str) else None
 
     def _clean_leftovers(self) -> None:
         """Remove stale ``.tmp-``/``.del-`` dirs; restore a stale ``.old-`` dir with no final."""
@@ -442,7 +467,14 @@ class CheckpointDir:
         return CheckpointInfo(step, path, created, tuple(names))
 
     def validate(self, info: CheckpointInfo) -> str | None:
-        """None when the checkpoint is complete and intact, else the reason it is not."""
+        """None when the checkpoint is complete and intact, else the reason it is not (the
+        verdict goes to `ledger`)."""
+        reason = self._validate(info)
+        self.ledger.note(info.path, reason)
+        return reason
+
+    @staticmethod
+    def _validate(info: CheckpointInfo) -> str | None:
         try:
             manifest = read_manifest(info.path)
         except CheckpointError as exc:

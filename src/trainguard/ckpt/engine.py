@@ -20,7 +20,9 @@ group saves its own state into the same checkpoint and rank 0 writes the one man
 `trainguard.ckpt.sharded`).
 
 Loading reads the data files with one thread each, straight into one buffer per storage,
-checks every file's checksum and names a corrupt one (`CheckpointError`).
+checks every file's checksum and names a corrupt one (`CheckpointError`). The structure is
+unpickled restricted to tensors, containers, scalars and arrays unless ``trusted=True``
+(`trainguard.ckpt.unpickle`).
 """
 
 from __future__ import annotations
@@ -50,11 +52,13 @@ from trainguard.ckpt.atomic import (
     new_tag,
 )
 from trainguard.ckpt.digest import check_algorithm, digest_bytes
+from trainguard.ckpt.jsonread import parse_json
 from trainguard.ckpt.layout import StripeLayout, place
 from trainguard.ckpt.manifest import FileEntry, Manifest, read_manifest
 from trainguard.ckpt.streams import DIRECT_ALIGN, Progress, anonymous_map, read_stream, write_stream
 from trainguard.ckpt.tensors import Captured, capture, import_torch, rebuild
 from trainguard.errors import CheckpointError, ConfigError
+from trainguard.fileread import UnreadableFile, read_bounded
 
 __all__ = ["KIND", "Checkpointer", "PendingSave", "SaveStats"]
 
@@ -365,33 +369,41 @@ class Checkpointer:
     # ---- loading -------------------------------------------------------------------------
 
     def load(self, checkpoint: CheckpointInfo | Path | str, *, map_location: Any = "cpu",
-             rank: int | None = None) -> Any:
+             rank: int | None = None, trusted: bool = False) -> Any:
         """The state saved in `checkpoint` (this rank's shard when sharded); every file read is
-        checked and a corrupt one is named in the `CheckpointError`."""
+        checked and a corrupt one is named in the `CheckpointError`. Restricted unpickling
+        unless `trusted` (`trainguard.ckpt.unpickle`)."""
         path = checkpoint.path if isinstance(checkpoint, CheckpointInfo) else Path(checkpoint)
         if rank is None:
             rank = shard_io.rank_world(self.group)[0] if self.sharded else 0
         return load_state(path, rank=rank, map_location=map_location,
                           threads=self.read_threads, expect_world=self._world(),
-                          direct_io=self.direct_io)
+                          direct_io=self.direct_io, trusted=trusted)
 
     def _world(self) -> int | None:
         return shard_io.rank_world(self.group)[1] if self.sharded else None
 
     def load_latest(
-        self, *, max_step: int | None = None, map_location: Any = "cpu"
+        self, *, max_step: int | None = None, map_location: Any = "cpu", trusted: bool = False
     ) -> tuple[Any, CheckpointInfo | None, tuple[SkippedCheckpoint, ...]]:
         """``(state, info, skipped)`` from the newest checkpoint that loads and validates (for a
-        sharded checkpoint: on every rank), else ``(None, None, skipped)``."""
+        sharded checkpoint: on every rank), else ``(None, None, skipped)``: the caller decides
+        whether starting from scratch over `skipped` is acceptable. What each load found goes
+        to the directory's ledger, so a save never removes a checkpoint that did not load."""
         if self.sharded:
-            return shard_io.load_agreed(self, max_step=max_step, map_location=map_location)
+            return shard_io.load_agreed(self, max_step=max_step, map_location=map_location,
+                                        trusted=trusted)
         skipped: builtins.list[SkippedCheckpoint] = []
         for info, reason in self.dir.iter_newest(max_step, validate=False):
             if reason is None:
                 try:
-                    return self.load(info, map_location=map_location), info, tuple(skipped)
+                    state = self.load(info, map_location=map_location, trusted=trusted)
                 except CheckpointError as exc:
                     reason = str(exc)
+                    self.dir.ledger.note(info.path, reason)
+                else:
+                    self.dir.ledger.note(info.path, None)
+                    return state, info, tuple(skipped)
             logger.warning("skipping checkpoint %s: %s", info.path, reason)
             skipped.append(SkippedCheckpoint(info.step, info.path, reason))
         return None, None, tuple(skipped)
@@ -504,12 +516,15 @@ def _read_small(directory: Path, manifest: Manifest, name: str) -> bytes:
     entry = manifest.files.get(name)
     if entry is None:
         raise CheckpointError(f"checkpoint {directory} has no {name} in its manifest")
-    try:
-        data = (directory / name).read_bytes()
-    except FileNotFoundError:
-        raise CheckpointError(f"missing file {name}") from None
-    except OSError as exc:
-        raise CheckpointError(f"cannot read {name}: {exc.strerror or exc}") from exc
+    try:  # a regular file, read no further than one byte past its manifest size
+        data = read_bounded(directory / name, entry.size)
+    except UnreadableFile as exc:
+        if isinstance(exc.__cause__, FileNotFoundError):
+            raise CheckpointError(f"missing file {name}") from None
+        if exc.too_large:
+            raise CheckpointError(
+                f"size mismatch for {name}: manifest says {entry.size}, file is larger") from None
+        raise CheckpointError(f"cannot read {name}: {exc.reason}") from None
     if len(data) != entry.size:
         raise CheckpointError(
             f"size mismatch for {name}: manifest says {entry.size}, file has {len(data)}")
@@ -521,8 +536,8 @@ def _read_small(directory: Path, manifest: Manifest, name: str) -> bytes:
 def _parse_table(data: bytes, name: str) -> tuple[StripeLayout, builtins.list[int],
                                                    builtins.list[int], builtins.list[str],
                                                    builtins.list[str], str]:
+    table = parse_json(data, name)
     try:
-        table = json.loads(data)
         layout = StripeLayout.from_json(table["layout"])
         storages = table["storages"]
         offsets = [int(s["offset"]) for s in storages]
@@ -531,7 +546,7 @@ def _parse_table(data: bytes, name: str) -> tuple[StripeLayout, builtins.list[in
         data_names = [str(n) for n in table["data"]]
         structure = str(table["structure"])
     except (ValueError, KeyError, TypeError) as exc:
-        raise CheckpointError(f"bad tensor table {name}: {exc}") from None
+        raise CheckpointError(f"bad tensor table {name}: {exc!s:.200}") from None
     if table.get("format") != _TABLE_FORMAT or len(data_names) != layout.streams:
         raise CheckpointError(f"bad tensor table {name}: unknown format or stream count")
     return layout, offsets, sizes, devices, data_names, structure
@@ -539,8 +554,9 @@ def _parse_table(data: bytes, name: str) -> tuple[StripeLayout, builtins.list[in
 
 def load_state(path: Path, *, rank: int = 0, map_location: Any = "cpu",
                threads: int | None = None, expect_world: int | None = None,
-               direct_io: bool = True) -> Any:
-    """Load rank `rank`'s state from the checkpoint directory `path` (see `Checkpointer`)."""
+               direct_io: bool = True, trusted: bool = False) -> Any:
+    """Load rank `rank`'s state from the checkpoint directory `path` (see `Checkpointer`);
+    only `trusted` lifts the unpickling restriction of `trainguard.ckpt.unpickle`."""
     torch = import_torch()
     manifest = read_manifest(path)
     meta_kind = manifest.meta.get("kind")
@@ -591,7 +607,7 @@ def load_state(path: Path, *, rank: int = 0, map_location: Any = "cpu",
             storages.append(piece.clone().untyped_storage())
         else:
             storages.append(_own_storage(torch, arena, offset, nbytes))
-    return rebuild(structure, storages)
+    return rebuild(structure, storages, trusted=trusted)
 
 
 def _own_storage(torch: Any, arena: _Buffer, offset: int, nbytes: int) -> Any:

@@ -28,7 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from trainguard.ckpt.digest import ALGORITHMS, hex_length, new_digest
+from trainguard.ckpt.jsonread import MAX_JSON_BYTES, parse_json
 from trainguard.errors import CheckpointError
+from trainguard.fileread import UnreadableFile, read_bounded
 
 __all__ = [
     "FORMAT",
@@ -152,25 +154,22 @@ class Manifest:
     @staticmethod
     def from_json(text: str) -> Manifest:
         """Parse manifest text; `CheckpointError` says what is wrong (the reason is its message)."""
-        try:
-            data: Any = json.loads(text)
-        except ValueError as exc:
-            raise CheckpointError(f"unparsable {MANIFEST_NAME}: {exc}") from None
+        data: Any = parse_json(text, MANIFEST_NAME)
         if not isinstance(data, dict):
             raise CheckpointError(f"unparsable {MANIFEST_NAME}: not a JSON object")
         if SELF_KEY in data and data[SELF_KEY] != _self_digest(data):
             raise CheckpointError(f"{MANIFEST_NAME} is corrupt: its own checksum does not match")
         if data.get("format") != FORMAT:
             raise CheckpointError(
-                f"{MANIFEST_NAME}: wrong format {data.get('format')!r} (expected {FORMAT!r})")
+                f"{MANIFEST_NAME}: wrong format {data.get('format')!r:.80} (expected {FORMAT!r})")
         step, created, files = data.get("step"), data.get("created"), data.get("files")
         meta = data.get("meta", {})
         if not isinstance(meta, dict):
             raise CheckpointError(f"unparsable {MANIFEST_NAME}: 'meta' is not an object")
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise CheckpointError(f"unparsable {MANIFEST_NAME}: bad step {step!r}")
+            raise CheckpointError(f"unparsable {MANIFEST_NAME}: bad step {step!r:.80}")
         if isinstance(created, bool) or not isinstance(created, int | float):
-            raise CheckpointError(f"unparsable {MANIFEST_NAME}: bad created {created!r}")
+            raise CheckpointError(f"unparsable {MANIFEST_NAME}: bad created {created!r:.80}")
         if not isinstance(files, dict):
             raise CheckpointError(f"unparsable {MANIFEST_NAME}: 'files' is not an object")
         entries: dict[str, FileEntry] = {}
@@ -179,7 +178,7 @@ class Manifest:
                 check_file_name(name)
             except CheckpointError:
                 raise CheckpointError(
-                    f"unparsable {MANIFEST_NAME}: bad file name {name!r}") from None
+                    f"unparsable {MANIFEST_NAME}: bad file name {name!r:.80}") from None
             entries[name] = _entry(name, entry)
         return Manifest(step=step, created=float(created), files=entries, meta=meta)
 
@@ -206,15 +205,17 @@ def _entry(name: str, entry: Any) -> FileEntry:
 
 def read_manifest(directory: Path) -> Manifest:
     """The manifest of a checkpoint directory; `CheckpointError` with the reason otherwise."""
-    path = directory / MANIFEST_NAME
+    try:  # a regular file, read no further than the bound
+        data = read_bounded(directory / MANIFEST_NAME, MAX_JSON_BYTES)
+    except UnreadableFile as exc:
+        if isinstance(exc.__cause__, FileNotFoundError):
+            raise CheckpointError(f"missing {MANIFEST_NAME}") from None
+        what = "unparsable" if exc.too_large else "cannot read"
+        raise CheckpointError(f"{what} {MANIFEST_NAME}: {exc.reason}") from None
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise CheckpointError(f"missing {MANIFEST_NAME}") from None
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise CheckpointError(f"unparsable {MANIFEST_NAME}: {exc}") from None
-    except OSError as exc:
-        raise CheckpointError(f"cannot read {MANIFEST_NAME}: {exc.strerror or exc}") from None
     return Manifest.from_json(text)
 
 

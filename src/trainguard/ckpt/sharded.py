@@ -32,6 +32,7 @@ from trainguard.ckpt.atomic import (
     SkippedCheckpoint,
     StagedCheckpoint,
 )
+from trainguard.ckpt.jsonread import parse_json
 from trainguard.ckpt.manifest import FileEntry
 from trainguard.ckpt.tensors import import_torch
 from trainguard.errors import CheckpointError
@@ -115,7 +116,7 @@ def _collect(staged: StagedCheckpoint, world: int, timeout_s: float) -> dict[str
                     f"{reason}")
             done = staged.tmp / _done_name(rank)
             if done.exists():
-                files = json.loads(done.read_text(encoding="utf-8"))
+                files = parse_json(done.read_bytes(), done.name)
                 parsed = Manifest.from_json(json.dumps({
                     "format": "trainguard-checkpoint/1", "step": staged.step, "created": 0,
                     "files": files}))
@@ -149,7 +150,8 @@ def finish_shard(owner: Checkpointer, staged: StagedCheckpoint, rank: int, world
     return owner.dir.commit(staged, merged, meta=meta, started=started)
 
 
-def load_agreed(owner: Checkpointer, *, max_step: int | None, map_location: Any
+def load_agreed(owner: Checkpointer, *, max_step: int | None, map_location: Any,
+                trusted: bool = False
                 ) -> tuple[Any, CheckpointInfo | None, tuple[SkippedCheckpoint, ...]]:
     """The newest checkpoint whose shard loads on every rank (see the module docstring)."""
     dist = _dist()
@@ -166,7 +168,7 @@ def load_agreed(owner: Checkpointer, *, max_step: int | None, map_location: Any
             reason = f"rank {rank} does not see step {step}"
         else:
             try:
-                state = owner.load(info, map_location=map_location, rank=rank)
+                state = owner.load(info, map_location=map_location, rank=rank, trusted=trusted)
                 reason = None
             except CheckpointError as exc:
                 reason = str(exc)
@@ -175,8 +177,11 @@ def load_agreed(owner: Checkpointer, *, max_step: int | None, map_location: Any
         bad = [(r, why) for r, why in enumerate(reasons) if why is not None]
         if not bad:
             assert info is not None  # every rank loaded it
+            owner.dir.ledger.note(info.path, None)
             return state, info, tuple(skipped)
         why = "; ".join(f"rank {r}: {w}" for r, w in bad)
+        if info is not None:
+            owner.dir.ledger.note(info.path, why)  # rank 0 prunes: never this one
         path = info.path if info is not None else Path(owner.root) / f"step-{step:08d}"
         skipped.append(SkippedCheckpoint(step, path, why))
     return None, None, tuple(skipped)

@@ -10,8 +10,11 @@ storages come back as they were. Supported: dense (strided) tensors and ``nn.Par
 dtype on CPU or CUDA. Sparse, quantized, meta tensors and tensor subclasses (e.g. ``DTensor``:
 save its ``to_local()`` shard with ``sharded=True``) raise `CheckpointError` naming the type.
 
-Unpickling runs arbitrary code, like ``torch.load(weights_only=False)``: load only
-checkpoints you wrote. torch is imported lazily.
+Loading is restricted by default, like ``torch.load(weights_only=True)``: the structure may
+hold tensors, builtin containers and scalars, numpy arrays and a few exact torch names (see
+`trainguard.ckpt.unpickle`); any other global fails with a `CheckpointError` naming it.
+``trusted=True`` unpickles anything, which runs whatever code the pickle names: only for
+checkpoints whose origin you trust. torch is imported lazily.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from trainguard.ckpt.unpickle import check_global, torch_globals
 from trainguard.errors import CheckpointError, ConfigError
 
 __all__ = ["Captured", "StorageRef", "capture", "import_torch", "rebuild"]
@@ -118,14 +122,21 @@ def capture(state: Any) -> Captured:
     return Captured(buf.getvalue(), tuple(refs))
 
 
-def rebuild(structure: bytes, storages: Sequence[Any]) -> Any:
+def rebuild(structure: bytes, storages: Sequence[Any], *, trusted: bool = False) -> Any:
     """Unpickle `structure`, turning each tensor reference into a view of ``storages[i]``
-    (``torch.UntypedStorage`` objects, already on the wanted device)."""
+    (``torch.UntypedStorage`` objects, already on the wanted device). Only the globals of
+    `trainguard.ckpt.unpickle` are resolved unless `trusted`."""
     torch = import_torch()
+    allowed = torch_globals(torch)
 
     built: dict[int, Any] = {}
 
     class _Unpickler(pickle.Unpickler):
+        def find_class(self, module: str, name: str) -> Any:
+            if not trusted:
+                check_global(module, name, allowed)
+            return super().find_class(module, name)
+
         def persistent_load(self, pid: Any) -> Any:
             if not (isinstance(pid, tuple) and len(pid) == 9 and pid[0] == _TAG):
                 raise CheckpointError(f"unknown reference in checkpoint: {pid!r:.80}")

@@ -22,6 +22,7 @@ from trainguard.ckpt import (
 )
 from trainguard.ckpt.engine import Checkpointer, PendingSave
 from trainguard.ckpt.manifest import read_manifest, step_dirname
+from trainguard.ckpt.resume import check_fresh_start
 from trainguard.errors import CheckpointError
 from trainguard.train import api
 from trainguard.train.session import Session
@@ -69,9 +70,11 @@ class Checkpoints:
         checksum: str = "crc32",
         sharded: bool = False,
     ) -> None:
-        self.dir = CheckpointDir(root, keep_last)
-        self.engine = Checkpointer(self.dir.root, keep_last=keep_last, streams=streams,
+        self.engine = Checkpointer(Path(root), keep_last=keep_last, streams=streams,
                                    stripe_bytes=stripe_bytes, checksum=checksum, sharded=sharded)
+        # One directory object for saves and loads: what a load found unreadable, a save of
+        # either kind must not prune (its ledger, `trainguard.ckpt.retention`).
+        self.dir: CheckpointDir = self.engine.dir
         self._session = session
 
     def __repr__(self) -> str:
@@ -145,19 +148,31 @@ class Checkpoints:
         return self.engine.wait(timeout_s)
 
     def load_state(
-        self, *, map_location: object = "cpu", max_step: int | None = None
+        self, *, map_location: object = "cpu", max_step: int | None = None,
+        trusted: bool = False, allow_fresh_start: bool = False,
     ) -> tuple[object, CheckpointInfo] | None:
         """The newest tensor state that loads and verifies (``(state, info)``), falling back
-        past corrupt ones, or None; writes one ``resume`` record. Sharded checkpoints resume
-        every rank from the same step."""
+        past corrupt ones, or None when there is no checkpoint; writes one ``resume`` record.
+        Sharded checkpoints resume every rank from the same step.
+
+        Unpickling is restricted (tensors, containers, scalars, arrays) unless `trusted`. When
+        checkpoints exist but none loads, `CheckpointError` lists them unless
+        `allow_fresh_start` (see `trainguard.ckpt.resume`).
+        """
         if self.engine.sharded:
+            bound = self.max_step(max_step)
             state, info, skipped = self.engine.load_latest(
-                max_step=self.max_step(max_step), map_location=map_location)
+                max_step=bound, map_location=map_location, trusted=trusted)
             self.session.resumed(None if info is None else info.step,
                                  None if info is None else info.path, skipped)
-            return None if info is None else (state, info)
-        return self.load(lambda info: self.engine.load(info, map_location=map_location),
-                         max_step=max_step, validate=False)
+            if info is None:
+                check_fresh_start(self.root, skipped, max_step=bound,
+                                  allow_fresh_start=allow_fresh_start)
+                return None
+            return state, info
+        return self.load(
+            lambda info: self.engine.load(info, map_location=map_location, trusted=trusted),
+            max_step=max_step, validate=False, allow_fresh_start=allow_fresh_start)
 
     def is_tensor_checkpoint(self, info: CheckpointInfo) -> bool:
         """Whether `info` was written by the tensor engine (else: by `save` writers)."""
@@ -182,10 +197,14 @@ class Checkpoints:
         bounds = [b for b in (max_step, env_max) if b is not None]
         return min(bounds) if bounds else None
 
-    def latest(self, max_step: int | None = None) -> CheckpointInfo | None:
+    def latest(
+        self, max_step: int | None = None, *, allow_fresh_start: bool = False
+    ) -> CheckpointInfo | None:
         """The newest valid checkpoint to resume from (None: start from scratch); writes a
-        ``resume`` record listing the newer ones passed over."""
-        found = self.load(lambda info: info, max_step=max_step)
+        ``resume`` record listing the newer ones passed over. `CheckpointError` when
+        checkpoints exist but none is valid, unless `allow_fresh_start`."""
+        found = self.load(lambda info: info, max_step=max_step,
+                          allow_fresh_start=allow_fresh_start)
         return None if found is None else found[1]
 
     def load(
@@ -194,6 +213,7 @@ class Checkpoints:
         *,
         max_step: int | None = None,
         validate: bool = True,
+        allow_fresh_start: bool = False,
     ) -> tuple[T, CheckpointInfo] | None:
         """Load the newest valid checkpoint with `loader`, falling back to older ones.
 
@@ -202,10 +222,12 @@ class Checkpoints:
 
         A checkpoint is passed over when it fails validation, lies above the max step, or when
         `loader` raises on it. Writes one ``resume`` record. Returns None when no checkpoint
-        exists (or none validates); raises `CheckpointError` when intact checkpoints exist
-        but `loader` failed on every one of them: that is a bug or an environment problem
-        (a missing module, an incompatible version), and silently starting from scratch
-        would throw the run away.
+        exists (or every one lies above the max step). Raises `CheckpointError` when intact
+        checkpoints exist but `loader` failed on every one of them (a bug or an environment
+        problem: a missing module, an incompatible version), and, unless
+        `allow_fresh_start`, when checkpoints exist but none could be read (newer format,
+        damaged): silently starting from scratch would throw the run away. Checkpoints that
+        did not load are never pruned by later saves (`trainguard.ckpt.retention`).
         """
         session = self.session
         bound = self.max_step(max_step)
@@ -215,6 +237,7 @@ class Checkpoints:
             if reason is None:
                 try:
                     obj = loader(info)
+                    self.dir.ledger.note(info.path, None)
                 except CheckpointError as exc:
                     if validate:
                         reason = f"load failed: {_one_line(exc)}"
@@ -228,6 +251,8 @@ class Checkpoints:
                     session.resumed(info.step, info.path, skipped)
                     logger.info("resuming from checkpoint %s", info.path)
                     return obj, info
+            if bound is None or info.step <= bound:
+                self.dir.ledger.note(info.path, reason)
             logger.warning("skipping checkpoint %s: %s", info.path, reason)
             skipped.append(SkippedCheckpoint(info.step, info.path, reason))
         session.resumed(None, None, skipped)
@@ -235,4 +260,6 @@ class Checkpoints:
             raise CheckpointError(
                 f"no checkpoint in {self.root} could be loaded ({'; '.join(load_errors)})"
             )
+        check_fresh_start(self.root, skipped, max_step=bound,
+                          allow_fresh_start=allow_fresh_start)
         return None

@@ -2,11 +2,15 @@
 
 By default a state goes through the fast tensor engine (striped parallel files, checksummed,
 see `trainguard.ckpt.engine`). Passing ``name=`` writes / reads a single ``torch.save`` file of
-that name instead, for tools that expect one.
+that name instead, for tools that expect one. Loads are restricted to tensors, containers,
+scalars and arrays (the engine's own restriction, ``torch.load(weights_only=True)`` for
+``torch.save`` files) unless ``trusted=True``.
 """
 
 from __future__ import annotations
 
+import pickle
+import re
 from types import ModuleType
 from typing import Any, BinaryIO
 
@@ -53,37 +57,60 @@ def save_torch(
 
 
 def load_torch(
-    ckpts: Checkpoints, name: str | None = None, map_location: Any = "cpu"
+    ckpts: Checkpoints, name: str | None = None, map_location: Any = "cpu", *,
+    trusted: bool = False, allow_fresh_start: bool = False,
 ) -> tuple[Any, int]:
     """``(obj, step)`` from the newest valid checkpoint, or ``(None, 0)`` when there is none.
 
     Reads engine checkpoints and ``torch.save`` files (`name`, default ``state.pt``) alike. A
     checkpoint that fails its checks, or whose hashes pass but cannot be read, is skipped
-    (recorded in the ``resume`` record) and the previous one is tried; `CheckpointError` when
-    intact checkpoints exist but none loads. Uses ``weights_only=False``: load only
-    checkpoints you wrote.
+    (recorded in the ``resume`` record) and the previous one is tried. `CheckpointError`
+    when intact checkpoints exist but none loads, and when checkpoints exist but none could be
+    read (newer format, damaged, a refused global) unless `allow_fresh_start`: then training
+    starts at step 0 and they are kept.
+
+    Restricted unpickling (tensors, containers, scalars, arrays; ``weights_only=True`` for
+    ``torch.save`` files) unless `trusted`: a checkpoint holding other objects is refused
+    with the global named. Pass ``trusted=True`` only for checkpoints you trust: unpickling
+    them can run arbitrary code.
     """
     torch = _torch("load_torch")
     legacy = name or LEGACY_NAME
 
     def load(info: CheckpointInfo) -> Any:
         if name is None and ckpts.is_tensor_checkpoint(info):
-            return ckpts.engine.load(info, map_location=map_location)
+            return ckpts.engine.load(info, map_location=map_location, trusted=trusted)
         reason = ckpts.validate(info)
         if reason is not None:
             raise CheckpointError(reason)
         try:
-            return torch.load(info.file(legacy), map_location=map_location, weights_only=False)
+            return torch.load(info.file(legacy), map_location=map_location,
+                              weights_only=not trusted)
         except CheckpointError:
             raise
+        except pickle.UnpicklingError as exc:
+            refused = None if trusted else _refused_global(exc)
+            if refused is None:
+                raise _LoadFailed(f"{type(exc).__name__}: {exc}") from exc
+            raise CheckpointError(
+                f"{legacy} needs the global {refused!r:.120}, which a restricted load "
+                "(torch.load weights_only=True) refuses; pass trusted=True to load it if you "
+                "trust where this checkpoint comes from") from exc
         except Exception as exc:  # not a torch file: a loader failure, not damage
             raise _LoadFailed(f"{type(exc).__name__}: {exc}") from exc
 
-    found = ckpts.load(load, validate=False)
+    found = ckpts.load(load, validate=False, allow_fresh_start=allow_fresh_start)
     if found is None:
         return None, 0
     obj, info = found
     return obj, info.step
+
+
+def _refused_global(exc: BaseException) -> str | None:
+    """The global a ``weights_only=True`` load refused, from torch's message (None: the load
+    failed for another reason)."""
+    match = re.search(r"GLOBAL ([\w.]+)", str(exc))
+    return match.group(1) if match else None
 
 
 class _LoadFailed(RuntimeError):
