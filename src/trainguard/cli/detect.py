@@ -50,6 +50,10 @@ Token = Annotated[Path | None, typer.Option(
 BasicAuth = Annotated[str | None, typer.Option(
     "--basic-auth", help="USER:PASSWORD for Prometheus (or set TRAINGUARD_PROM_BASIC_AUTH).",
     envvar="TRAINGUARD_PROM_BASIC_AUTH")]
+MaxMemory = Annotated[str, typer.Option(
+    "--max-memory", help="Refuse input whose aligned arrays would need more than this, before "
+    "allocating them (e.g. 8GiB, 512MiB; 0 = no limit).")]
+_DEFAULT_MAX_MEMORY = "8GiB"
 
 
 def _need_input(ctx: typer.Context, sources: list[str] | None, prometheus: str | None) -> None:
@@ -74,22 +78,35 @@ def _progress(label: str) -> Iterator[Callable[[int, int], None]]:
         yield lambda done, total: bar.update(task, completed=done, total=total)
 
 
+def max_memory_bytes(text: str) -> int:
+    """`--max-memory` in bytes (0 = no limit); `ConfigError` for a malformed size."""
+    from trainguard.ckpt.profile import parse_size
+
+    return parse_size(text)
+
+
 def load_telemetry(sources: list[str] | None, prometheus: str | None, start: str | None,
                    end: str | None, step: int | None, metrics: list[str] | None,
-                   token_file: Path | None, basic_auth: str | None) -> Telemetry:
-    """Files and/or a Prometheus range into one Telemetry; warnings go to stderr."""
+                   token_file: Path | None, basic_auth: str | None, *,
+                   max_memory: int | None = None) -> Telemetry:
+    """Files and/or a Prometheus range into one Telemetry; warnings go to stderr.
+
+    `max_memory` bounds the aligned matrices (None: the default limit, 0: none)."""
     from trainguard.telemetry import (
         PrometheusClient,
         TelemetryBuilder,
         load_sources,
         read_prometheus,
     )
+    from trainguard.telemetry.limits import DEFAULT_MAX_MEMORY_BYTES
 
     if not sources and not prometheus:
         raise ConfigError("give telemetry files/directories, or --prometheus URL")
+    limit = DEFAULT_MAX_MEMORY_BYTES if max_memory is None else (max_memory or None)
     if prometheus is None:
         with _progress("reading telemetry") as prog:
-            tel, warnings = load_sources(sources or [], step_s=step, progress=prog)
+            tel, warnings = load_sources(sources or [], step_s=step, progress=prog,
+                                         max_memory_bytes=limit)
         for w in warnings:
             warn(w)
         return tel
@@ -115,7 +132,7 @@ def load_telemetry(sources: list[str] | None, prometheus: str | None, start: str
             raise ConfigError("--basic-auth must be USER:PASSWORD")
         auth = (user, password)
     client = PrometheusClient(prometheus, bearer_token=token, basic_auth=auth)
-    builder = TelemetryBuilder(step_s=step or 30)
+    builder = TelemetryBuilder(step_s=step or 30, max_memory_bytes=limit)
     with _progress("querying Prometheus") as prog:
         read_prometheus(client, builder, metrics=metrics, start=t_start, end=t_end,
                         step_s=step or 30, progress=prog)
@@ -159,16 +176,20 @@ def detect(
     json_out: Annotated[bool, typer.Option(
         "--json", help="Print the alert episodes as JSON lines on stdout (no table).")] = False,
     limit: Annotated[int, typer.Option(help="Rows in the terminal table (0 = all).", min=0)] = 30,
+    max_memory: MaxMemory = _DEFAULT_MAX_MEMORY,
 ) -> None:
     """Find failing nodes and GPUs in telemetry: predictive and hard alert episodes."""
     _need_input(ctx, sources, prometheus)
     try:
+        mem = max_memory_bytes(max_memory)
         tel = load_telemetry(sources, prometheus, start, end, step, metric, bearer_token_file,
-                             basic_auth)
+                             basic_auth, max_memory=mem)
+        if not any(m.per_gpu for m in tel.metrics):
+            warn("no per-GPU series (no gpu/UUID label): scoring node-level metrics only")
         with _progress("detecting") as prog:
-            alerts = run_detect(tel, DetectorConfig(), progress=prog)
+            alerts = run_detect(tel, DetectorConfig(max_memory_bytes=mem), progress=prog)
     except TrainguardError as exc:
-        fail(str(exc))
+        fail(str(exc), 2)
     lines = [json.dumps(a.to_dict()) for a in alerts]
     if out_file is not None:
         try:
@@ -254,6 +275,7 @@ def backtest(
     alerts_out: Annotated[Path | None, typer.Option(
         "--alerts-out", help="Also write every detector's alerts (JSON lines) to this file.")
     ] = None,
+    max_memory: MaxMemory = _DEFAULT_MAX_MEMORY,
 ) -> None:
     """Score trainguard and the baselines against known failures (the report's Analysis 1)."""
     _need_input(ctx, sources, prometheus)
@@ -264,14 +286,16 @@ def backtest(
         if not p.exists():
             fail(f"--kernel-logs: no such file or directory: {p}")
     try:
+        mem = max_memory_bytes(max_memory)
         tel = load_telemetry(sources, prometheus, start, end, step, metric, bearer_token_file,
-                             basic_auth)
+                             basic_auth, max_memory=mem)
         truth, truth_from = _load_truth(tel, sources, failures, kernel_logs)
         with _progress("backtesting") as prog:
             result = run_backtest(tel, truth, baselines=chosen,
+                                  cfg=DetectorConfig(max_memory_bytes=mem),
                                   progress=lambda _name, done, total: prog(done, total))
     except TrainguardError as exc:
-        fail(str(exc))
+        fail(str(exc), 2)
     for s in result.skipped:
         warn(f"baseline skipped: {s}")
     if alerts_out is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from trainguard.errors import ConfigError
+from trainguard.telemetry.limits import DEFAULT_MAX_MEMORY_BYTES
 
 __all__ = ["DetectorConfig"]
 
@@ -69,6 +70,8 @@ class DetectorConfig:
     """Weight on fields the job shapes (framebuffer in use, bytes moved) rather than hardware."""
     top_signals: int = 5
     """Contributing signals reported per alert."""
+    max_memory_bytes: int = DEFAULT_MAX_MEMORY_BYTES
+    """Refuse input whose dense per-chunk arrays would need more than this (0 = no limit)."""
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -45,8 +45,14 @@ from trainguard.detect.numeric import ffill, nanmedian_axis, previous_valid
 from trainguard.detect.scoring import BlockScorer
 from trainguard.errors import TelemetryError
 from trainguard.telemetry.frame import FloatArray, MetricKind, Telemetry
+from trainguard.telemetry.limits import check_memory
 
-__all__ = ["Detector", "detect"]
+__all__ = ["Detector", "check_detector_memory", "detect"]
+
+_DENSE_COPIES = 6
+"""Live copies of a chunk's dense tensor while it is scored (densify, align, rates, blocks...)."""
+_PEER_BYTES_PER_PAIR = 40
+"""Peer-group inference holds node x node matrices: correlation, distances, adjacency, labels."""
 
 log = logging.getLogger(__name__)
 
@@ -276,8 +282,10 @@ class Detector:
         # filesystem, CPU) less: they mostly tell which job a node runs, rarely that it fails.
         gpu_w = [w if is_known_precursor(m) else wl if is_workload_shaped(m) else 1.0
                  for m in lay.gpu_metrics]
-        node_w = [w if is_known_precursor(m) else self.cfg.host_metric_weight
-                  for m in lay.node_metrics]
+        # Without any GPU series (node-exporter only) host metrics are all the evidence there
+        # is: no discount, or nothing could ever page.
+        host_w = self.cfg.host_metric_weight if lay.gpu_metrics else 1.0
+        node_w = [w if is_known_precursor(m) else host_w for m in lay.node_metrics]
         flags = _MetricFlags(
             cumulative=np.array([self._is_cumulative(m) for m in names], dtype=bool),
             # 0 for metrics handled as hard evidence only
@@ -338,6 +346,30 @@ def _concat(a: DenseChunk, b: DenseChunk, lay: Layout) -> DenseChunk:
                       np.concatenate([fit(a.node, b.node.shape[:-1]), b.node], axis=-1))
 
 
+def check_detector_memory(tel: Telemetry, cfg: DetectorConfig, chunk_s: int) -> None:
+    """Estimate the detector's largest arrays for `tel` and raise `MemoryLimitError` (before any
+    is allocated) when they exceed `cfg.max_memory_bytes`."""
+    limit = cfg.max_memory_bytes or None
+    gpus: dict[str, set[str]] = {}
+    n_gpu_metrics = 0
+    for m in tel.metrics:
+        if m.per_gpu:
+            n_gpu_metrics += 1
+            for e in m.entities:
+                if e.gpu is not None:
+                    gpus.setdefault(e.node, set()).add(e.gpu)
+    n = len(tel.nodes)
+    slots = max((len(v) for v in gpus.values()), default=1)
+    steps = chunk_s // tel.step_s + max(1, round(cfg.block_s / tel.step_s))
+    cells = n_gpu_metrics * n * slots + (len(tel.metrics) - n_gpu_metrics) * n
+    check_memory(8.0 * _DENSE_COPIES * cells * steps, limit,
+                 f"scoring {len(tel.metrics)} metrics x {n:,} nodes x {slots} GPUs",
+                 "detect on fewer nodes or metrics at a time; ")
+    check_memory(float(_PEER_BYTES_PER_PAIR) * n * n, limit,
+                 f"comparing {n:,} nodes with each other (peer groups)",
+                 "detect on fewer nodes at a time (e.g. one partition or rack per run); ")
+
+
 def detect(tel: Telemetry, cfg: DetectorConfig | None = None, *,
            progress: Callable[[int, int], None] | None = None) -> list[AlertEpisode]:
     """Run the detector over a whole `Telemetry` (batch mode) and return its alert episodes."""
@@ -347,6 +379,7 @@ def detect(tel: Telemetry, cfg: DetectorConfig | None = None, *,
                            if m.kind is MetricKind.COUNTER or detect_monotonic(m))
     det = Detector(cfg, cumulative)
     chunk_s = det.cfg.block_s * 60
+    check_detector_memory(tel, det.cfg, chunk_s)
     total = int(tel.times.size)
     done = 0
     for chunk in tel.chunks(chunk_s):

@@ -223,7 +223,8 @@ class BlockScorer:
 
         # Only error-like counters (events in few series at any time) take the sparse path;
         # byte and time counters that are merely quiet on an idle node do not.
-        act1 = np.where(np.isnan(k1), np.nan, (k1 > 0.5).astype(np.float64)).reshape(mg, -1)
+        act1 = np.where(np.isnan(k1), np.nan, (k1 > 0.5).astype(np.float64))
+        act1 = _rows(act1)
         act2 = np.where(np.isnan(k2), np.nan, (k2 > 0.5).astype(np.float64))
         with np.errstate(invalid="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
@@ -241,7 +242,7 @@ class BlockScorer:
         z2[:, settle] = np.nan
 
         # Calibrate, weight, fuse.
-        a1 = np.abs(z1).reshape(mg, -1)
+        a1 = _rows(np.abs(z1))
         a2 = np.abs(z2)
         q = cfg.calib_quantile
         self.cal1 = _calibrate(self.cal1, a1, q)
@@ -317,9 +318,15 @@ def _regrow(v: FloatArray, old_mg: int, mg: int, m: int) -> FloatArray:
     return out
 
 
+def _rows(x: FloatArray) -> FloatArray:
+    """`x` as a 2-D (first axis, everything else) array. Not `reshape(m, -1)`: that is an error
+    for an empty array, e.g. no GPU metrics at all (node-exporter-only telemetry)."""
+    return x.reshape(x.shape[0], int(np.prod(x.shape[1:], dtype=np.int64)))
+
+
 def _ew_typical(cur: FloatArray, disp: FloatArray) -> FloatArray:
     """Slowly track each metric's typical (median over entities) positive dispersion."""
-    flat = np.where(disp > 0, disp, np.nan).reshape(disp.shape[0], -1)
+    flat = _rows(np.where(disp > 0, disp, np.nan))
     med, k = nanmedian_axis(flat, axis=1)
     upd = np.where(cur == 0, med, 0.98 * cur + 0.02 * med)
     return np.where(k > 0, upd, cur)

@@ -26,6 +26,7 @@ from trainguard.telemetry.identity import (
     render_key,
     strip_port,
 )
+from trainguard.telemetry.limits import DEFAULT_MAX_MEMORY_BYTES, MemoryLimitError
 from trainguard.telemetry.openmetrics import (
     OPENMETRICS_SUFFIXES,
     ParseStats,
@@ -51,6 +52,7 @@ __all__ = [
     "Identified",
     "IdentityConfig",
     "IntArray",
+    "MemoryLimitError",
     "MetricKind",
     "MetricSeries",
     "ParquetStats",
@@ -111,16 +113,19 @@ def _classify(sources: Sequence[str | Path]) -> tuple[list[Path], list[Path]]:
 
 def load_sources(sources: Sequence[str | Path], *, identity: IdentityConfig | None = None,
                  step_s: int | None = None, progress: Progress | None = None,
-                 timestamp_unit: TimestampUnit = "auto") -> tuple[Telemetry, list[str]]:
+                 timestamp_unit: TimestampUnit = "auto",
+                 max_memory_bytes: int | None = DEFAULT_MAX_MEMORY_BYTES,
+                 ) -> tuple[Telemetry, list[str]]:
     """Read files and directories (OpenMetrics text, plain or gzip; long-format Parquet) into one
     `Telemetry`; also returns one-line warnings (malformed lines, series without a node label).
 
-    Raises `TelemetryError` for a missing path, an unreadable file or no samples at all.
+    Raises `TelemetryError` for a missing path, an unreadable file or no samples at all, and
+    `MemoryLimitError` when the aligned matrices would exceed `max_memory_bytes`.
     """
     if not sources:
         raise TelemetryError("no telemetry sources given")
     om, pq = _classify(sources)
-    builder = TelemetryBuilder(identity, step_s)
+    builder = TelemetryBuilder(identity, step_s, max_memory_bytes=max_memory_bytes)
     om_bytes = sum(f.stat().st_size for f in om)
     total = om_bytes + sum(f.stat().st_size for f in pq)
     warnings: list[str] = []

@@ -13,12 +13,16 @@ series' timestamps and values as arrays; `build()` does the rest with numpy only
 5. a label that never splits an entity into several series of one metric name (a kernel or driver
    version) is dropped from the key, so constant attributes do not fragment metrics.
 
+Input is bounded (`limits.py`): samples whose timestamp is not finite unix seconds in
+2000..2100 are dropped on arrival and counted by reason, and `build()` estimates the matrices
+(series x time steps) before allocating them and raises `MemoryLimitError` above the limit.
+
     >>> import numpy as np
     >>> b = TelemetryBuilder()
     >>> b.add_series("temp", MetricKind.GAUGE, {"Hostname": "n1", "gpu": "0"},
-    ...              np.array([0.0, 30.0, 61.0]), np.array([40.0, 41.0, 42.0]))
+    ...              np.array([1.8e9, 1.8e9 + 30, 1.8e9 + 61]), np.array([40.0, 41.0, 42.0]))
     >>> tel = b.build()
-    >>> tel.step_s, tel.times.tolist(), tel.metrics[0].values.tolist()
+    >>> tel.step_s, (tel.times - tel.times[0]).tolist(), tel.metrics[0].values.tolist()
     (30, [0, 30, 60], [[40.0, 41.0, 42.0]])
 """
 
@@ -41,6 +45,13 @@ from trainguard.telemetry.frame import (
     Telemetry,
 )
 from trainguard.telemetry.identity import Identified, IdentityConfig, identify, render_key
+from trainguard.telemetry.limits import (
+    DEFAULT_MAX_MEMORY_BYTES,
+    EPOCH_MAX_S,
+    EPOCH_MIN_S,
+    check_memory,
+    time_rejections,
+)
 
 __all__ = ["SourceStats", "TelemetryBuilder", "entity_sort_key"]
 
@@ -60,6 +71,8 @@ class SourceStats:
     samples_outside_grid: int
     dropped_attribute_labels: tuple[str, ...]
     warnings: tuple[str, ...]
+    samples_bad_time: int = 0
+    """Samples dropped on arrival: timestamp not finite or outside the accepted epoch range."""
 
 
 @dataclass(slots=True)
@@ -89,14 +102,22 @@ def entity_sort_key(e: Entity) -> tuple[str, int, int, str]:
 class TelemetryBuilder:
     """Accumulates series from one or more sources; `build()` aligns them into a `Telemetry`.
 
-    `step_s` fixes the grid step; None infers it from the data.
+    `step_s` fixes the grid step; None infers it from the data. `time_range_s` is the accepted
+    [first, end) sample time (None: any finite time); `max_memory_bytes` bounds the matrices
+    `build()` allocates (None: no bound).
     """
 
-    def __init__(self, identity: IdentityConfig | None = None, step_s: int | None = None) -> None:
+    def __init__(self, identity: IdentityConfig | None = None, step_s: int | None = None, *,
+                 time_range_s: tuple[float, float] | None = (EPOCH_MIN_S, EPOCH_MAX_S),
+                 max_memory_bytes: int | None = DEFAULT_MAX_MEMORY_BYTES) -> None:
         if step_s is not None and step_s <= 0:
             raise TelemetryError("telemetry step must be > 0 s")
         self.identity = identity or IdentityConfig()
         self.step_s = step_s
+        self.time_range_s = time_range_s
+        self.max_memory_bytes = max_memory_bytes
+        self._bad_time: dict[str, int] = defaultdict(int)
+        self._bad_example: dict[str, float] = {}
         self._families: dict[str, _Family] = defaultdict(_Family)
         self._no_node: dict[str, int] = defaultdict(int)
         self._diffs: list[FloatArray] = []
@@ -132,6 +153,9 @@ class TelemetryBuilder:
         if ident.entity is None:
             self._no_node[name] += 1
             return
+        ts_f, vals = self._valid_times(ts_f, vals)
+        if ts_f.size == 0:
+            return
         if ts_f.size > 1:
             d = np.diff(ts_f)
             if not bool((d >= 0).all()):
@@ -146,6 +170,28 @@ class TelemetryBuilder:
         fam.series.append(_Series(ident.dims, ident.entity, ident.job, ts_f, vals))
         self._n_series += 1
         self._n_samples += int(ts_f.size)
+
+    def _valid_times(self, ts: FloatArray, vals: FloatArray) -> tuple[FloatArray, FloatArray]:
+        """Drop (and count by reason) samples whose time is not finite or out of range."""
+        lo, hi = self.time_range_s or (-np.inf, np.inf)
+        if lo <= float(ts.min()) and float(ts.max()) < hi:  # NaN compares False: checked below
+            return ts, vals
+        with np.errstate(invalid="ignore"):
+            ok = np.isfinite(ts) & (ts >= lo) & (ts < hi)
+        if bool(ok.all()):
+            return ts, vals
+        for reason, mask in time_rejections(ts[~ok], lo, hi).items():
+            self._bad_time[reason] += int(np.count_nonzero(mask))
+            if reason not in self._bad_example:
+                self._bad_example[reason] = float(ts[~ok][mask][0])
+        return ts[ok], vals[ok]
+
+    def _time_warning(self) -> str | None:
+        if not self._bad_time:
+            return None
+        parts = [f"{n} {reason} (e.g. {self._bad_example[reason]:.6g})"
+                 for reason, n in sorted(self._bad_time.items())]
+        return f"{sum(self._bad_time.values())} samples dropped: {'; '.join(parts)}"
 
     @property
     def spacing_known(self) -> bool:
@@ -170,8 +216,12 @@ class TelemetryBuilder:
             for name, n in sorted(self._no_node.items())]
         if samples_outside_grid:
             warnings.append(f"{samples_outside_grid} samples outside the requested time range")
+        bad_time = self._time_warning()
+        if bad_time is not None:
+            warnings.append(bad_time)
         return SourceStats(self._n_series, self._n_samples, sum(self._no_node.values()),
-                           samples_outside_grid, dropped_labels, tuple(warnings))
+                           samples_outside_grid, dropped_labels, tuple(warnings),
+                           sum(self._bad_time.values()))
 
     @property
     def warnings(self) -> list[str]:
@@ -185,7 +235,8 @@ class TelemetryBuilder:
         counted in `last_stats`.
         """
         if self._n_samples == 0:
-            extra = f" ({self.stats().warnings[0]})" if self._no_node else ""
+            why = self.stats().warnings
+            extra = f" ({'; '.join(why)})" if why else ""
             raise TelemetryError(f"no samples to build telemetry from{extra}")
         step = self.infer_step()
         lo = int(np.floor(self._t_min / step + 0.5))
@@ -197,6 +248,7 @@ class TelemetryBuilder:
         if hi < lo:
             raise TelemetryError(f"no samples between {start_s} and {end_s}")
         n_t = hi - lo + 1
+        self._check_memory(n_t, step)
         times: IntArray = np.arange(lo, hi + 1, dtype=np.int64) * step
         metrics: list[MetricSeries] = []
         outside = 0
@@ -228,6 +280,16 @@ class TelemetryBuilder:
         for w in self._last_stats.warnings:
             log.warning("%s", w)
         return Telemetry(times, step, tuple(metrics), _jobs(job_masks, n_t))
+
+    def _check_memory(self, n_t: int, step: int) -> None:
+        """Refuse before allocating when the [entity, time] matrices would exceed the limit."""
+        rows = len({(name, s.dims, s.entity) for name, fam in self._families.items()
+                    for s in fam.series})
+        days = n_t * step / 86400
+        check_memory(8.0 * rows * n_t, self.max_memory_bytes,
+                     f"aligning {rows:,} series on {n_t:,} time steps "
+                     f"({days:.1f} days at {step} s)",
+                     "read a shorter time range or fewer nodes, or give a coarser --step; ")
 
     @property
     def last_stats(self) -> SourceStats:

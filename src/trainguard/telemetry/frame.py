@@ -128,11 +128,12 @@ class Telemetry:
             {n: j[lo:hi] for n, j in self.jobs.items()})
 
     def chunks(self, chunk_s: int) -> Iterator[Telemetry]:
-        """Consecutive time slices of `chunk_s` seconds, aligned to multiples of chunk_s."""
-        if self.times.size == 0:
-            return
-        start = int(self.times[0]) // chunk_s * chunk_s
-        end = int(self.times[-1])
-        while start <= end:
+        """Consecutive time slices of `chunk_s` seconds, aligned to multiples of chunk_s; slices
+        without grid points are skipped, so the work is bounded by the grid, not the time span."""
+        if chunk_s <= 0:
+            raise TelemetryError("chunk length must be > 0 s")
+        i = 0
+        while i < self.times.size:
+            start = int(self.times[i]) // chunk_s * chunk_s
             yield self.slice_time(start, start + chunk_s)
-            start += chunk_s
+            i = int(np.searchsorted(self.times, start + chunk_s, side="left"))

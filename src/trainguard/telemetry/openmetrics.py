@@ -13,7 +13,9 @@ samples kept (16 bytes each), and parses about 1 M lines/s on one core:
 4. anything else (comments, exemplars, escapes the cache has not seen, malformed lines) goes
    through the full parser, which counts malformed lines with file:line and a reason.
 
-At the end every series' arrays go to the builder in one `add_series` call.
+At the end every series' arrays go to the builder in one `add_series` call. Input is bounded
+(`limits.py`, `lines.py`): runs of empty lines cost almost nothing, lines over 64 KiB and label
+values over 4096 characters are malformed, and a gzip file may expand at most 250x.
 
     >>> stats = read_openmetrics([Path("dump.om.gz")], builder)  # doctest: +SKIP
 """
@@ -36,6 +38,13 @@ import numpy as np
 from trainguard.errors import ConfigError, TelemetryError
 from trainguard.telemetry.builder import TelemetryBuilder
 from trainguard.telemetry.frame import MetricKind
+from trainguard.telemetry.limits import (
+    GZIP_RATIO_FLOOR_BYTES,
+    MAX_GZIP_RATIO,
+    MAX_LABEL_VALUE_CHARS,
+    MAX_LINE_BYTES,
+)
+from trainguard.telemetry.lines import LineBatch, iter_line_batches
 
 __all__ = ["OPENMETRICS_SUFFIXES", "ParseStats", "expand_paths", "parse_series_text",
            "read_openmetrics"]
@@ -49,7 +58,6 @@ OPENMETRICS_SUFFIXES = (".om", ".txt", ".prom", ".openmetrics")
 """File suffixes read from a directory, each also with `.gz` appended."""
 
 _CHUNK = 4 << 20
-_MAX_LINE = 16 << 20
 _MAX_EXAMPLES = 10
 _MAX_NUMBERS = 200_000
 """Bound on the cache of parsed number texts (values and timestamps), cleared when exceeded."""
@@ -151,7 +159,12 @@ class _Parser:
         self.examples: list[str] = []
 
     # -- hot loop ---------------------------------------------------------------------------
-    def feed(self, lines: list[bytes], where: str, first_lineno: int) -> None:
+    def feed(self, batch: LineBatch, where: str) -> None:
+        for lineno in batch.too_long:
+            self.malformed += 1
+            self._example(f"{where}:{lineno}: line longer than {MAX_LINE_BYTES} bytes")
+        self.lines += len(batch.too_long) + batch.n_lines - len(batch.lines)
+        lines = batch.lines
         get = self.cache.get
         numbers = self.numbers
         number = numbers.get
@@ -176,7 +189,7 @@ class _Parser:
                 # first equal line after the last miss is this one: its number costs nothing
                 # on the hot path.
                 last_miss = lines.index(line, last_miss + 1)
-                slow(line, prefix, where, first_lineno + last_miss)
+                slow(line, prefix, where, batch.lineno(last_miss))
                 continue
             append_value(fv)
             append_ts(ft)
@@ -190,11 +203,16 @@ class _Parser:
     def slow(self, line: bytes, fast_prefix: bytes, where: str, lineno: int) -> None:
         self.n_slow += 1
         try:
+            if len(line) > MAX_LINE_BYTES:  # the label regex would need memory per character
+                raise _Malformed(f"line longer than {MAX_LINE_BYTES} bytes")
             self._parse(line, fast_prefix)
         except _Malformed as exc:
             self.malformed += 1
-            if len(self.examples) < _MAX_EXAMPLES:
-                self.examples.append(f"{where}:{lineno}: {exc}")
+            self._example(f"{where}:{lineno}: {exc}")
+
+    def _example(self, text: str) -> None:
+        if len(self.examples) < _MAX_EXAMPLES:
+            self.examples.append(text)
 
     def _parse(self, raw: bytes, fast_prefix: bytes) -> None:
         try:
@@ -268,6 +286,9 @@ class _Parser:
                         name = label  # Prometheus 3 quoted metric name: {"my.metric", a="b"}
                     elif label in labels:
                         raise _Malformed(f"duplicate label {label!r}")
+                    elif len(lm[4]) > MAX_LABEL_VALUE_CHARS:
+                        raise _Malformed(f"label {label[:40]!r} has a value longer than "
+                                         f"{MAX_LABEL_VALUE_CHARS} characters")
                     else:
                         labels[label] = _unescape(lm[4])
                     if lm[5] == "}":
@@ -322,17 +343,18 @@ def expand_paths(paths: Iterable[str | Path],
     return out
 
 
-def _open(path: Path) -> tuple[io.BufferedIOBase, io.BufferedIOBase]:
-    """(reader, raw file): gzip is detected by its magic bytes; progress follows the raw file."""
+def _open(path: Path) -> tuple[io.BufferedIOBase, io.BufferedIOBase, bool]:
+    """(reader, raw file, is gzip): gzip is detected by its magic bytes; progress follows the
+    raw file."""
     try:
         raw = path.open("rb")
     except OSError as exc:
         raise TelemetryError(f"cannot open {path}: {exc.strerror}") from exc
     if raw.read(2) == b"\x1f\x8b":
         raw.seek(0)
-        return gzip.GzipFile(fileobj=raw, mode="rb"), raw
+        return gzip.GzipFile(fileobj=raw, mode="rb"), raw, True
     raw.seek(0)
-    return raw, raw
+    return raw, raw, False
 
 
 def read_openmetrics(paths: Sequence[str | Path], builder: TelemetryBuilder, *,
@@ -352,13 +374,15 @@ def read_openmetrics(paths: Sequence[str | Path], builder: TelemetryBuilder, *,
     done = 0
     for path in files:
         parser.types = {}
-        reader, raw = _open(path)
+        reader, raw, gzipped = _open(path)
+        max_bytes = (max(GZIP_RATIO_FLOOR_BYTES, MAX_GZIP_RATIO * path.stat().st_size)
+                     if gzipped else None)
         with raw, reader:
             def on_chunk(raw: io.BufferedIOBase = raw, before: int = done) -> None:
                 if progress is not None:
                     progress(min(before + raw.tell(), total), total)
             try:
-                n_lines = _read_file(parser, reader, str(path), on_chunk)
+                n_lines = _read_file(parser, reader, str(path), on_chunk, max_bytes)
             except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
                 raise TelemetryError(f"cannot read {path}: {exc}") from exc
         done += path.stat().st_size
@@ -375,26 +399,12 @@ def read_openmetrics(paths: Sequence[str | Path], builder: TelemetryBuilder, *,
 
 
 def _read_file(parser: _Parser, reader: io.BufferedIOBase, where: str,
-               on_chunk: Callable[[], None]) -> int:
+               on_chunk: Callable[[], None], max_bytes: int | None) -> int:
     """Feed one file's lines to the parser chunk by chunk; returns the number of lines."""
-    lineno = 0
-    tail = b""
-    while True:
-        data = reader.read(_CHUNK)
-        if not data:
-            break
-        if tail:
-            data = tail + data
-        lines = data.split(b"\n")
-        tail = lines.pop()
-        if not lines:
-            if len(tail) > _MAX_LINE:
-                raise TelemetryError(f"{where}:{lineno + 1}: line longer than {_MAX_LINE} bytes")
-            continue
-        parser.feed(lines, where, lineno + 1)
-        lineno += len(lines)
+    before = parser.lines
+    for batch in iter_line_batches(
+            reader, where, MAX_LINE_BYTES, max_bytes=max_bytes, chunk_bytes=_CHUNK,
+            max_what=f" ({MAX_GZIP_RATIO}x its size): not a metrics dump, or unpack it first"):
+        parser.feed(batch, where)
         on_chunk()
-    if tail:
-        parser.feed([tail], where, lineno + 1)
-        lineno += 1
-    return lineno
+    return parser.lines - before

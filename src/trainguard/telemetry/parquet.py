@@ -28,6 +28,7 @@ from trainguard.errors import TelemetryError
 from trainguard.telemetry.builder import TelemetryBuilder
 from trainguard.telemetry.frame import FloatArray, MetricKind, Telemetry
 from trainguard.telemetry.identity import IdentityConfig
+from trainguard.telemetry.limits import EPOCH_MAX_S, EPOCH_MIN_S
 
 __all__ = ["ParquetStats", "ParquetWriter", "iter_parquet_chunks", "read_parquet",
            "write_parquet"]
@@ -258,7 +259,12 @@ def iter_parquet_chunks(paths: Sequence[str | Path], chunk_s: int,
 
 
 def _chunk_of(ts: FloatArray, *, step_s: int, chunk_s: int) -> np.ndarray:
-    """The chunk index of each sample's nearest grid point."""
+    """The chunk index of each sample's nearest grid point. A sample with an impossible time
+    (NaN, 1e20) rides with the batch's first valid one: its chunk's builder drops and counts it,
+    instead of the cast to int64 inventing a chunk."""
+    ok = np.isfinite(ts) & (ts >= EPOCH_MIN_S) & (ts < EPOCH_MAX_S)
+    if not ok.all():
+        ts = np.where(ok, ts, ts[ok][0] if ok.any() else EPOCH_MIN_S)
     return (np.floor(ts / step_s + 0.5).astype(np.int64) * step_s) // chunk_s
 
 

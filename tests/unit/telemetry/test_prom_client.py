@@ -182,7 +182,7 @@ def test_non_json_answer(prom: FakeProm) -> None:
 
 
 def test_read_prometheus_types_alignment_and_concurrency(prom: FakeProm) -> None:
-    b = TelemetryBuilder()
+    b = TelemetryBuilder(time_range_s=None)  # small synthetic times
     calls: list[tuple[int, int]] = []
     stats = read_prometheus(_client(prom.url, max_concurrency=2), b, start=1003, end=1297,
                             step_s=30, progress=lambda d, t: calls.append((d, t)))
@@ -201,7 +201,7 @@ def test_read_prometheus_types_alignment_and_concurrency(prom: FakeProm) -> None
 
 def test_read_prometheus_selected_metrics_without_metadata(prom: FakeProm) -> None:
     prom.fail = [(404, b'{"status":"error","error":"not found"}')]  # old Prometheus
-    b = TelemetryBuilder()
+    b = TelemetryBuilder(time_range_s=None)
     read_prometheus(_client(prom.url), b, metrics=["temp"], start=0, end=90, step_s=30)
     assert [p for p, _, _ in prom.requests] == ["/api/v1/metadata", "/api/v1/query_range"]
     assert b.build().metrics[0].kind is MetricKind.UNKNOWN

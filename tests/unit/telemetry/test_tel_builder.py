@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
 from trainguard.errors import TelemetryError
 from trainguard.telemetry import Entity, MetricKind, TelemetryBuilder, entity_sort_key
+
+# These tests place samples at small synthetic times (0, 30, ...); the epoch-range check on
+# ingestion has its own tests in test_tel_limits.py.
+_builder = functools.partial(TelemetryBuilder, time_range_s=None)
 
 N1 = {"Hostname": "n1"}
 
@@ -16,7 +22,7 @@ def _arr(*xs: float) -> np.ndarray:
 
 
 def test_grid_is_epoch_aligned_and_samples_go_to_nearest_point() -> None:
-    b = TelemetryBuilder(step_s=30)
+    b = _builder(step_s=30)
     b.add_series("g", MetricKind.GAUGE, N1, _arr(1007, 1016, 1044, 1081), _arr(1, 2, 3, 4))
     tel = b.build()
     assert tel.step_s == 30
@@ -33,13 +39,13 @@ def test_grid_is_epoch_aligned_and_samples_go_to_nearest_point() -> None:
     ([5], 1),  # a single sample: nothing to infer from
 ])
 def test_step_inference(ts: list[float], step: int) -> None:
-    b = TelemetryBuilder()
+    b = _builder()
     b.add_series("g", MetricKind.GAUGE, N1, np.array(ts, float), np.ones(len(ts)))
     assert b.build().step_s == step
 
 
 def test_step_is_median_over_series_and_unsorted_input_is_sorted() -> None:
-    b = TelemetryBuilder()
+    b = _builder()
     b.add_series("g", MetricKind.GAUGE, N1, _arr(60, 0, 30, 90), _arr(3, 1, 2, 4))
     b.add_series("g", MetricKind.GAUGE, {"Hostname": "n2"}, _arr(0, 10), _arr(1, 1))
     tel = b.build()
@@ -48,7 +54,7 @@ def test_step_is_median_over_series_and_unsorted_input_is_sorted() -> None:
 
 
 def test_duplicate_series_merge_later_added_wins_on_equal_time() -> None:
-    b = TelemetryBuilder(step_s=10)
+    b = _builder(step_s=10)
     b.add_series("g", MetricKind.GAUGE, {"Hostname": "n1", "gpu": "0"}, _arr(0, 10), _arr(1, 2))
     b.add_series("g", MetricKind.GAUGE, {"hostname": "n1", "gpu": "0", "UUID": "GPU-1"},
                  _arr(10, 20), _arr(20, 30))
@@ -61,14 +67,14 @@ def test_duplicate_series_merge_later_added_wins_on_equal_time() -> None:
 
 
 def test_nan_samples_never_overwrite_values() -> None:
-    b = TelemetryBuilder(step_s=10)
+    b = _builder(step_s=10)
     b.add_series("g", MetricKind.GAUGE, N1, _arr(0, 2, 10), _arr(5, np.nan, np.nan))
     vals = b.build().metrics[0].values[0]
     assert vals[0] == 5 and np.isnan(vals[1])
 
 
 def test_attribute_labels_dropped_dimension_labels_kept() -> None:
-    b = TelemetryBuilder(step_s=10)
+    b = _builder(step_s=10)
     for node, kernel in (("n1", "5.15"), ("n2", "6.1")):
         for cpu in ("0", "1"):
             b.add_series("node_cpu_seconds_total", MetricKind.COUNTER,
@@ -83,14 +89,14 @@ def test_attribute_labels_dropped_dimension_labels_kept() -> None:
 
 
 def test_label_present_for_only_some_series_of_an_entity_splits() -> None:
-    b = TelemetryBuilder(step_s=10)
+    b = _builder(step_s=10)
     b.add_series("m", MetricKind.GAUGE, {"node": "n1"}, _arr(0), _arr(1))
     b.add_series("m", MetricKind.GAUGE, {"node": "n1", "mode": "idle"}, _arr(0), _arr(2))
     assert [m.name for m in b.build().metrics] == ["m", 'm{mode="idle"}']
 
 
 def test_kinds() -> None:
-    b = TelemetryBuilder(step_s=10)
+    b = _builder(step_s=10)
     b.add_series("a_total", MetricKind.UNKNOWN, N1, _arr(0), _arr(1))
     b.add_series("b", MetricKind.GAUGE, N1, _arr(0), _arr(1))
     b.add_series("c", MetricKind.UNKNOWN, N1, _arr(0), _arr(1))
@@ -101,7 +107,7 @@ def test_kinds() -> None:
 
 
 def test_series_without_node_are_counted_and_reported() -> None:
-    b = TelemetryBuilder(step_s=10)
+    b = _builder(step_s=10)
     b.add_series("orphan", MetricKind.GAUGE, {"gpu": "0"}, _arr(0), _arr(1))
     b.add_series("orphan", MetricKind.GAUGE, {"gpu": "1"}, _arr(0), _arr(1))
     with pytest.raises(TelemetryError, match=r"no samples.*2 series of orphan have no node"):
@@ -114,15 +120,15 @@ def test_series_without_node_are_counted_and_reported() -> None:
 
 def test_empty_input_and_shape_mismatch() -> None:
     with pytest.raises(TelemetryError, match="no samples"):
-        TelemetryBuilder().build()
+        _builder().build()
     with pytest.raises(TelemetryError, match="differ in shape"):
-        TelemetryBuilder().add_series("g", MetricKind.GAUGE, N1, _arr(0, 1), _arr(1))
+        _builder().add_series("g", MetricKind.GAUGE, N1, _arr(0, 1), _arr(1))
     with pytest.raises(TelemetryError, match="step"):
-        TelemetryBuilder(step_s=0)
+        _builder(step_s=0)
 
 
 def test_jobs_per_node_per_grid_point() -> None:
-    b = TelemetryBuilder(step_s=10)
+    b = _builder(step_s=10)
     b.add_series("g", MetricKind.GAUGE, {"Hostname": "n1", "gpu": "0", "hpc_job": "j1"},
                  _arr(0, 10), _arr(1, 1))
     b.add_series("g", MetricKind.GAUGE, {"Hostname": "n1", "gpu": "0", "hpc_job": "j2"},
@@ -136,7 +142,7 @@ def test_jobs_per_node_per_grid_point() -> None:
 
 
 def test_bounded_build_drops_and_counts_outside_samples() -> None:
-    b = TelemetryBuilder(step_s=10)
+    b = _builder(step_s=10)
     b.add_series("g", MetricKind.GAUGE, N1, _arr(0, 10, 20, 30), _arr(0, 1, 2, 3))
     tel = b.build(start_s=5, end_s=30)
     assert tel.times.tolist() == [10, 20]
@@ -152,7 +158,7 @@ def test_entity_order_is_natural() -> None:
 
 def test_many_series_vectorised() -> None:
     rng = np.random.default_rng(0)
-    b = TelemetryBuilder()
+    b = _builder()
     ts = np.arange(0, 30 * 2000, 30, dtype=np.float64)
     for n in range(50):
         for g in range(8):
