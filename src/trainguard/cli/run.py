@@ -27,6 +27,7 @@ from trainguard.recover import (
     Supervisor,
 )
 from trainguard.recover.inject import append_line, xid_line
+from trainguard.recover.runlock import RunDirLock
 from trainguard.store import Store
 
 _BACKENDS = ("local", "slurm")
@@ -103,6 +104,10 @@ def run(
     exit_grace: Annotated[float, typer.Option(
         "--exit-grace", help="Seconds a rank that reported finish() (SDK) may take to exit "
         "before it is stopped and counted as done (teardown hangs).")] = 30.0,
+    peer_exit_grace: Annotated[float, typer.Option(
+        "--peer-exit-grace", help="Seconds the other ranks may take to exit on their own after "
+        "a rank aborts or crashes (SIGABRT, SIGSEGV...), before they are stopped: tells a crash "
+        "in teardown from one mid-training.")] = 5.0,
     max_retries: Annotated[int, typer.Option(
         "--max-retries", help="Relaunches allowed in the chain.")] = 5,
     backoff: Annotated[float, typer.Option(
@@ -161,13 +166,18 @@ def run(
             nproc_per_node=nproc_per_node, run_dir=run_dir.absolute(), min_nodes=min_nodes,
             name=name or Path((command or ["job"])[-1]).name, hang_timeout_s=hang_timeout,
             startup_timeout_s=startup_timeout, term_timeout_s=term_timeout,
-            exit_grace_s=exit_grace,
+            exit_grace_s=exit_grace, peer_exit_grace_s=peer_exit_grace,
             kernel_log=kernel_log or "{run_dir}/nodes/{node}/kern.log",
             alerts_file=alerts.absolute() if alerts else None,
             alerts_replay=alerts_replay.absolute() if alerts_replay else None,
             stop_on_predictive=stop_on_predictive, master_port=master_port, faults=faults,
             policy=RetryPolicy(max_retries=max_retries, backoff_s=backoff,
                                backoff_max_s=backoff_max))
+    except ConfigError as exc:
+        fail(str(exc), code=2)
+    lock = RunDirLock(spec.run_dir)  # one supervisor per run dir, held until this process ends
+    try:
+        lock.acquire()
     except ConfigError as exc:
         fail(str(exc), code=2)
     store = None if no_db else Store.open(db)
@@ -197,6 +207,7 @@ def run(
     finally:
         if store is not None:
             store.close()
+        lock.release()
     _report(result, json_out)
     raise typer.Exit(result.exit_code)
 

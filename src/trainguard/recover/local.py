@@ -1,9 +1,12 @@
 """The ``local`` backend: virtual nodes on this machine.
 
-Each rank is its own process group (``start_new_session``) so stopping a rank also stops what it
-spawned (data-loader workers, compilers), and each asks the kernel to SIGKILL it if the supervisor
-dies (``PR_SET_PDEATHSIG``), so no rank outlives its supervisor. Output goes straight to a file per
-rank (no pipes that could fill up and block a rank).
+Each rank is its own session and process group (``start_new_session``) so stopping a rank also
+stops what it spawned (data-loader workers, compilers). Nothing of the job outlives its
+supervisor: each rank asks the kernel to SIGKILL it if the supervisor dies (``PR_SET_PDEATHSIG``),
+and the backend's :mod:`~trainguard.recover.reaper` process, told every rank's pid, kills the rest
+of the tree (a ``bash -c`` wrapper's command, workers, a grandchild that called ``setsid``) once
+the supervisor is gone. Output goes straight to a file per rank (no pipes that could fill up and
+block a rank).
 """
 
 from __future__ import annotations
@@ -18,22 +21,28 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from trainguard.errors import LaunchError
 from trainguard.recover.backend import LaunchPlan, RankExit
+from trainguard.recover.reaper import ReaperLink
 from trainguard.trace.collect import process_state
 
 log = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """SIGKILL when the supervisor dies; and be the subreaper of the rank's tree, so a
+    grandchild whose parent exits (a daemonizing double fork) stays under the rank, where the
+    reaper's scans of the tree still find it, instead of moving to init."""
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError):
             libc = ctypes.CDLL(None, use_errno=True)
             libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+            libc.prctl(_PR_SET_CHILD_SUBREAPER, 1)
 
 
 def resolve_command(program: str, path_env: str | None = None) -> str:
@@ -53,9 +62,12 @@ def resolve_command(program: str, path_env: str | None = None) -> str:
 class LocalAttempt:
     """The processes of one attempt on the local backend."""
 
-    def __init__(self, procs: Mapping[int, subprocess.Popen[bytes]]) -> None:
+    def __init__(self, procs: Mapping[int, subprocess.Popen[bytes]],
+                 on_reaped: Callable[[int], None] | None = None) -> None:
         self._procs = dict(procs)
         self._reported: set[int] = set()
+        self._on_reaped = on_reaped
+        """Told each rank's pid once it is reaped (the reaper forgets it)."""
 
     def poll(self) -> list[RankExit]:
         exits = []
@@ -66,6 +78,8 @@ class LocalAttempt:
             if code is not None:
                 self._reported.add(rank)
                 exits.append(RankExit(rank, code))
+                if self._on_reaped is not None:
+                    self._on_reaped(proc.pid)
         return exits
 
     def running(self) -> frozenset[int]:
@@ -119,6 +133,23 @@ class LocalBackend:
                  slots_per_node: int | None = None) -> None:
         self._base_env = dict(os.environ if base_env is None else base_env)
         self._slots = slots_per_node
+        self._reaper: ReaperLink | None = None
+
+    def _watchdog(self) -> ReaperLink:
+        """The reaper, started at the first launch (one per backend, so per supervisor)."""
+        if self._reaper is None:
+            try:
+                self._reaper = ReaperLink.start()
+            except OSError as exc:
+                raise LaunchError(f"cannot start the reaper process: {exc.strerror or exc}") \
+                    from exc
+        return self._reaper
+
+    def close(self) -> None:
+        """Let the reaper go (it kills anything of the job still alive, then exits)."""
+        if self._reaper is not None:
+            self._reaper.close(wait_s=5.0)
+            self._reaper = None
 
     def capacity(self) -> int | None:
         """A virtual node is this machine: as many ranks as it has CPUs, unless told."""
@@ -143,6 +174,7 @@ class LocalBackend:
 
     def launch(self, plan: LaunchPlan) -> LocalAttempt:
         program = resolve_command(plan.command[0], self._base_env.get("PATH"))
+        reaper = self._watchdog()
         procs: dict[int, subprocess.Popen[bytes]] = {}
         try:
             for rl in plan.ranks:
@@ -153,12 +185,13 @@ class LocalBackend:
                         [program, *plan.command[1:]], env=env, cwd=plan.workdir,
                         stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                         start_new_session=True, preexec_fn=_die_with_parent)
+                reaper.add(procs[rl.rank].pid)
         except OSError as exc:
-            LocalAttempt(procs).stop(0.0)
+            LocalAttempt(procs, reaper.forget).stop(0.0)
             raise LaunchError(f"cannot start {plan.command[0]}: {exc.strerror or exc}") from exc
         log.debug("attempt %d launched: %s", plan.attempt,
                   {r: p.pid for r, p in procs.items()})
-        return LocalAttempt(procs)
+        return LocalAttempt(procs, reaper.forget)
 
 
 __all__ = ["LocalAttempt", "LocalBackend", "resolve_command"]

@@ -11,14 +11,12 @@ is launched.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainguard.errors import ConfigError
 from trainguard.faultspec import FaultKind, FaultSpec
-
-_NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+from trainguard.recover.nodename import validate_node_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +85,10 @@ class JobSpec:
     exit_grace_s: float = 30.0
     """A rank that told the SDK it finished but has not exited after this long (a hang in
     the framework's teardown) is stopped, and counts as having succeeded."""
+    peer_exit_grace_s: float = 5.0
+    """After a rank's exit that may be a crash in teardown (an abort, a fault, any exit after
+    ``finish()``), how long the other ranks may take to exit on their own before they are
+    stopped: their exits tell a crash in teardown (they finish, exit 0) from one mid-training."""
     poll_interval_s: float = 0.05
     """How often the supervisor looks at processes, heartbeats and watched logs."""
     kernel_log: str = "{run_dir}/nodes/{node}/kern.log"
@@ -108,9 +110,10 @@ class JobSpec:
             raise ConfigError("no command given: trainguard run [OPTIONS] -- COMMAND ARGS...")
         if not self.nodes:
             raise ConfigError("--nodes is empty: name at least one node")
-        for node in (*self.nodes, *self.spares):
-            if not _NODE_NAME.match(node):
-                raise ConfigError(f"invalid node name {node!r}: use letters, digits, '.', '_', '-'")
+        for node in self.nodes:
+            validate_node_name(node, "--nodes")
+        for node in self.spares:
+            validate_node_name(node, "--spares")
         everyone = (*self.nodes, *self.spares)
         dupes = sorted({n for n in everyone if everyone.count(n) > 1})
         if dupes:
@@ -127,6 +130,8 @@ class JobSpec:
                 raise ConfigError(f"{key} must be > 0")
         if self.term_timeout_s < 0 or self.exit_grace_s < 0:
             raise ConfigError("term_timeout_s and exit_grace_s must be >= 0")
+        if not self.peer_exit_grace_s >= 0:
+            raise ConfigError("--peer-exit-grace must be >= 0")
         if "{node}" not in self.kernel_log:
             raise ConfigError("the kernel-log template must contain {node}")
         if self.master_port is not None and not 1 <= self.master_port <= 65535:

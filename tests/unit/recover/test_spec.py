@@ -28,6 +28,8 @@ def spec(**kw: object) -> JobSpec:
     ({"nproc_per_node": 0}, "nproc-per-node"),
     ({"min_nodes": 3}, "min-nodes"),
     ({"hang_timeout_s": 0.0}, "hang_timeout_s"),
+    ({"peer_exit_grace_s": -1.0}, "--peer-exit-grace"),
+    ({"peer_exit_grace_s": float("nan")}, "--peer-exit-grace"),
     ({"kernel_log": "/var/log/kern.log"}, r"\{node\}"),
     ({"master_port": 70000}, "master-port"),
     ({"faults": (parse_fault("xid:node=n9"),)}, "not in --nodes"),

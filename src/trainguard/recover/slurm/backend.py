@@ -33,8 +33,9 @@ from typing import Protocol
 from trainguard.errors import ConfigError, LaunchError
 from trainguard.recover.backend import LaunchPlan, RankExit
 from trainguard.recover.local import resolve_command
+from trainguard.recover.reaper import ReaperLink
 from trainguard.recover.slurm.commands import NodeInfo
-from trainguard.recover.slurm.task import files_for
+from trainguard.recover.slurm.task import files_for, step_file
 from trainguard.trace.collect import process_state
 
 log = logging.getLogger(__name__)
@@ -62,14 +63,23 @@ class SlurmAttempt:
     """The ranks of one attempt, seen through their pid/exit files and the step or job."""
 
     def __init__(self, plan: LaunchPlan, attempt_dir: Path, *, srun: subprocess.Popen[bytes]
-                 | None = None, job_id: str | None = None, commands: Scontrol | None = None
-                 ) -> None:
+                 | None = None, job_id: str | None = None, commands: Scontrol | None = None,
+                 reaper: ReaperLink | None = None) -> None:
         self._plan = plan
         self._files = {rl.rank: files_for(attempt_dir, rl.node, rl.rank) for rl in plan.ranks}
         self._srun = srun
         self.job_id = job_id
         self._commands = commands
         self._reported: set[int] = set()
+        self._reaper = reaper
+        """Told what to cancel if the supervisor dies: srun's tree, the step, the job."""
+        self._step_file = step_file(attempt_dir)
+        self._step: str | None = None
+        if reaper is not None:
+            if srun is not None:
+                reaper.add(srun.pid)
+            if job_id is not None:
+                reaper.scancel(job_id)
         self._job_state: str | None = None
         self._job_exit = "0:0"
         self._next_job_poll = 0.0
@@ -95,6 +105,32 @@ class SlurmAttempt:
         return None
 
     def poll(self) -> list[RankExit]:
+        self._follow_step()
+        exits = self._poll()
+        if exits and len(self._reported) == len(self._files):
+            self._release()
+        return exits
+
+    def _follow_step(self) -> None:
+        """Once the tasks name their step, the reaper can cancel it (allocation mode)."""
+        if self._reaper is None or self._srun is None or self._step is not None:
+            return
+        text = self._step_file.read_text().strip() if self._step_file.exists() else ""
+        if text:
+            self._step = text
+            self._reaper.scancel(text)
+
+    def _release(self) -> None:
+        """The attempt is over: nothing of it is left for the reaper to cancel."""
+        if self._reaper is None:
+            return
+        if self._srun is not None:
+            self._reaper.forget(self._srun.pid)
+        for job in (self._step, self.job_id):
+            if job is not None:
+                self._reaper.uncancel(job)
+
+    def _poll(self) -> list[RankExit]:
         exits = []
         for rank, (_, _, exit_file) in self._files.items():
             if rank in self._reported:
@@ -189,6 +225,23 @@ class SlurmBackend:
         self._time_limit = time_limit
         self._python = python
         self.excluded: set[str] = set()
+        self._reaper: ReaperLink | None = None
+
+    def _watchdog(self) -> ReaperLink:
+        """The reaper (one per backend, so per supervisor): if the supervisor dies it stops
+        ``srun`` and cancels the step or the submitted job."""
+        if self._reaper is None:
+            try:
+                self._reaper = ReaperLink.start()
+            except OSError as exc:
+                raise LaunchError(f"cannot start the reaper process: {exc.strerror or exc}") \
+                    from exc
+        return self._reaper
+
+    def close(self) -> None:
+        if self._reaper is not None:
+            self._reaper.close(wait_s=5.0)
+            self._reaper = None
 
     def check(self, command: tuple[str, ...], nodes: tuple[str, ...]) -> None:
         resolve_command("srun", self._env.get("PATH"))
@@ -246,6 +299,7 @@ class SlurmBackend:
     def launch(self, plan: LaunchPlan) -> SlurmAttempt:
         attempt_dir = plan.ranks[0].output.parent.parent
         attempt_dir.mkdir(parents=True, exist_ok=True)
+        reaper = self._watchdog()
         env = self._step_env(plan, attempt_dir)
         srun_argv = self._srun_argv(plan)
         if self.mode == "allocation":
@@ -256,7 +310,7 @@ class SlurmBackend:
                                             stderr=subprocess.STDOUT, start_new_session=True)
                 except OSError as exc:
                     raise LaunchError(f"cannot start srun: {exc.strerror or exc}") from exc
-            return SlurmAttempt(plan, attempt_dir, srun=proc)
+            return SlurmAttempt(plan, attempt_dir, srun=proc, reaper=reaper)
         argv_file = attempt_dir / "srun-argv.json"
         argv_file.write_text(json.dumps(srun_argv))
         script = attempt_dir / "batch.py"
@@ -283,7 +337,8 @@ class SlurmBackend:
         job_id = done.stdout.strip().split(";")[0]
         log.info("attempt %d submitted as job %s", plan.attempt, job_id)
         (attempt_dir / "job_id").write_text(job_id + "\n")
-        return SlurmAttempt(plan, attempt_dir, job_id=job_id, commands=self.commands)
+        return SlurmAttempt(plan, attempt_dir, job_id=job_id, commands=self.commands,
+                            reaper=reaper)
 
 
 # Variables the task wrapper sets per rank; the rest of a rank's environment is common.

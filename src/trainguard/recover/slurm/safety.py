@@ -19,6 +19,7 @@ import re
 import unicodedata
 
 from trainguard.errors import ConfigError
+from trainguard.recover.nodename import node_name_problem
 
 DEFAULT_REASON = "trainguard"
 """The reason used when nothing printable is left."""
@@ -37,7 +38,8 @@ _SUBSTITUTES = {
     ">": ")",
     "\\": "/",
 }
-_NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*", re.ASCII)
+# Any node Slurm may know (``trainguard nodes ... --slurm`` names nodes trainguard never ran on),
+# so longer than a job's own node names (:mod:`trainguard.recover.nodename`), same characters.
 _NODE_NAME_MAX = 255
 _JOB_NAME_MAX = 100
 
@@ -74,7 +76,7 @@ def validate_node_name(name: str) -> str:
     Allowed: ASCII letters, digits, ``-``, ``_`` and ``.``, starting with a letter or digit (a
     leading ``-`` could read as an option), at most 255 characters.
     """
-    if len(name) > _NODE_NAME_MAX or _NODE_NAME.fullmatch(name) is None:
+    if node_name_problem(name, _NODE_NAME_MAX) is not None:
         raise ConfigError(
             f"invalid Slurm node name {name!r}: use letters, digits, '-', '_' and '.'"
         )

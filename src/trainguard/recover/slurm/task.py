@@ -5,7 +5,8 @@ name in ``SLURMD_NODENAME``; the wrapper turns them into the torch.distributed e
 the rank's output to its own file, runs the command as a child and leaves two small files next
 to the output: ``rank<R>.pid`` (for signals from the supervisor on the same host) and
 ``rank<R>.exit`` (the child's exit status, negative for a signal), so the supervisor sees every
-rank's status although ``srun`` reports one per step.
+rank's status although ``srun`` reports one per step; and ``<attempt dir>/step_id``
+(``JOBID.STEPID``), so the step can be cancelled if the supervisor dies.
 
 Environment (set by the backend on the ``srun`` process, exported to the tasks):
 ``TRAINGUARD_SLURM_ATTEMPT_DIR`` (the attempt's directory: outputs go to ``<dir>/<node>/``),
@@ -58,8 +59,13 @@ def files_for(attempt_dir: Path, node: str, rank: int) -> tuple[Path, Path, Path
     return base / f"rank{rank}.log", base / f"rank{rank}.pid", base / f"rank{rank}.exit"
 
 
+def step_file(attempt_dir: Path) -> Path:
+    """Where the tasks leave their step's ``JOBID.STEPID`` (for ``scancel`` of the step)."""
+    return attempt_dir / "step_id"
+
+
 def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # tasks may write the same file
     tmp.write_text(text)
     os.replace(tmp, path)
 
@@ -85,6 +91,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             _write(exit_file, "127\n")
             return 127
     _write(pid_file, f"{child.pid}\n")
+    job, step = env.get("SLURM_JOB_ID"), env.get("SLURM_STEP_ID")
+    if job and step and not step_file(attempt_dir).exists():
+        _write(step_file(attempt_dir), f"{job}.{step}\n")  # every task of the step agrees
 
     def forward(signum: int, frame: FrameType | None) -> None:
         # srun delivers SIGTERM/SIGINT on cancel: pass it to the rank's whole process group.
