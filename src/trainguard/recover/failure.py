@@ -7,9 +7,15 @@ Outline of :func:`analyze` (pure):
 3. a non-finite loss reported by the SDK is a numerical failure (not the node's fault);
 4. a hang names the rank that stopped first: a stopped process (SIGSTOP, state ``T``), else the
    rank with the lowest step, else the oldest progress;
-5. a crash names the first rank to exit non-zero: its output tail (and its node's kernel log) is
+5. a crash after the work was done is no failure (:func:`teardown_crash`): every failed rank
+   either reported ``finish()`` through the SDK, or died by a crash signal of its own (SIGABRT,
+   SIGSEGV...) while every other rank exited 0 by itself (in SPMD training the peers cannot
+   complete without it);
+6. a crash names the first rank to exit non-zero: its output tail (and its node's kernel log) is
    classified, and the other ranks' connection errors are listed as consequences. A rank killed
-   by a signal without any evidence is still a crash of that rank on that node.
+   by a signal without any evidence is a process crash of unknown cause (``unknown``): grounds
+   to relaunch, never to blame its node. A full or read-only filesystem is marked
+   ``storage_exhausted``: a relaunch cannot help.
 """
 
 from __future__ import annotations
@@ -25,6 +31,13 @@ from trainguard.trace.hang import HangDiagnosis
 
 NODE_FAULT_ACTIONS = frozenset({Action.REBOOT_NODE, Action.RESET_GPU, Action.EXCLUDE_NODE})
 """Actions of a fatal event that take the node out of service."""
+STORAGE_EXHAUSTED_SIGNATURES = frozenset({"no_space_left", "read_only_filesystem"})
+"""Catalogue rules (``evidence/data/signatures.toml`` ids) saying the filesystem is full, over
+quota or read-only (ENOSPC, EDQUOT, EROFS): a relaunch writes to the same storage and fails
+again."""
+EXTERNAL_STOP_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
+"""Signals a process gets from outside (an operator, the OOM killer, a scheduler): a rank that
+died by one was stopped, whatever it had done, so it never counts as having finished."""
 
 
 class Trigger(StrEnum):
@@ -62,6 +75,8 @@ class RankOutcome:
     """The process was stopped (SIGSTOP / state T) when the attempt ended."""
     last_step: int | None = None
     last_progress: float | None = None
+    finished: bool = False
+    """The rank reported ``finish()`` through the SDK (its work was done)."""
 
     @property
     def failed(self) -> bool:
@@ -113,6 +128,8 @@ class Failure:
     """The root-cause event first, then related ones."""
     step: int | None = None
     """Training step at which it happened, when known (non-finite loss)."""
+    storage_exhausted: bool = False
+    """The storage is full, over quota or read-only: a relaunch cannot help."""
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -123,8 +140,35 @@ class Failure:
             "culprit_rank": self.culprit_rank,
             "node_fault": self.node_fault,
             "step": self.step,
+            "storage_exhausted": self.storage_exhausted,
             "evidence": list(self.evidence),
         }
+
+
+@dataclass(frozen=True, slots=True)
+class TeardownCrash:
+    """A rank that crashed after the attempt's work was done (see :func:`teardown_crash`)."""
+
+    rank: int
+    node: str
+    exit_text: str
+    """How it ended, e.g. ``killed by SIGABRT``."""
+    why_done: str
+    """What shows the work was done."""
+
+    def describe(self) -> str:
+        """E.g. ``teardown crash of rank 1 on node2 (SIGABRT)``."""
+        return f"teardown crash of rank {self.rank} on {self.node} " \
+               f"({self.exit_text.removeprefix('killed by ')})"
+
+    def to_dict(self) -> dict[str, object]:
+        return {"rank": self.rank, "node": self.node, "exit": self.exit_text,
+                "why_done": self.why_done, "note": self.describe()}
+
+
+def teardown_note(crashes: Sequence[TeardownCrash]) -> str:
+    """``completed; teardown crash of rank 1 on node2 (SIGABRT)`` (several joined by ``, ``)."""
+    return "completed; " + ", ".join(c.describe() for c in crashes)
 
 
 def is_node_fault(ev: FailureEvent) -> bool:
@@ -178,7 +222,49 @@ def analyze(facts: AttemptFacts) -> Failure | None:
                        culprit_nodes=(node,) if node else (), step=step)
     if facts.trigger is Trigger.HANG:
         return _hang_failure(facts)
+    if teardown_crash(facts):
+        return None
     return _crash_failure(facts)
+
+
+def teardown_crash(facts: AttemptFacts) -> tuple[TeardownCrash, ...]:
+    """The attempt's failed ranks when all of them crashed after the work was done, else ().
+
+    A failed rank counts as done when it reported ``finish()``; one that did not (a script
+    without the SDK) when it died by a crash signal of its own (not an outside stop such as
+    SIGKILL) and every rank that did not fail exited 0 by itself. Any rank stopped by the
+    supervisor without having finished means the work may not be done.
+    """
+    if facts.trigger is not Trigger.EXIT or facts.nonfinite is not None:
+        return ()
+    failed = [o for o in facts.outcomes if o.failed and o.exited_at is not None]
+    others = [o for o in facts.outcomes if o not in failed]
+    if not failed or any(not o.finished and (o.returncode != 0 or o.exited_at is None)
+                         for o in others):
+        return ()
+    peers_done = bool(others) and all(o.returncode == 0 for o in others)
+    crashes = []
+    for o in sorted(failed, key=lambda o: (o.exited_at or 0.0, o.rank)):
+        if not may_be_teardown(o.returncode, o.finished):
+            return ()
+        if o.finished:
+            why = "it reported finish() before crashing"
+        elif peers_done:
+            why = "every other rank exited 0"
+        else:
+            return ()
+        crashes.append(TeardownCrash(o.rank, o.node, o.exit_text(), why))
+    return tuple(crashes)
+
+
+def may_be_teardown(returncode: int | None, finished: bool) -> bool:
+    """Whether a rank's failed exit could be a crash in teardown (then the peers' exits decide):
+    it reported ``finish()``, or it died by a signal it raised itself (an abort, a fault), not
+    by an outside stop (SIGKILL, SIGTERM) and not by an error exit."""
+    if finished:
+        return True
+    return returncode is not None and returncode < 0 \
+        and -returncode not in EXTERNAL_STOP_SIGNALS
 
 
 def _node_of(outcomes: Sequence[RankOutcome], rank: int) -> str | None:
@@ -246,34 +332,37 @@ def _crash_failure(facts: AttemptFacts) -> Failure:
     root = root_event(own)
     exit_text = culprit.exit_text()
     if root is None:
-        category = _category_of_signal(culprit.returncode)
-        summary = f"rank {culprit.rank} on {culprit.node}: {exit_text}"
+        # No evidence: a process crash of unknown cause. A signal alone (SIGABRT, SIGSEGV) says
+        # nothing about the host: libraries abort in teardown on perfectly healthy nodes.
+        category = Category.UNKNOWN
+        summary = f"rank {culprit.rank} on {culprit.node}: {exit_text} (no evidence of the cause)"
         events: tuple[FailureEvent, ...] = tuple(others)
     else:
         category = root.category
         summary = f"rank {culprit.rank} on {culprit.node}: {describe(root)} ({exit_text})"
         events = (root, *[ev for ev in own if ev is not root], *others)
+    exhausted = root is not None and root.signature in STORAGE_EXHAUSTED_SIGNATURES
     return Failure(FailureKind.CRASH, category, summary, culprit_nodes=(culprit.node,),
-                   culprit_rank=culprit.rank, evidence=evidence_lines(events), events=events)
-
-
-def _category_of_signal(returncode: int | None) -> Category:
-    if returncode is not None and returncode < 0 and -returncode in (
-            signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGABRT):
-        return Category.CUDA_SOFTWARE_BUG
-    return Category.UNKNOWN
+                   culprit_rank=culprit.rank, evidence=evidence_lines(events), events=events,
+                   storage_exhausted=exhausted)
 
 
 __all__ = [
+    "EXTERNAL_STOP_SIGNALS",
     "NODE_FAULT_ACTIONS",
+    "STORAGE_EXHAUSTED_SIGNATURES",
     "AttemptFacts",
     "Failure",
     "FailureKind",
     "RankOutcome",
+    "TeardownCrash",
     "Trigger",
     "analyze",
     "describe",
     "evidence_lines",
     "is_node_fault",
+    "may_be_teardown",
     "root_event",
+    "teardown_crash",
+    "teardown_note",
 ]

@@ -6,12 +6,16 @@ Rules are small functions tried in order; the first that returns a decision wins
 2. a spent retry budget stops the chain;
 3. nodes with hardware evidence, or named as the culprit ``implicated_limit`` times in the chain,
    are excluded: each is replaced in place by the next healthy spare, else dropped while the job
-   may shrink (``min_nodes``), else the chain stops;
-4. a user-code or configuration error (exception, GPU/host OOM, CUDA software error) gets
+   may shrink (``min_nodes``), else the chain stops. Only node-suspect failures count: a crash
+   without evidence, a bug or a storage error does not implicate the host it happened on;
+4. a storage error implicates the storage, not the host: a full, over-quota or read-only
+   filesystem stops the chain at once (a relaunch writes to the same storage); another storage
+   I/O error gets ``confirm_retries`` confirming relaunches on the same nodes, then stops;
+5. a user-code or configuration error (exception, GPU/host OOM, CUDA software error) gets
    ``confirm_retries`` confirming relaunches, then stops the chain: retrying a bug burns GPUs;
-5. a non-finite loss or a bad checkpoint rolls back to an earlier checkpoint, at most
+6. a non-finite loss or a bad checkpoint rolls back to an earlier checkpoint, at most
    ``max_rollbacks`` times;
-6. anything else (a crash without evidence, a hang, a network error) retries on the same nodes.
+7. anything else (a crash without evidence, a hang, a network error) retries on the same nodes.
 
     >>> from trainguard.taxonomy import Category
     >>> from trainguard.recover.failure import Failure, FailureKind
@@ -40,9 +44,11 @@ ROLLBACK_CATEGORIES = frozenset({Category.NUMERICAL_NAN, Category.CHECKPOINT})
 NODE_SUSPECT_CATEGORIES = frozenset({
     Category.GPU_HARDWARE, Category.GPU_MEMORY_ECC, Category.NVLINK_INTERCONNECT,
     Category.SCHEDULER_NODE_FAILURE, Category.CUDA_SOFTWARE_BUG, Category.NCCL_TIMEOUT_HANG,
-    Category.NETWORK_IB, Category.STORAGE_IO, Category.UNKNOWN,
+    Category.NETWORK_IB,
 })
-"""Failures whose culprit node counts as implicated (a bug in user code does not)."""
+"""Failures whose culprit node counts as implicated. Not a bug in user code, not a storage error
+(shared storage fails every host alike), and not ``unknown``: a process that crashed without
+evidence (a SIGABRT in a library's teardown) says nothing about its host."""
 
 
 class Verdict(StrEnum):
@@ -155,6 +161,22 @@ def _exclude(failure: Failure, state: ChainState, policy: RetryPolicy) -> Decisi
                   tuple(nodes), tuple(bad))
 
 
+def _storage(failure: Failure, state: ChainState, policy: RetryPolicy) -> Decision | None:
+    if failure.category is not Category.STORAGE_IO:
+        return None
+    if failure.storage_exhausted:
+        return Decision(Verdict.STOP, f"storage full or read-only, a relaunch cannot help: "
+                        f"{failure.summary}; free space (or fix the mount) and run again "
+                        "(no node excluded)")
+    seen = sum(1 for f in state.history if f.category is Category.STORAGE_IO)
+    if seen >= policy.confirm_retries:
+        return Decision(Verdict.STOP, f"storage error on {seen + 1} attempt(s), check the "
+                        f"storage: {failure.summary} (no node excluded)")
+    return _retry(state, policy, Verdict.RETRY,
+                  "storage_io: relaunching on the same nodes to confirm (the storage, not the "
+                  "node, is suspect)")
+
+
 def _code_error(failure: Failure, state: ChainState, policy: RetryPolicy) -> Decision | None:
     if failure.category not in CODE_CATEGORIES:
         return None
@@ -188,7 +210,8 @@ def _same_nodes(failure: Failure, state: ChainState, policy: RetryPolicy) -> Dec
                   "same nodes")
 
 
-RULES: tuple[Rule, ...] = (_cancelled, _budget, _exclude, _code_error, _rollback, _same_nodes)
+RULES: tuple[Rule, ...] = (_cancelled, _budget, _exclude, _storage, _code_error, _rollback,
+                           _same_nodes)
 
 
 def decide(failure: Failure, state: ChainState, policy: RetryPolicy,

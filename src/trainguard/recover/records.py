@@ -18,7 +18,7 @@ from typing import Any
 
 from trainguard.errors import LaunchError
 from trainguard.evidence.events import FailureEvent
-from trainguard.recover.failure import Failure
+from trainguard.recover.failure import Failure, TeardownCrash
 from trainguard.recover.policy import Decision
 from trainguard.store import Store
 
@@ -64,6 +64,8 @@ class AttemptResult:
     """When the supervisor saw the failure (before stopping the other ranks)."""
     hang_for_s: float | None = None
     """For a hang: seconds without progress when it was declared."""
+    teardown_crashes: tuple[TeardownCrash, ...] = ()
+    """Ranks that crashed after the work was done (the attempt still succeeded)."""
 
     @property
     def excluded_nodes(self) -> tuple[str, ...]:
@@ -91,6 +93,7 @@ class AttemptResult:
             "last_step": self.last_step,
             "last_loss": self.last_loss,
             "faults": list(self.faults),
+            "teardown_crashes": [c.to_dict() for c in self.teardown_crashes],
         }
 
 
@@ -173,7 +176,8 @@ class Recorder:
                     "skipped_checkpoints": [dict(s) for s in result.skipped_checkpoints],
                     "faults": list(result.faults), "last_step": result.last_step,
                     "last_loss": result.last_loss, "failed_at": result.failed_at,
-                    "hang_for_s": result.hang_for_s},
+                    "hang_for_s": result.hang_for_s,
+                    "teardown_crashes": [c.to_dict() for c in result.teardown_crashes]},
             resumed_from_step=result.resumed_from_step)
         store.add_events(events, session_id=self.session_id, attempt_id=result.store_id)
         for ex in exclusions:

@@ -7,8 +7,10 @@ Outline of one chain (:meth:`Supervisor.run`):
    (node name, SDK event file, faults to inject, rollback limit);
 3. watch it: rank exits, SDK heartbeats (else output) for hangs, non-finite losses, fatal node
    evidence (kernel-log XIDs, detector alerts) which stops the attempt even while ranks run;
-4. stop what is left (SIGTERM, SIGKILL after the grace period), read the failing ranks' output
-   tails, and :func:`~trainguard.recover.failure.analyze` the attempt;
+4. when a rank exits non-zero, give the others ``peer_exit_grace_s`` to exit on their own (a
+   crash in teardown after the work is done is no failure); stop what is left (SIGTERM, SIGKILL
+   after the grace period), read the failing ranks' output tails, and
+   :func:`~trainguard.recover.failure.analyze` the attempt;
 5. :func:`~trainguard.recover.policy.decide`: retry, exclude and retry on spares, roll back, or
    stop; record the attempt, its evidence and exclusions; back off; go to 2.
 """
@@ -19,12 +21,14 @@ import json
 import logging
 import os
 import shutil
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from trainguard.errors import ConfigError, LaunchError, TrainguardError
 from trainguard.evidence.events import EvidenceLine, FailureEvent
@@ -32,14 +36,19 @@ from trainguard.evidence.rules import RuleSet, load_rules
 from trainguard.evidence.scanner import scan_bytes
 from trainguard.faultspec import SDK_KINDS, FaultKind, join_faults
 from trainguard.recover.backend import AttemptHandle, Backend, LaunchPlan, RankLaunch
+from trainguard.recover.diagnosis import HangDiagnoser, StragglerWatch
 from trainguard.recover.failure import (
     AttemptFacts,
     Failure,
     RankOutcome,
+    TeardownCrash,
     Trigger,
     analyze,
     evidence_lines,
     is_node_fault,
+    may_be_teardown,
+    teardown_crash,
+    teardown_note,
 )
 from trainguard.recover.inject import (
     FaultSchedule,
@@ -58,41 +67,23 @@ from trainguard.recover.records import (
     write_json_atomic,
 )
 from trainguard.recover.spec import JobSpec
+from trainguard.recover.tail import read_tail
 from trainguard.recover.watch import NodeWatch, RankWatch
 from trainguard.store import Store
 from trainguard.taxonomy import Action, Category, Severity
-from trainguard.trace.collect import (
-    STACK_SIGNAL,
-    catches,
-    process_state,
-    read_states,
-    request_stacks,
-)
-from trainguard.trace.hang import HangDiagnosis, RankPlace, localize_hang
-from trainguard.trace.runfiles import stacks_path, trace_path
+from trainguard.textsafe import terminal_safe
 
 log = logging.getLogger(__name__)
 
 _TAIL_BYTES = 256 << 10
+_TAIL_LINES = 4000
+"""A failed rank's output classified: its last lines, at most this many and ``_TAIL_BYTES``."""
+
+_T = TypeVar("_T")
 
 
-_STRAGGLER_EVERY_S = 5.0
-
-
-@dataclass(slots=True)
-class _StragglerWatch:
-    next_at: float
-    reported: set[int] = field(default_factory=set)
-
-
-def _gpu_of(env: Mapping[str, str], local_rank: int) -> str | None:
-    """The GPU a rank uses: its entry of CUDA_VISIBLE_DEVICES (the launch's or ours), else its
-    LOCAL_RANK (the usual one-GPU-per-rank convention)."""
-    visible = env.get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES", ""))
-    ids = [v.strip() for v in visible.split(",") if v.strip()]
-    if ids:
-        return ids[local_rank] if local_rank < len(ids) else None
-    return str(local_rank)
+class _Interrupted(Exception):
+    """Raised into a running log classification by :meth:`Supervisor.cancel`."""
 
 
 @dataclass(slots=True)
@@ -116,6 +107,7 @@ class _Outcome:
     result: AttemptResult
     failure: Failure | None
     events: list[FailureEvent]
+    teardown: tuple[TeardownCrash, ...] = ()
 
 
 class Supervisor:
@@ -137,10 +129,13 @@ class Supervisor:
         self.rules = rules if rules is not None else load_rules()
         self.clock = clock
         self.sleep = sleep
-        self._status = on_status or (lambda msg: log.info("%s", msg))
+        status = on_status or (lambda msg: log.info("%s", msg))
+        # Status lines quote rank output (exception text, evidence): never a raw escape sequence.
+        self._status: Callable[[str], None] = lambda msg: status(terminal_safe(msg))
         self._output = on_output
         self._overwrite = overwrite
         self._cancelled = False
+        self._classifying = False
         self.lifecycle = Lifecycle()
         self.run_id = uuid.uuid4().hex[:12]
         self._recorder: Recorder | None = None
@@ -150,8 +145,15 @@ class Supervisor:
 
     def cancel(self) -> None:
         """Ask the run to stop (safe from a signal handler): ranks are stopped, the attempt is
-        recorded as cancelled."""
+        recorded as cancelled.
+
+        Called from a signal handler while the supervisor classifies log text (which can take
+        long on adversarial lines), it abandons that classification at once: it raises into it,
+        and :meth:`_classify` turns that into "no evidence"."""
         self._cancelled = True
+        if self._classifying and threading.current_thread() is threading.main_thread():
+            self._classifying = False
+            raise _Interrupted
 
     def run(self) -> RunResult:
         spec = self.spec
@@ -185,8 +187,10 @@ class Supervisor:
                 self.lifecycle.to(State.SUCCEEDED)
                 recorder.finish_attempt(outcome.result, outcome.events, ())
                 n = len(chain.attempts)
-                return self._finish(chain, "succeeded",
-                                    f"job succeeded after {n} attempt{'s' if n > 1 else ''}")
+                message = f"job succeeded after {n} attempt{'s' if n > 1 else ''}"
+                if outcome.teardown:
+                    message = f"{teardown_note(outcome.teardown)}; {message}"
+                return self._finish(chain, "succeeded", message)
             decision = self._decide(failure, chain)
             result = replace(outcome.result, decision=decision)
             chain.attempts[-1] = result
@@ -315,7 +319,7 @@ class Supervisor:
         seen_ckpts: dict[int, int] = {r: 0 for r in watches}
         trigger: Trigger | None = None
         hang_for: float | None = None
-        stragglers = _StragglerWatch(next_at=launched + _STRAGGLER_EVERY_S)
+        stragglers = StragglerWatch(index, spec.run_dir, self._status, launched)
         while trigger is None:
             now = self.clock()
             for ex in handle.poll():
@@ -332,11 +336,21 @@ class Supervisor:
                            index)
             if trigger is not None:
                 break
-            nonfinite = [w for w in watches.values() if w.nonfinite is not None]
-            if nonfinite:
+            failed = {r: c for r, c in codes.items() if c not in (None, 0)}
+            if any(w.nonfinite is not None for w in watches.values()):
                 trigger = Trigger.NONFINITE
-            elif any(c not in (None, 0) for c in codes.values()):
-                trigger = Trigger.EXIT
+            elif self._cancelled:
+                trigger = Trigger.CANCEL
+            elif failed:
+                # A crash that may be in teardown (an abort, a rank that reported finish()):
+                # the others may be finishing or failing in turn; let them exit on their own
+                # for a moment, their exits say which. Otherwise there is nothing to wait for.
+                waiting = all(may_be_teardown(c, watches[r].finished) for r, c in failed.items())
+                deadline = min(exited_at[r] for r in failed) + spec.peer_exit_grace_s
+                if waiting and now < deadline and any(c is None for c in codes.values()):
+                    self.sleep(spec.poll_interval_s)
+                else:
+                    trigger = Trigger.EXIT
             elif all(c == 0 or self._stuck_at_exit(watches[r], c, now)
                      for r, c in codes.items()):
                 stuck = sorted(r for r, c in codes.items() if c is None)
@@ -345,10 +359,8 @@ class Supervisor:
                                  f"finished training but did not exit within "
                                  f"{spec.exit_grace_s:g} s: stopping them")
                 trigger = Trigger.SUCCESS
-            elif self._cancelled:
-                trigger = Trigger.CANCEL
             else:
-                self._stragglers(index, watches, stragglers, now)
+                stragglers.check(watches, now)
                 hang_for = self._hang(watches, codes, now)
                 if hang_for is not None:
                     trigger = Trigger.HANG
@@ -369,7 +381,9 @@ class Supervisor:
         stopped = {r: handle.is_stopped(r) for r in handle.running()}
         hang = None
         if trigger is Trigger.HANG:
-            hang = self._diagnose_hang(index, plan, handle, stopped, codes, node_events)
+            diagnoser = HangDiagnoser(spec.run_dir, local=self.backend.name == "local",
+                                      clock=self.clock, sleep=self.sleep, status=self._status)
+            hang = diagnoser.diagnose(plan, handle, stopped, codes, node_events)
         self.lifecycle.to(State.STOPPING)
         if handle.running():
             for ex in handle.stop(spec.term_timeout_s):
@@ -381,15 +395,18 @@ class Supervisor:
         self._poll_nodes(chain.nodes, chain, node_events, ended)
         outcomes = tuple(
             RankOutcome(r, w.node, codes[r], exited_at.get(r), stopped.get(r, False),
-                        w.last_step, w.last_progress) for r, w in sorted(watches.items()))
-        rank_events = {r: self._tail_events(watches[r]) for r in watches
-                       if codes[r] not in (None, 0) and r in exited_at}
+                        w.last_step, w.last_progress, w.finished)
+            for r, w in sorted(watches.items()))
+        no_events: tuple[FailureEvent, ...] = ()
+        rank_events = {r: self._classify(partial(self._tail_events, w), no_events)
+                       for r, w in watches.items() if codes[r] not in (None, 0) and r in exited_at}
         nonfinite = next(((r, w.nonfinite[0], w.nonfinite[1]) for r, w in sorted(
             watches.items()) if w.nonfinite is not None), None)
         facts = AttemptFacts(trigger, outcomes, rank_events,
                              {n: tuple(evs) for n, evs in node_events.items()}, nonfinite,
                              hang_for, hang)
         failure = analyze(facts)
+        teardown = teardown_crash(facts) if failure is None else ()
         status = "succeeded" if failure is None else (
             "cancelled" if trigger is Trigger.CANCEL else "failed")
         first = watches[min(watches)]
@@ -408,94 +425,20 @@ class Supervisor:
             resumed_from_step=resumed if isinstance(resumed, int) else None,
             skipped_checkpoints=skipped, startup_phases=phases, last_step=first.last_step,
             last_loss=first.last_loss, faults=faults, store_id=store_id,
-            failed_at=None if failure is None else failed_at, hang_for_s=hang_for)
+            failed_at=None if failure is None else failed_at, hang_for_s=hang_for,
+            teardown_crashes=teardown)
         events = [ev for evs in node_events.values() for ev in evs]
         events += [ev for evs in rank_events.values() for ev in evs]
         events += self._checkpoint_events(skipped, first)
-        if failure is None:
+        events += [FailureEvent(
+            category=Category.UNKNOWN, action=Action.NONE, severity=Severity.INFO,
+            signature="teardown_crash", summary=c.describe(), host=c.node, rank=c.rank,
+            fields=(("exit", c.exit_text), ("why_done", c.why_done))) for c in teardown]
+        if teardown:
+            self._status(f"attempt {index}: {teardown_note(teardown)}")
+        elif failure is None:
             self._status(f"attempt {index}: succeeded")
-        return _Outcome(result, failure, events)
-
-    def _stragglers(self, index: int, watches: Mapping[int, RankWatch],
-                    seen: _StragglerWatch, now: float) -> None:
-        """Every few seconds: ranks the others persistently wait for (trace windows), said
-        once when declared and once when recovered; ``attempts/<i>/stragglers.json``."""
-        if now < seen.next_at or len(watches) < 2:
-            return
-        seen.next_at = now + _STRAGGLER_EVERY_S
-        windows = {r: w.windows for r, w in watches.items() if w.windows}
-        if len(windows) < 2:
-            return
-        from trainguard.trace.straggler import detect_stragglers
-
-        report = detect_stragglers(windows, None, {r: w.node for r, w in watches.items()})
-        ongoing = {s.rank: s for s in report.stragglers if s.status == "ongoing"}
-        changed = False
-        for rank, st in ongoing.items():
-            if rank not in seen.reported:
-                seen.reported.add(rank)
-                changed = True
-                self._status(f"attempt {index}: straggler: {st.describe()}")
-        for rank in sorted(seen.reported - set(ongoing)):
-            seen.reported.discard(rank)
-            changed = True
-            self._status(f"attempt {index}: rank {rank} is no longer a straggler")
-        if changed:
-            path = self.spec.run_dir / "attempts" / str(index) / "stragglers.json"
-            try:
-                write_json_atomic(path, {"attempt": index, "evaluated_at": now,
-                                         **report.to_dict()})
-            except OSError as exc:
-                log.warning("could not write %s: %s", path, exc)
-
-    def _diagnose_hang(self, index: int, plan: LaunchPlan, handle: AttemptHandle,
-                       stopped: Mapping[int, bool], codes: Mapping[int, int | None],
-                       node_events: Mapping[str, list[FailureEvent]]) -> HangDiagnosis:
-        """Localize a hang while the ranks are still there: their collective state files,
-        process states and Python stacks; written to ``attempts/<i>/hang.json``."""
-        t0 = self.clock()
-        running = handle.running()
-        pids = handle.pids()
-        local = self.backend.name == "local"
-        places: dict[int, RankPlace] = {}
-        candidates: dict[int, tuple[int | None, Path]] = {}
-        for rl in plan.ranks:
-            events = Path(rl.env["TRAINGUARD_EVENTS"])
-            pid = pids.get(rl.rank)
-            if rl.rank not in running:
-                proc = "finished" if codes.get(rl.rank) == 0 else "exited"
-            elif stopped.get(rl.rank):
-                proc = "stopped"
-            else:
-                proc = process_state(pid) if local else "running"
-            if proc == "running":
-                candidates[rl.rank] = (pid, stacks_path(events))
-            places[rl.rank] = RankPlace(rl.rank, rl.node, rl.local_rank,
-                                        _gpu_of(rl.env, rl.local_rank), pid if local else None,
-                                        proc)
-        states, notes = read_states({rl.rank: trace_path(Path(rl.env["TRAINGUARD_EVENTS"]))
-                                     for rl in plan.ranks})
-        # Only ranks that run the SDK's tracer dump stacks on the signal (a script without it
-        # would be killed by SIGUSR2); locally the handler is checked in /proc as well.
-        signalable = {r for r, t in candidates.items() if states.get(r) is not None
-                      and (not local or catches(t[0], STACK_SIGNAL))}
-        stacks = request_stacks(candidates, handle.signal_rank, timeout_s=3.0,
-                                sleep=self.sleep, clock=self.clock, use_py_spy=local,
-                                signalable=signalable)
-        places = {r: replace(p, stack=stacks.get(r)) for r, p in places.items()}
-        evidence = {n: [ev.summary for ev in evs] for n, evs in node_events.items() if evs}
-        diagnosis = localize_hang(states, places, evidence, [rl.rank for rl in plan.ranks],
-                                  notes)
-        self._status(f"attempt {index}: hang localized in {self.clock() - t0:.1f} s: "
-                     f"{diagnosis.summary}")
-        path = self.spec.run_dir / "attempts" / str(index) / "hang.json"
-        try:
-            write_json_atomic(path, {"attempt": index, "diagnosed_at": self.clock(),
-                                     **diagnosis.to_dict(),
-                                     "stacks": {str(r): t for r, t in sorted(stacks.items())}})
-        except OSError as exc:
-            log.warning("could not write %s: %s", path, exc)
-        return diagnosis
+        return _Outcome(result, failure, events, teardown)
 
     # -- watching ----------------------------------------------------------------------------
 
@@ -505,7 +448,7 @@ class Supervisor:
         for rank, w in watches.items():
             for line in w.poll(now):
                 if self._output is not None:
-                    self._output(rank, w.node, line)
+                    self._output(rank, w.node, terminal_safe(line))
             for rec in w.checkpoints[seen.get(rank, 0):]:
                 step = rec.get("step")
                 if isinstance(step, int) and rec.get("ok", True):
@@ -517,7 +460,9 @@ class Supervisor:
                     node_events: dict[str, list[FailureEvent]], now: float) -> Trigger | None:
         assert self._node_watch is not None
         trigger = None
-        for ev in self._node_watch.poll(now):
+        watch = self._node_watch
+        no_events: list[FailureEvent] = []
+        for ev in self._classify(lambda: watch.poll(now), no_events):
             node = ev.host or ""
             if node in nodes:
                 node_events.setdefault(node, []).append(ev)
@@ -554,20 +499,27 @@ class Supervisor:
                 return silent
         return None
 
-    def _tail_events(self, w: RankWatch) -> tuple[FailureEvent, ...]:
-        """Classified evidence in the last part of a failed rank's output."""
+    def _classify(self, scan: Callable[[], _T], empty: _T) -> _T:
+        """``scan()`` (log classification), abandoned for ``empty`` when the run is cancelled
+        before or during it: a signal never waits on a slow regular expression."""
+        if self._cancelled:
+            return empty
         try:
-            with open(w.output, "rb") as f:
-                start = max(0, os.fstat(f.fileno()).st_size - _TAIL_BYTES)
-                first = 1
-                while f.tell() < start:  # number the lines; output can be gigabytes
-                    first += f.read(min(1 << 20, start - f.tell())).count(b"\n")
-                data = f.read()
+            try:
+                self._classifying = True
+                return scan()
+            finally:
+                self._classifying = False
+        except _Interrupted:
+            log.info("log classification abandoned: the run is being cancelled")
+            return empty
+
+    def _tail_events(self, w: RankWatch) -> tuple[FailureEvent, ...]:
+        """Classified evidence in the last lines of a failed rank's output."""
+        try:
+            data, first = read_tail(w.output, _TAIL_BYTES, _TAIL_LINES)
         except OSError:
             return ()
-        if start:
-            nl = data.find(b"\n")
-            data, first = data[nl + 1:], first + 1
         found = scan_bytes(data, self.rules, path=str(w.output), first_line=first,
                            host_hint=w.node)
         return tuple(replace(ev, rank=w.rank if ev.rank is None else ev.rank, host=w.node)
@@ -648,7 +600,8 @@ class Supervisor:
 
     def _finish(self, chain: _Chain, status: str, message: str) -> RunResult:
         assert self._recorder is not None
-        result = RunResult(status, message, tuple(chain.attempts), tuple(chain.exclusions),
+        result = RunResult(status, terminal_safe(message), tuple(chain.attempts),
+                           tuple(chain.exclusions),
                            self.spec.run_dir, self._recorder.session_id)
         if self.store is not None and self._recorder.session_id is not None \
                 and not self.backend.persistent_nodes:

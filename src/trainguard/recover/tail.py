@@ -119,6 +119,40 @@ class FileTail:
         return complete, first
 
 
+def read_tail(path: Path, max_bytes: int, max_lines: int) -> tuple[bytes, int]:
+    """The last lines of ``path``, at most ``max_bytes`` and ``max_lines`` of them (a line cut
+    by the byte limit is left out), and the number of the first; raises OSError.
+
+    Lines before the tail are counted, not kept, so evidence keeps its line numbers in output
+    of any size; the bounds keep the classification of a failed rank's output short.
+
+        >>> import tempfile
+        >>> path = Path(tempfile.mkdtemp()) / "out.log"
+        >>> _ = path.write_bytes(b"one\\ntwo\\nthree\\n")
+        >>> read_tail(path, 1 << 20, 2)
+        (b'two\\nthree\\n', 2)
+    """
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        # One byte more than the bound: a newline just before the tail means its first line
+        # is whole and kept.
+        start = max(0, size - max_bytes - 1)
+        first = 1
+        while f.tell() < start:  # number the lines; output can be gigabytes
+            first += f.read(min(1 << 20, start - f.tell())).count(b"\n")
+        data = f.read(size - start)
+    if start:
+        nl = data.find(b"\n")
+        data, first = (data[nl + 1:], first + 1) if nl >= 0 else (b"", first)
+    end = len(data) - 1 if data.endswith(b"\n") else len(data)
+    for _ in range(max_lines):
+        end = data.rfind(b"\n", 0, end)
+        if end < 0:
+            return data, first
+    cut = end + 1
+    return data[cut:], first + data.count(b"\n", 0, cut)
+
+
 def read_position(position: Mapping[str, object], skip_key: str) -> tuple[int, int, int, int]:
     """``(inode, offset, line, skip)`` of a saved reader position (``skip`` from `skip_key`, 0
     when absent); raises ValueError naming the field that is not a non-negative int, or a
@@ -156,4 +190,4 @@ def parse_json_lines(data: bytes, where: str) -> list[dict[str, Any]]:
     return records
 
 
-__all__ = ["FileTail", "parse_json_lines", "read_position"]
+__all__ = ["FileTail", "parse_json_lines", "read_position", "read_tail"]

@@ -33,12 +33,32 @@ CASES = [
      (), ("n2",)),
     ("crash without evidence: same nodes", crash(Category.UNKNOWN),
      ChainState(NODES, ("n4",), 3), Verdict.RETRY, NODES, ()),
-    ("second crash on the same node: exclude", crash(Category.UNKNOWN),
-     ChainState(NODES, ("n4",), 3, retries_used=1, history=(crash(Category.UNKNOWN),),
+    ("crashes without evidence never exclude the node", crash(Category.UNKNOWN),
+     ChainState(NODES, ("n4",), 3, retries_used=2,
+                history=(crash(Category.UNKNOWN), crash(Category.UNKNOWN))),
+     Verdict.RETRY, NODES, ()),
+    ("network error twice on one node: exclude it", crash(Category.NETWORK_IB),
+     ChainState(NODES, ("n4",), 3, retries_used=1, history=(crash(Category.NETWORK_IB),),
                 implicated={"n2": 1}), Verdict.EXCLUDE, ("n1", "n4", "n3"), ("n2",)),
-    ("crash on another node: not yet", crash(Category.UNKNOWN, node="n3"),
-     ChainState(NODES, ("n4",), 3, retries_used=1, history=(crash(Category.UNKNOWN),),
+    ("network error on another node: not yet", crash(Category.NETWORK_IB, node="n3"),
+     ChainState(NODES, ("n4",), 3, retries_used=1, history=(crash(Category.NETWORK_IB),),
                 implicated={"n2": 1}), Verdict.RETRY, NODES, ()),
+    ("hang twice on one node: exclude it",
+     Failure(FailureKind.HANG, Category.NCCL_TIMEOUT_HANG, "hang", culprit_nodes=("n2",)),
+     ChainState(NODES, ("n4",), 3, retries_used=1, implicated={"n2": 1}),
+     Verdict.EXCLUDE, ("n1", "n4", "n3"), ("n2",)),
+    ("full disk: stop at once, exclude nothing",
+     crash(Category.STORAGE_IO, storage_exhausted=True),
+     ChainState(NODES, ("n4", "n5"), 3), Verdict.STOP, (), ()),
+    ("full disk on the second attempt: still no exclusion",
+     crash(Category.STORAGE_IO, storage_exhausted=True),
+     ChainState(NODES, ("n4", "n5"), 3, retries_used=1, implicated={"n2": 1},
+                history=(crash(Category.STORAGE_IO),)), Verdict.STOP, (), ()),
+    ("storage I/O error: confirm on the same nodes", crash(Category.STORAGE_IO),
+     ChainState(NODES, ("n4",), 3), Verdict.RETRY, NODES, ()),
+    ("storage I/O error confirmed: stop, exclude nothing", crash(Category.STORAGE_IO),
+     ChainState(NODES, ("n4",), 3, retries_used=1, history=(crash(Category.STORAGE_IO),)),
+     Verdict.STOP, (), ()),
     ("user error: one confirming retry", crash(Category.USER_CODE_ERROR),
      ChainState(NODES, ("n4",), 3), Verdict.RETRY, NODES, ()),
     ("user error confirmed: stop", crash(Category.USER_CODE_ERROR),
@@ -124,9 +144,29 @@ def test_retry_keeps_the_rollback_limit() -> None:
 
 def test_implicated_counts_only_node_suspect_failures() -> None:
     state = ChainState(NODES, implicated={"n2": 1})
-    assert implicated_after(crash(Category.UNKNOWN), state) == {"n2": 2}
+    assert implicated_after(crash(Category.NETWORK_IB), state) == {"n2": 2}
+    assert implicated_after(crash(Category.UNKNOWN), state) == {"n2": 1}  # no evidence
+    assert implicated_after(crash(Category.STORAGE_IO), state) == {"n2": 1}
     assert implicated_after(crash(Category.USER_CODE_ERROR), state) == {"n2": 1}
     assert implicated_after(hw("n1"), state) == {"n2": 1, "n1": 1}
+
+
+def test_a_storage_stop_names_the_storage_problem() -> None:
+    full = crash(Category.STORAGE_IO, storage_exhausted=True)
+    d = decide(full, ChainState(NODES, ("n4",), 3), POLICY)
+    assert "storage full or read-only" in d.reason and "no node excluded" in d.reason
+    assert full.summary in d.reason
+
+
+def test_repeated_crashes_without_evidence_exclude_no_host_until_the_budget() -> None:
+    """The reviewer's case: a teardown abort on every relaunch never burns a healthy host."""
+    history: tuple[Failure, ...] = ()
+    for used in range(POLICY.max_retries + 1):
+        d = decide(crash(Category.UNKNOWN), ChainState(NODES, ("n4",), 3, retries_used=used,
+                                                       history=history), POLICY)
+        assert d.excluded == ()
+        history += (crash(Category.UNKNOWN),)
+    assert d.verdict is Verdict.STOP and "budget" in d.reason
 
 
 def test_every_category_gets_a_decision() -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from trainguard.recover.tail import FileTail, parse_json_lines
 
 
@@ -52,3 +54,22 @@ def test_truncation_and_replacement_restart(tmp_path: Path) -> None:
 def test_json_lines_skip_garbage() -> None:
     data = b'{"kind":"step","step":1}\nnot json\n[1,2]\n\n{"kind":"finish"}\n'
     assert [r["kind"] for r in parse_json_lines(data, "x")] == ["step", "finish"]
+
+
+@pytest.mark.parametrize(("max_bytes", "max_lines", "first", "kept"), [
+    (1 << 20, 1000, 1, 100),   # everything
+    (1 << 20, 10, 91, 10),     # the last 10 lines, numbered as in the file
+    (55, 1000, 96, 5),         # the byte bound: a line cut by it is left out
+    (1 << 20, 0, 101, 0),
+])
+def test_read_tail_is_bounded_in_bytes_and_lines_and_keeps_line_numbers(
+        tmp_path: Path, max_bytes: int, max_lines: int, first: int, kept: int) -> None:
+    from trainguard.recover.tail import read_tail
+
+    path = tmp_path / "out.log"
+    path.write_bytes(b"".join(b"line %03d x\n" % i for i in range(1, 101)))  # 11 bytes each
+    data, first_line = read_tail(path, max_bytes, max_lines)
+    lines = data.decode().splitlines()
+    assert (first_line, len(lines)) == (first, kept)
+    if lines:
+        assert lines[0] == f"line {first:03d} x" and lines[-1] == "line 100 x"

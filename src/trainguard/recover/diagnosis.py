@@ -1,0 +1,148 @@
+"""What the supervisor works out about a running attempt beyond exits: live stragglers and,
+when it hangs, where the ranks stand.
+
+- :class:`StragglerWatch`: every few seconds, the ranks the others persistently wait for (from
+  the SDK's trace windows), said once when declared and once when recovered;
+- :class:`HangDiagnoser`: localizes a hang while the ranks are still there (collective state
+  files, process states, Python stacks), written to ``attempts/<i>/hang.json``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from pathlib import Path
+
+from trainguard.evidence.events import FailureEvent
+from trainguard.recover.backend import AttemptHandle, LaunchPlan
+from trainguard.recover.records import write_json_atomic
+from trainguard.recover.watch import RankWatch
+from trainguard.trace.collect import (
+    STACK_SIGNAL,
+    catches,
+    process_state,
+    read_states,
+    request_stacks,
+)
+from trainguard.trace.hang import HangDiagnosis, RankPlace, localize_hang
+from trainguard.trace.runfiles import stacks_path, trace_path
+
+log = logging.getLogger(__name__)
+
+STRAGGLER_EVERY_S = 5.0
+
+
+def gpu_of(env: Mapping[str, str], local_rank: int) -> str | None:
+    """The GPU a rank uses: its entry of CUDA_VISIBLE_DEVICES (the launch's or ours), else its
+    LOCAL_RANK (the usual one-GPU-per-rank convention)."""
+    visible = env.get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES", ""))
+    ids = [v.strip() for v in visible.split(",") if v.strip()]
+    if ids:
+        return ids[local_rank] if local_rank < len(ids) else None
+    return str(local_rank)
+
+
+class StragglerWatch:
+    """Live straggler detection for one attempt; ``attempts/<i>/stragglers.json``."""
+
+    def __init__(self, index: int, run_dir: Path, status: Callable[[str], None],
+                 start: float) -> None:
+        self.index = index
+        self.path = run_dir / "attempts" / str(index) / "stragglers.json"
+        self._status = status
+        self.next_at = start + STRAGGLER_EVERY_S
+        self.reported: set[int] = set()
+
+    def check(self, watches: Mapping[int, RankWatch], now: float) -> None:
+        if now < self.next_at or len(watches) < 2:
+            return
+        self.next_at = now + STRAGGLER_EVERY_S
+        windows = {r: w.windows for r, w in watches.items() if w.windows}
+        if len(windows) < 2:
+            return
+        from trainguard.trace.straggler import detect_stragglers
+
+        report = detect_stragglers(windows, None, {r: w.node for r, w in watches.items()})
+        ongoing = {s.rank: s for s in report.stragglers if s.status == "ongoing"}
+        changed = False
+        for rank, st in ongoing.items():
+            if rank not in self.reported:
+                self.reported.add(rank)
+                changed = True
+                self._status(f"attempt {self.index}: straggler: {st.describe()}")
+        for rank in sorted(self.reported - set(ongoing)):
+            self.reported.discard(rank)
+            changed = True
+            self._status(f"attempt {self.index}: rank {rank} is no longer a straggler")
+        if changed:
+            try:
+                write_json_atomic(self.path, {"attempt": self.index, "evaluated_at": now,
+                                              **report.to_dict()})
+            except OSError as exc:
+                log.warning("could not write %s: %s", self.path, exc)
+
+
+class HangDiagnoser:
+    """Localizes a hang of one attempt (see :func:`trainguard.trace.hang.localize_hang`).
+
+    ``local``: the ranks run on this machine (process states and py-spy can be used)."""
+
+    def __init__(self, run_dir: Path, *, local: bool, clock: Callable[[], float],
+                 sleep: Callable[[float], None], status: Callable[[str], None]) -> None:
+        self.run_dir = run_dir
+        self.local = local
+        self.clock = clock
+        self.sleep = sleep
+        self._status = status
+
+    def diagnose(self, plan: LaunchPlan, handle: AttemptHandle, stopped: Mapping[int, bool],
+                 codes: Mapping[int, int | None],
+                 node_events: Mapping[str, list[FailureEvent]]) -> HangDiagnosis:
+        index, local = plan.attempt, self.local
+        t0 = self.clock()
+        running = handle.running()
+        pids = handle.pids()
+        places: dict[int, RankPlace] = {}
+        candidates: dict[int, tuple[int | None, Path]] = {}
+        for rl in plan.ranks:
+            events = Path(rl.env["TRAINGUARD_EVENTS"])
+            pid = pids.get(rl.rank)
+            if rl.rank not in running:
+                proc = "finished" if codes.get(rl.rank) == 0 else "exited"
+            elif stopped.get(rl.rank):
+                proc = "stopped"
+            else:
+                proc = process_state(pid) if local else "running"
+            if proc == "running":
+                candidates[rl.rank] = (pid, stacks_path(events))
+            places[rl.rank] = RankPlace(rl.rank, rl.node, rl.local_rank,
+                                        gpu_of(rl.env, rl.local_rank), pid if local else None,
+                                        proc)
+        states, notes = read_states({rl.rank: trace_path(Path(rl.env["TRAINGUARD_EVENTS"]))
+                                     for rl in plan.ranks})
+        # Only ranks that run the SDK's tracer dump stacks on the signal (a script without it
+        # would be killed by SIGUSR2); locally the handler is checked in /proc as well.
+        signalable = {r for r, t in candidates.items() if states.get(r) is not None
+                      and (not local or catches(t[0], STACK_SIGNAL))}
+        stacks = request_stacks(candidates, handle.signal_rank, timeout_s=3.0,
+                                sleep=self.sleep, clock=self.clock, use_py_spy=local,
+                                signalable=signalable)
+        places = {r: replace(p, stack=stacks.get(r)) for r, p in places.items()}
+        evidence = {n: [ev.summary for ev in evs] for n, evs in node_events.items() if evs}
+        diagnosis = localize_hang(states, places, evidence, [rl.rank for rl in plan.ranks],
+                                  notes)
+        self._status(f"attempt {index}: hang localized in {self.clock() - t0:.1f} s: "
+                     f"{diagnosis.summary}")
+        path = self.run_dir / "attempts" / str(index) / "hang.json"
+        try:
+            write_json_atomic(path, {"attempt": index, "diagnosed_at": self.clock(),
+                                     **diagnosis.to_dict(),
+                                     "stacks": {str(r): t for r, t in sorted(stacks.items())}})
+        except OSError as exc:
+            log.warning("could not write %s: %s", path, exc)
+        return diagnosis
+
+
+__all__ = ["STRAGGLER_EVERY_S", "HangDiagnoser", "StragglerWatch", "gpu_of"]
