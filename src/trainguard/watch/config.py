@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
+import stat
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -39,7 +41,13 @@ from trainguard.errors import ConfigError
 from trainguard.timeparse import parse_duration
 from trainguard.watch.actions import ActionPolicy
 
-__all__ = ["TimeMap", "WatchConfig", "load_config", "read_secret"]
+__all__ = ["MAX_CONFIG_BYTES", "MAX_SECRET_BYTES", "TimeMap", "WatchConfig", "load_config",
+           "read_limited", "read_secret"]
+
+MAX_SECRET_BYTES = 4096
+"""Largest token file read: a bearer token is tens of bytes (a JWT a few hundred)."""
+MAX_CONFIG_BYTES = 1 << 20
+"""Largest configuration file read."""
 
 _EXCLUDED_PREFIXES = ("up", "scrape_", "prometheus_", "trainguard_", "go_", "process_",
                       "promhttp_", "ALERTS", "alertmanager_", "net_conntrack_")
@@ -177,11 +185,61 @@ def _fields(cls: type[Any], values: Mapping[str, Any], section: str) -> dict[str
 
 
 def read_secret(path: Any, key: str) -> str:
-    """The stripped contents of a token file; ConfigError naming `key` when unreadable."""
+    """The stripped contents of a token file: at most MAX_SECRET_BYTES of UTF-8, one word
+    (it goes into an ``Authorization`` header); ConfigError naming `key` otherwise."""
+    raw = read_limited(Path(str(path)), MAX_SECRET_BYTES, key)
     try:
-        return Path(str(path)).read_text(encoding="utf-8").strip()
+        token = raw.decode("utf-8").strip()
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{key}: {path} is not UTF-8 text") from exc
+    if not token:
+        raise ConfigError(f"{key}: {path} is empty")
+    if not token.isprintable() or any(c.isspace() for c in token):
+        raise ConfigError(f"{key}: {path} must hold one token (no spaces, line breaks or "
+                          "control characters inside it)")
+    return token
+
+
+def read_limited(path: Path, limit: int, key: str) -> bytes:
+    """At most `limit` bytes of a regular file or a pipe (``--token-file <(pass show x)``).
+
+    ConfigError naming `key` for anything else (``/dev/zero``, a directory) or anything
+    larger; read without following what the file says its size is. A pipe nobody writes to
+    reads as empty instead of blocking.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise ConfigError(f"{key}: cannot read {path}: {exc.strerror or exc}") from exc
+    try:
+        mode = os.fstat(fd).st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):
+            raise ConfigError(f"{key}: cannot read {path}: not a regular file "
+                              f"(a {_file_kind(mode)})")
+        os.set_blocking(fd, True)
+        chunks: list[bytes] = []
+        total = 0
+        while total <= limit:
+            chunk = os.read(fd, limit + 1 - total)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+    except OSError as exc:
+        raise ConfigError(f"{key}: cannot read {path}: {exc.strerror or exc}") from exc
+    finally:
+        os.close(fd)
+    if total > limit:
+        raise ConfigError(f"{key}: {path} is larger than {limit} bytes")
+    return b"".join(chunks)
+
+
+def _file_kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "directory"), (stat.S_ISCHR, "character device"),
+                       (stat.S_ISBLK, "block device"), (stat.S_ISSOCK, "socket")):
+        if test(mode):
+            return name
+    return "special file"
 
 
 def load_config(path: Path | None, overrides: Mapping[str, Any]) -> WatchConfig:
@@ -189,12 +247,15 @@ def load_config(path: Path | None, overrides: Mapping[str, Any]) -> WatchConfig:
     top. Every mistake is a ConfigError naming the key."""
     doc: dict[str, Any] = {}
     if path is not None:
+        raw = read_limited(path, MAX_CONFIG_BYTES, "--config")
         try:
-            doc = tomllib.loads(path.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from exc
+            doc = tomllib.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{path}: not UTF-8 text") from exc
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+        except RecursionError as exc:
+            raise ConfigError(f"{path}: not valid TOML: nested too deeply") from exc
     unknown = sorted(set(doc) - {"watch", "detect", "http", "alertmanager", "actions",
                                  "kernel_logs", "replay", "prometheus"})
     if unknown:

@@ -67,13 +67,21 @@ class Request:
         if ctype.lower() not in ("application/json", ""):
             raise HttpError(415, f"content-type must be application/json, got {ctype!r}")
         try:
-            return json.loads(self.body.decode("utf-8"))
+            return json.loads(self.body.decode("utf-8"), parse_constant=_no_constant)
         except UnicodeDecodeError as exc:
             raise HttpError(400, f"body is not UTF-8: {exc.reason}") from exc
         except json.JSONDecodeError as exc:
             raise HttpError(400, f"body is not JSON: {exc.msg} at line {exc.lineno}") from exc
+        except ValueError as exc:  # int(): a number past Python's 4300-digit limit
+            raise HttpError(400, "body is not acceptable JSON: a number has too many "
+                                 "digits") from exc
         except RecursionError as exc:
             raise HttpError(400, "body is not JSON: nested too deeply") from exc
+
+
+def _no_constant(name: str) -> Any:
+    """``NaN``/``Infinity`` are Python's extension, not JSON."""
+    raise HttpError(400, f"body is not JSON: {name} is not a JSON value")
 
 
 @dataclass(frozen=True, slots=True)

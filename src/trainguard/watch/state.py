@@ -2,13 +2,18 @@
 
 Two files in the state directory, each replaced atomically (write, fsync, rename):
 
-- ``state.pkl``: everything, consistent with itself: the detector (its learned baselines and
-  open episodes), the cursor (the next time to fetch), the alerts raised, the counters, the
-  kernel-log positions and the action limiter. It is read back through an unpickler that only
-  builds trainguard, numpy and builtin types.
+- ``state.full.json``: everything, consistent with itself: the detector (its learned baselines
+  and open episodes), the cursor (the next time to fetch), the alerts raised, the counters, the
+  kernel-log positions and the action limiter. It is JSON, never pickle: the detector is written
+  by :mod:`trainguard.watch.statecodec`, whose reader builds only plain data, numeric numpy
+  arrays and a closed list of trainguard classes, and runs no code a file names. The format and
+  trainguard versions are checked before any of the detector is built.
 - ``state.json``: the same without the detector, for people and for the fallback: when
-  ``state.pkl`` cannot be used (another trainguard version, a damaged file) the service warms up
-  again from Prometheus' history and uses the alerts listed here to raise none twice.
+  ``state.full.json`` cannot be used (another trainguard version, a damaged file) the service
+  warms up again from Prometheus' history and uses the alerts listed here to raise none twice.
+
+A ``state.pkl`` left by an older trainguard is never read (it could run code when unpickled);
+the next save removes it.
 
 A restart therefore resumes at the cursor: what happened while the service was down is fetched
 from Prometheus and scored, and every alert it would have raised is raised late, not lost.
@@ -16,11 +21,10 @@ from Prometheus and scored, and every alert it would have raised is raised late,
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 import os
-import pickle
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -29,15 +33,21 @@ from typing import Any
 from trainguard import __version__
 from trainguard.detect.detector import Detector
 from trainguard.errors import ConfigError
+from trainguard.watch.statecodec import StateCodecError, decode, encode
 
-__all__ = ["STATE_VERSION", "LiveAlert", "LoadedState", "WatchState", "load_state", "save_state"]
+__all__ = ["FULL_NAME", "JSON_NAME", "STATE_VERSION", "LiveAlert", "LoadedState", "WatchState",
+           "load_state", "save_state"]
 
 log = logging.getLogger(__name__)
 
 STATE_VERSION = 1
-PICKLE_NAME = "state.pkl"
+FULL_NAME = "state.full.json"
 JSON_NAME = "state.json"
-_SAFE_MODULES = ("trainguard.", "numpy", "builtins", "collections", "copyreg", "_codecs")
+LEGACY_PICKLE_NAME = "state.pkl"
+"""Written by trainguard before the JSON format; never read, removed on the next save."""
+FORMAT = "trainguard-watch-state"
+MAX_STATE_BYTES = 1 << 30
+"""A state file larger than this is not read (the detector of a 10,000-GPU cluster is ~100 MB)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,13 +185,6 @@ class LoadedState:
     note: str
 
 
-class _StateUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> Any:
-        if module.startswith(_SAFE_MODULES):
-            return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"refusing to load {module}.{name} from a state file")
-
-
 def _atomic_write(path: Path, data: bytes) -> None:
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -208,36 +211,41 @@ def prepare_dir(directory: Path) -> None:
 
 
 def save_state(directory: Path, state: WatchState, detector: Detector | None) -> None:
-    """Write both files (the pickle first: the JSON never runs ahead of it)."""
+    """Write both files (the full one first: the JSON never runs ahead of it)."""
     doc = state.to_dict()
-    blob = pickle.dumps({"version": STATE_VERSION, "trainguard": __version__, "state": doc,
-                         "detector": detector}, protocol=pickle.HIGHEST_PROTOCOL)
-    _atomic_write(directory / PICKLE_NAME, blob)
+    tree = None
+    if detector is not None:
+        try:
+            tree = encode(detector)
+        except StateCodecError as exc:  # a detector attribute of a new type: a bug, not a stop
+            log.error("watch: cannot write the detector state (%s); a restart will warm up "
+                      "again", exc)
+    full = {"format": FORMAT, "version": STATE_VERSION, "trainguard": __version__,
+            "state": doc, "detector": tree}
+    _atomic_write(directory / FULL_NAME, json.dumps(full, separators=(",", ":")).encode())
     _atomic_write(directory / JSON_NAME, json.dumps(doc, indent=1).encode())
+    legacy = directory / LEGACY_PICKLE_NAME
+    if legacy.exists():
+        legacy.unlink()
+        log.info("watch: removed %s (an older trainguard's state, never read)", legacy)
 
 
 def load_state(directory: Path) -> LoadedState:
     """Read the state back; never raises for a bad file (it says why in `note`)."""
-    pkl, js = directory / PICKLE_NAME, directory / JSON_NAME
+    full, js = directory / FULL_NAME, directory / JSON_NAME
     problem = ""
-    if pkl.exists():
+    if full.exists():
         try:
-            obj = _StateUnpickler(io.BytesIO(pkl.read_bytes())).load()
-            if not isinstance(obj, dict) or obj.get("version") != STATE_VERSION:
-                raise ValueError("written by another state version")
-            if obj.get("trainguard") != __version__:
-                raise ValueError(f"written by trainguard {obj.get('trainguard')}")
-            det = obj.get("detector")
-            if det is not None and not isinstance(det, Detector):
-                raise ValueError("no detector in it")
-            return LoadedState(WatchState.from_dict(obj["state"]), det,
-                               "resumed from the saved detector state")
+            return _load_full(full)
         except Exception as exc:  # a damaged or foreign file: fall back, say why
-            problem = f"{pkl.name} unusable ({type(exc).__name__}: {exc})"
+            problem = f"{full.name} unusable ({type(exc).__name__}: {exc})"
             log.warning("watch: %s; warming up again from history", problem)
+    elif (directory / LEGACY_PICKLE_NAME).exists():
+        problem = f"{LEGACY_PICKLE_NAME} is from an older trainguard and is not read"
+        log.warning("watch: %s; warming up again from history", problem)
     if js.exists():
         try:
-            doc = json.loads(js.read_text(encoding="utf-8"))
+            doc = json.loads(_read_regular(js))
             if not isinstance(doc, dict):
                 raise ValueError("not a JSON object")
             return LoadedState(WatchState.from_dict(doc), None,
@@ -248,3 +256,37 @@ def load_state(directory: Path) -> LoadedState:
             log.warning("watch: %s unusable (%s); starting afresh", js.name, exc)
             return LoadedState(None, None, f"{js.name} unusable: starting afresh")
     return LoadedState(None, None, "first start: warming up from history")
+
+
+def _load_full(path: Path) -> LoadedState:
+    """The full state file; raises (anything) when it cannot be used. The header is checked
+    before any of the detector is built."""
+    obj = json.loads(_read_regular(path))
+    if not isinstance(obj, dict) or obj.get("format") != FORMAT:
+        raise ValueError("not a trainguard watch state")
+    if obj.get("version") != STATE_VERSION:
+        raise ValueError("written by another state version")
+    if obj.get("trainguard") != __version__:
+        raise ValueError(f"written by trainguard {str(obj.get('trainguard'))[:40]}")
+    if not isinstance(obj.get("state"), dict):
+        raise ValueError("no state in it")
+    raw = obj.get("detector")
+    det = None if raw is None else decode(raw)
+    if det is not None and not isinstance(det, Detector):
+        raise ValueError("no detector in it")
+    return LoadedState(WatchState.from_dict(obj["state"]), det,
+                       "resumed from the saved detector state" if det is not None
+                       else "no detector saved: warming up again from history")
+
+
+def _read_regular(path: Path) -> bytes:
+    """A state file's bytes: a regular file (a FIFO would block) of at most MAX_STATE_BYTES."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError("not a regular file")
+        data = f.read(MAX_STATE_BYTES + 1)
+    if len(data) > MAX_STATE_BYTES:
+        raise ValueError(f"larger than {MAX_STATE_BYTES} bytes")
+    return data

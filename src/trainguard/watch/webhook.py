@@ -5,9 +5,15 @@ XID counters, node-exporter, anything with a node label) reach the supervisor th
 detector's alerts do:
 
 1. the payload is validated strictly (Alertmanager's webhook format, ``version: "4"``); any
-   deviation is a 400 whose message names the field (``alerts[2].startsAt: ...``);
+   deviation is a 400 whose message names the field (``alerts[2].startsAt: ...``): strings are
+   bounded and hold no control characters (annotations may hold tabs and newlines), times lie
+   between 2000 and 2100 and no alert ends before it starts;
 2. each alert with a ``node``, ``instance`` or ``Hostname`` label (first one present; an
-   ``instance``'s ``:port`` is dropped) is kept; the others are counted as skipped;
+   ``instance``'s ``:port`` is dropped, an ``instance`` that is a URL names no node) is kept; the
+   others are counted as skipped. The node must be a hostname-like name
+   (:func:`trainguard.recover.nodename.node_name_problem`) or an IP address: it reaches the
+   alerts file, the store and the supervisor, so ``$(...)`` or a newline in it is a 400 (and
+   nothing of that notification is delivered);
 3. Alertmanager re-sends a group's alerts on every notification: an alert is delivered once per
    ``(fingerprint, startsAt, status)``;
 4. delivery: one JSON line per alert appended to ``alerts_file`` (the format
@@ -21,19 +27,22 @@ The answer is 200 with the counts: ``{"received": 3, "delivered": 2, "duplicates
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import os
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from trainguard.errors import TrainguardError
 from trainguard.evidence.events import EvidenceLine, FailureEvent, TimeKind
+from trainguard.recover.nodename import node_name_problem
 from trainguard.store import Store
 from trainguard.taxonomy import Action, Category, Severity
 from trainguard.watch.http import HttpError, Request, Response, Routes
@@ -47,6 +56,16 @@ SOURCE = "alertmanager"
 _ZERO_TIME_YEAR = 1  # Go's zero time ("0001-01-01T00:00:00Z"): no endsAt
 _MAX_SEEN = 10_000
 _MAX_LABEL_CHARS = 4096
+_MAX_LABELS = 256
+"""Labels (or annotations) per alert: Alertmanager sends tens."""
+_MAX_TRUNCATED = 1 << 31
+_MIN_TIME = datetime(2000, 1, 1, tzinfo=UTC).timestamp()
+_MAX_TIME = datetime(2100, 1, 1, tzinfo=UTC).timestamp()
+"""startsAt/endsAt outside [2000, 2100) are a broken clock or a crafted payload."""
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_CONTROL_IN_TEXT = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+"""Annotations are prose: tabs, newlines and line separators are allowed there."""
+_FINGERPRINT = re.compile(r"[0-9A-Za-z_.:-]{1,128}")
 
 
 class WebhookPayloadError(TrainguardError):
@@ -143,23 +162,37 @@ def _str(obj: Mapping[str, Any], key: str, where: str, *, required: bool = True)
         return ""
     if not isinstance(value, str):
         raise WebhookPayloadError(f"{where}{key}: expected a string, got {_kind(value)}")
+    _check_text(value, f"{where}{key}", _CONTROL)
     return value
 
 
-def _labels(obj: Mapping[str, Any], key: str, where: str, *, required: bool = True
-            ) -> dict[str, str]:
+def _check_text(value: str, field_name: str, forbidden: re.Pattern[str]) -> None:
+    if len(value) > _MAX_LABEL_CHARS:
+        raise WebhookPayloadError(f"{field_name}: longer than {_MAX_LABEL_CHARS} characters")
+    bad = forbidden.search(value)
+    if bad is not None:
+        raise WebhookPayloadError(f"{field_name}: control character {bad.group()!r} at "
+                                  f"position {bad.start()}")
+
+
+def _labels(obj: Mapping[str, Any], key: str, where: str, *, required: bool = True,
+            text: bool = False) -> dict[str, str]:
+    """A label set (``text``: annotations, whose values may hold tabs and newlines)."""
     value = obj.get(key)
     if value is None and not required:
         return {}
     if not isinstance(value, dict):
         raise WebhookPayloadError(f"{where}{key}: expected an object, got {_kind(value)}")
+    if len(value) > _MAX_LABELS:
+        raise WebhookPayloadError(f"{where}{key}: more than {_MAX_LABELS} entries")
     for name, item in value.items():
+        if not name or len(name) > _MAX_LABEL_CHARS or _CONTROL.search(name):
+            raise WebhookPayloadError(f"{where}{key}: bad name {name[:80]!r} (empty, longer "
+                                      f"than {_MAX_LABEL_CHARS} or with control characters)")
+        shown = f"{where}{key}.{name[:80]}"
         if not isinstance(item, str):
-            raise WebhookPayloadError(f"{where}{key}.{name[:80]}: expected a string, "
-                                      f"got {_kind(item)}")
-        if len(name) > _MAX_LABEL_CHARS or len(item) > _MAX_LABEL_CHARS:
-            raise WebhookPayloadError(f"{where}{key}.{name[:80]}: longer than "
-                                      f"{_MAX_LABEL_CHARS} characters")
+            raise WebhookPayloadError(f"{shown}: expected a string, got {_kind(item)}")
+        _check_text(item, shown, _CONTROL_IN_TEXT if text else _CONTROL)
     return value
 
 
@@ -173,7 +206,10 @@ def _time(obj: Mapping[str, Any], key: str, where: str) -> float | None:
         raise WebhookPayloadError(f"{where}{key}: time without a timezone: {raw[:60]!r}")
     if when.year == _ZERO_TIME_YEAR:
         return None
-    return when.timestamp()
+    t = when.timestamp()
+    if not _MIN_TIME <= t < _MAX_TIME:
+        raise WebhookPayloadError(f"{where}{key}: {raw[:60]!r} is outside 2000-2100 (UTC)")
+    return t
 
 
 def _kind(value: object) -> str:
@@ -191,8 +227,10 @@ def parse_payload(data: Any) -> WebhookPayload:
     if status not in ("firing", "resolved"):
         raise WebhookPayloadError(f"status: expected firing or resolved, got {status[:20]!r}")
     truncated = data.get("truncatedAlerts", 0)
-    if not isinstance(truncated, int) or isinstance(truncated, bool) or truncated < 0:
-        raise WebhookPayloadError("truncatedAlerts: expected a non-negative integer")
+    if (not isinstance(truncated, int) or isinstance(truncated, bool)
+            or not 0 <= truncated < _MAX_TRUNCATED):
+        raise WebhookPayloadError(f"truncatedAlerts: expected an integer in [0, "
+                                  f"{_MAX_TRUNCATED})")
     raw_alerts = data.get("alerts")
     if not isinstance(raw_alerts, list):
         raise WebhookPayloadError(f"alerts: expected a list, got {_kind(raw_alerts)}")
@@ -201,7 +239,7 @@ def parse_payload(data: Any) -> WebhookPayload:
         status=status, receiver=_str(data, "receiver", ""),
         group_labels=_labels(data, "groupLabels", ""),
         common_labels=_labels(data, "commonLabels", ""),
-        common_annotations=_labels(data, "commonAnnotations", "", required=False),
+        common_annotations=_labels(data, "commonAnnotations", "", required=False, text=True),
         alerts=alerts, external_url=_str(data, "externalURL", "", required=False),
         group_key=_str(data, "groupKey", "", required=False), truncated_alerts=truncated)
 
@@ -216,28 +254,53 @@ def _parse_alert(raw: Any, where: str) -> WebhookAlert:
     starts_at = _time(raw, "startsAt", where)
     if starts_at is None:
         raise WebhookPayloadError(f"{where}startsAt: must not be the zero time")
+    ends_at = _time(raw, "endsAt", where)
+    if ends_at is not None and ends_at < starts_at:
+        raise WebhookPayloadError(f"{where}endsAt: before startsAt")
     fingerprint = _str(raw, "fingerprint", where)
-    if not fingerprint or len(fingerprint) > 128:
-        raise WebhookPayloadError(f"{where}fingerprint: expected 1-128 characters")
+    if _FINGERPRINT.fullmatch(fingerprint) is None:
+        raise WebhookPayloadError(f"{where}fingerprint: expected 1-128 letters, digits, "
+                                  f"'_', '.', ':' or '-'")
     return WebhookAlert(status=status, labels=_labels(raw, "labels", where),
-                        annotations=_labels(raw, "annotations", where, required=False),
-                        starts_at=starts_at, ends_at=_time(raw, "endsAt", where),
-                        fingerprint=fingerprint,
+                        annotations=_labels(raw, "annotations", where, required=False,
+                                            text=True),
+                        starts_at=starts_at, ends_at=ends_at, fingerprint=fingerprint,
                         generator_url=_str(raw, "generatorURL", where, required=False))
 
 
 def node_of(labels: Mapping[str, str], keys: Sequence[str] = NODE_LABELS) -> str | None:
-    """The node an alert is about: the first of ``keys`` present, ``instance`` without a port."""
+    """The node an alert is about: the first of ``keys`` present, ``instance`` without a port
+    (an ``instance`` that is a URL, a blackbox probe's target, names no node)."""
+    found = _node_label(labels, keys)
+    return None if found is None else found[1]
+
+
+def _node_label(labels: Mapping[str, str], keys: Sequence[str]) -> tuple[str, str] | None:
+    """(label, node) of :func:`node_of`."""
     for key in keys:
         value = labels.get(key, "").strip()
         if not value:
             continue
         if key == "instance":
+            if "://" in value:
+                continue
             host, sep, port = value.rpartition(":")
             if sep and port.isdigit() and host and not host.endswith(":"):
                 value = host.strip("[]")
-        return value
+        return key, value
     return None
+
+
+def node_problem(node: str) -> str | None:
+    """Why ``node`` cannot be a node name, or None: a hostname-like name or an IP address (no
+    IPv6 zone: ``%...`` is free text)."""
+    if "%" not in node:
+        try:
+            ipaddress.ip_address(node)
+            return None
+        except ValueError:
+            pass
+    return node_name_problem(node)
 
 
 # -- receiving ---------------------------------------------------------------------------------
@@ -279,11 +342,25 @@ class WebhookReceiver:
         default_factory=OrderedDict, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
+    def nodes(self, payload: WebhookPayload) -> list[str | None]:
+        """The node of each alert (None: about no node); WebhookPayloadError naming the label
+        when one is not a node name. Checked for the whole notification before any delivery."""
+        out: list[str | None] = []
+        for i, alert in enumerate(payload.alerts):
+            found = _node_label(alert.labels, self.node_labels)
+            problem = None if found is None else node_problem(found[1])
+            if found is not None and problem is not None:
+                raise WebhookPayloadError(f"alerts[{i}].labels.{found[0]}: {found[1][:80]!r} is "
+                                          f"not a node name: {problem}")
+            out.append(None if found is None else found[1])
+        return out
+
     def receive(self, payload: WebhookPayload) -> ReceiveCounts:
+        """Deliver a notification's new alerts; WebhookPayloadError (nothing delivered) when an
+        alert's node label is not a node name."""
         received = delivered = duplicates = skipped = firing = resolved = 0
-        for alert in payload.alerts:
+        for alert, node in zip(payload.alerts, self.nodes(payload), strict=True):
             received += 1
-            node = node_of(alert.labels, self.node_labels)
             if node is None:
                 skipped += 1
                 continue
@@ -338,9 +415,9 @@ class WebhookReceiver:
     def handle(self, request: Request) -> Response:
         try:
             payload = parse_payload(request.json())
+            counts = self.receive(payload)
         except WebhookPayloadError as exc:
             raise HttpError(400, str(exc)) from exc
-        counts = self.receive(payload)
         log.info("webhook: %s from receiver %r", counts.to_dict(), payload.receiver)
         return Response.json(counts.to_dict())
 
@@ -358,5 +435,6 @@ __all__ = [
     "WebhookPayloadError",
     "WebhookReceiver",
     "node_of",
+    "node_problem",
     "parse_payload",
 ]

@@ -26,7 +26,7 @@ from trainguard.watch.alertmanager import AlertmanagerClient
 from trainguard.watch.alerts import Change
 from trainguard.watch.config import WatchConfig
 from trainguard.watch.service import WatchService
-from trainguard.watch.state import JSON_NAME, PICKLE_NAME, load_state
+from trainguard.watch.state import FULL_NAME, JSON_NAME, load_state
 
 SIM = SimConfig(nodes=6, gpus_per_node=2, days=0.1, seed=2, failures_per_day=6,
                 maintenances_per_day=0, benign_per_day=0, scrape_gaps_per_day=0,
@@ -135,7 +135,7 @@ def test_a_restart_mid_stream_loses_no_alert_and_repeats_none(rig: Rig, damage: 
     del svc  # killed: nothing more is saved
     rig.now += 1500  # down for 25 minutes; node03's alert (3690 s) falls inside
     if damage == "pickle":
-        (rig.state_dir / PICKLE_NAME).write_bytes(b"\x80\x05garbage")
+        (rig.state_dir / FULL_NAME).write_bytes(b"{\"format\": garbage")
     svc2 = rig.service()
     assert ("warming up again" in svc2.note) == (damage == "pickle")
     rig.run(svc2, END)
@@ -207,21 +207,28 @@ def test_actions_run_once_per_alert_and_their_limits_survive_a_restart(
     assert not notify.exists()  # dry-run wrote nothing
 
 
-def test_state_files_are_readable_and_refuse_foreign_pickles(rig: Rig) -> None:
+def test_state_files_are_readable_and_an_old_pickle_is_never_loaded(rig: Rig) -> None:
     svc = rig.service()
     rig.run(svc, T0 + 2700)
     doc = json.loads((rig.state_dir / JSON_NAME).read_text())
     assert doc["cursor"] == svc.state.cursor and doc["alerts"][0]["node"] == "node01"
+    marker = rig.state_dir / "pwned"
 
     class Evil:
         def __reduce__(self) -> tuple[object, tuple[str]]:
             import os
-            return (os.system, ("true",))
+            return (os.system, (f"touch {marker}",))
 
-    (rig.state_dir / PICKLE_NAME).write_bytes(pickle.dumps({"version": 1, "detector": Evil()}))
+    (rig.state_dir / FULL_NAME).unlink()
+    legacy = rig.state_dir / "state.pkl"
+    legacy.write_bytes(pickle.dumps({"version": 1, "detector": Evil()}))
     loaded = load_state(rig.state_dir)
-    assert loaded.detector is None and "refusing" in loaded.note
+    assert not marker.exists()
+    assert loaded.detector is None and "state.pkl is from an older trainguard" in loaded.note
     assert loaded.state is not None and loaded.state.cursor == svc.state.cursor
+    svc2 = rig.service()
+    rig.run(svc2, rig.now + ROUND_S)  # the next save removes the old pickle
+    assert not legacy.exists() and not marker.exists()
 
 
 def test_replayed_time_maps_prometheus_time_to_simulated_time(rig: Rig) -> None:
@@ -242,7 +249,7 @@ def _iter_changes(changes: list[Change]) -> Iterator[str]:
 def test_the_json_state_alone_lists_what_was_raised(rig: Rig) -> None:
     svc = rig.service()
     rig.run(svc, T0 + 2700)
-    (rig.state_dir / PICKLE_NAME).unlink()
+    (rig.state_dir / FULL_NAME).unlink()
     loaded = load_state(rig.state_dir)
     assert loaded.state is not None and loaded.detector is None
     assert [a.node for a in loaded.state.alerts.values()] == ["node01"]
