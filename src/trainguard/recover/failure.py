@@ -38,6 +38,10 @@ again."""
 EXTERNAL_STOP_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
 """Signals a process gets from outside (an operator, the OOM killer, a scheduler): a rank that
 died by one was stopped, whatever it had done, so it never counts as having finished."""
+SHELL_CRASH_CODES = frozenset(128 + s for s in (signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS,
+                                                 signal.SIGILL, signal.SIGFPE))
+"""Exit codes with which a shell wrapper (``bash -c 'python train.py'``) reports that its command
+died by a crash signal of its own (128 + the signal: 134 for SIGABRT, 139 for SIGSEGV)."""
 
 
 class Trigger(StrEnum):
@@ -260,8 +264,11 @@ def teardown_crash(facts: AttemptFacts) -> tuple[TeardownCrash, ...]:
 def may_be_teardown(returncode: int | None, finished: bool) -> bool:
     """Whether a rank's failed exit could be a crash in teardown (then the peers' exits decide):
     it reported ``finish()``, or it died by a signal it raised itself (an abort, a fault), not
-    by an outside stop (SIGKILL, SIGTERM) and not by an error exit."""
+    by an outside stop (SIGKILL, SIGTERM) and not by an error exit. A shell wrapper reports
+    such a crash of its command as 128 + the signal (:data:`SHELL_CRASH_CODES`)."""
     if finished:
+        return True
+    if returncode in SHELL_CRASH_CODES:
         return True
     return returncode is not None and returncode < 0 \
         and -returncode not in EXTERNAL_STOP_SIGNALS
@@ -350,6 +357,7 @@ def _crash_failure(facts: AttemptFacts) -> Failure:
 __all__ = [
     "EXTERNAL_STOP_SIGNALS",
     "NODE_FAULT_ACTIONS",
+    "SHELL_CRASH_CODES",
     "STORAGE_EXHAUSTED_SIGNATURES",
     "AttemptFacts",
     "Failure",

@@ -123,6 +123,28 @@ def _killpg(pgid: int, signum: int) -> None:
         os.killpg(pgid, signum)
 
 
+class ReaperSlot:
+    """The reaper of one backend, so of one supervisor: started at the first launch, let go by
+    :meth:`close` (it then kills whatever of the job is still alive, and exits)."""
+
+    def __init__(self) -> None:
+        self._link: ReaperLink | None = None
+
+    def get(self) -> ReaperLink:
+        if self._link is None:
+            try:
+                self._link = ReaperLink.start()
+            except OSError as exc:
+                raise LaunchError(f"cannot start the reaper process: {exc.strerror or exc}") \
+                    from exc
+        return self._link
+
+    def close(self, wait_s: float = 5.0) -> None:
+        if self._link is not None:
+            self._link.close(wait_s=wait_s)
+            self._link = None
+
+
 class LocalBackend:
     """Virtual nodes on this machine: every node's ranks run here, rendezvous on 127.0.0.1."""
 
@@ -133,23 +155,11 @@ class LocalBackend:
                  slots_per_node: int | None = None) -> None:
         self._base_env = dict(os.environ if base_env is None else base_env)
         self._slots = slots_per_node
-        self._reaper: ReaperLink | None = None
-
-    def _watchdog(self) -> ReaperLink:
-        """The reaper, started at the first launch (one per backend, so per supervisor)."""
-        if self._reaper is None:
-            try:
-                self._reaper = ReaperLink.start()
-            except OSError as exc:
-                raise LaunchError(f"cannot start the reaper process: {exc.strerror or exc}") \
-                    from exc
-        return self._reaper
+        self._reaper = ReaperSlot()
 
     def close(self) -> None:
         """Let the reaper go (it kills anything of the job still alive, then exits)."""
-        if self._reaper is not None:
-            self._reaper.close(wait_s=5.0)
-            self._reaper = None
+        self._reaper.close()
 
     def capacity(self) -> int | None:
         """A virtual node is this machine: as many ranks as it has CPUs, unless told."""
@@ -174,7 +184,7 @@ class LocalBackend:
 
     def launch(self, plan: LaunchPlan) -> LocalAttempt:
         program = resolve_command(plan.command[0], self._base_env.get("PATH"))
-        reaper = self._watchdog()
+        reaper = self._reaper.get()
         procs: dict[int, subprocess.Popen[bytes]] = {}
         try:
             for rl in plan.ranks:
@@ -194,4 +204,4 @@ class LocalBackend:
         return LocalAttempt(procs, reaper.forget)
 
 
-__all__ = ["LocalAttempt", "LocalBackend", "resolve_command"]
+__all__ = ["LocalAttempt", "LocalBackend", "ReaperSlot", "resolve_command"]

@@ -158,7 +158,9 @@ def test_not_a_teardown_crash_unless_the_work_is_shown_done(
 @pytest.mark.parametrize(("code", "finished", "maybe"), [
     (-signal.SIGABRT, False, True), (-signal.SIGSEGV, False, True),
     (-signal.SIGKILL, False, False), (-signal.SIGTERM, False, False), (1, False, False),
-    (-signal.SIGKILL, True, True), (1, True, True)])
+    (-signal.SIGKILL, True, True), (1, True, True),
+    (128 + signal.SIGABRT, False, True), (128 + signal.SIGSEGV, False, True),  # via bash -c
+    (128 + signal.SIGKILL, False, False), (128 + signal.SIGTERM, False, False), (2, False, False)])
 def test_which_exits_may_be_a_teardown_crash(code: int, finished: bool, maybe: bool) -> None:
     assert may_be_teardown(code, finished) is maybe
 

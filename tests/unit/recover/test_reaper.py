@@ -151,7 +151,7 @@ def test_ranks_do_not_inherit_the_pipe_to_the_reaper(tmp_path: Path) -> None:
                       (RankLaunch(0, 0, "a", 0, {}, tmp_path / "r0.log"),), tmp_path)
     attempt = backend.launch(plan)
     try:
-        link = backend._reaper
+        link = backend._reaper.get()
         assert link is not None and link.alive
         pipe = os.readlink(f"/proc/self/fd/{link._fd}")
         rank_pid = attempt.pids()[0]

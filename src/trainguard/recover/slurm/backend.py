@@ -32,7 +32,7 @@ from typing import Protocol
 
 from trainguard.errors import ConfigError, LaunchError
 from trainguard.recover.backend import LaunchPlan, RankExit
-from trainguard.recover.local import resolve_command
+from trainguard.recover.local import ReaperSlot, resolve_command
 from trainguard.recover.reaper import ReaperLink
 from trainguard.recover.slurm.commands import NodeInfo
 from trainguard.recover.slurm.task import files_for, step_file
@@ -225,23 +225,11 @@ class SlurmBackend:
         self._time_limit = time_limit
         self._python = python
         self.excluded: set[str] = set()
-        self._reaper: ReaperLink | None = None
-
-    def _watchdog(self) -> ReaperLink:
-        """The reaper (one per backend, so per supervisor): if the supervisor dies it stops
-        ``srun`` and cancels the step or the submitted job."""
-        if self._reaper is None:
-            try:
-                self._reaper = ReaperLink.start()
-            except OSError as exc:
-                raise LaunchError(f"cannot start the reaper process: {exc.strerror or exc}") \
-                    from exc
-        return self._reaper
+        # If the supervisor dies, the reaper stops ``srun`` and cancels the step or the job.
+        self._reaper = ReaperSlot()
 
     def close(self) -> None:
-        if self._reaper is not None:
-            self._reaper.close(wait_s=5.0)
-            self._reaper = None
+        self._reaper.close()
 
     def check(self, command: tuple[str, ...], nodes: tuple[str, ...]) -> None:
         resolve_command("srun", self._env.get("PATH"))
@@ -299,7 +287,7 @@ class SlurmBackend:
     def launch(self, plan: LaunchPlan) -> SlurmAttempt:
         attempt_dir = plan.ranks[0].output.parent.parent
         attempt_dir.mkdir(parents=True, exist_ok=True)
-        reaper = self._watchdog()
+        reaper = self._reaper.get()
         env = self._step_env(plan, attempt_dir)
         srun_argv = self._srun_argv(plan)
         if self.mode == "allocation":
