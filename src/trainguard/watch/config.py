@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import select
 import stat
 import tomllib
 from collections.abc import Mapping
@@ -200,12 +201,24 @@ def read_secret(path: Any, key: str) -> str:
     return token
 
 
+FIFO_WAIT_S = 10.0
+"""How long a named pipe given as a token or config file may take to get its writer."""
+
+
+def _readable_within(fd: int, timeout_s: float) -> bool:
+    """Whether a pipe has data or its writer has come and gone (EOF) within ``timeout_s``; a
+    named pipe that never had a writer reports nothing on Linux, so it times out."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLHUP)
+    return bool(poller.poll(timeout_s * 1000))
+
+
 def read_limited(path: Path, limit: int, key: str) -> bytes:
     """At most `limit` bytes of a regular file or a pipe (``--token-file <(pass show x)``).
 
     ConfigError naming `key` for anything else (``/dev/zero``, a directory) or anything
-    larger; read without following what the file says its size is. A pipe nobody writes to
-    reads as empty instead of blocking.
+    larger; read without following what the file says its size is. A named pipe whose writer
+    does not come within :data:`FIFO_WAIT_S` is an error instead of a wait forever.
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -216,6 +229,9 @@ def read_limited(path: Path, limit: int, key: str) -> bytes:
         if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):
             raise ConfigError(f"{key}: cannot read {path}: not a regular file "
                               f"(a {_file_kind(mode)})")
+        if stat.S_ISFIFO(mode) and not _readable_within(fd, FIFO_WAIT_S):
+            raise ConfigError(f"{key}: {path} is a pipe nobody wrote to within "
+                              f"{FIFO_WAIT_S:.0f} s")
         os.set_blocking(fd, True)
         chunks: list[bytes] = []
         total = 0

@@ -57,20 +57,29 @@ def test_a_directory_is_not_a_token_file(tmp_path: Path) -> None:
         read_secret(tmp_path, "k")
 
 
-def test_a_pipe_without_a_writer_does_not_hang(tmp_path: Path) -> None:
+def test_a_pipe_without_a_writer_does_not_hang(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    import trainguard.watch.config as config
+
+    monkeypatch.setattr(config, "FIFO_WAIT_S", 0.2)
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    with pytest.raises(ConfigError, match="is empty"):
+    with pytest.raises(ConfigError, match="nobody wrote to within"):
         read_secret(fifo, "k")
 
 
 def test_a_pipe_with_a_writer_is_read_like_process_substitution(tmp_path: Path) -> None:
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    r = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # keeps the writer's open from blocking
-    w = os.open(fifo, os.O_WRONLY)
-    os.close(r)
-    writer = threading.Thread(target=lambda: (os.write(w, b"tok-from-pipe\n"), os.close(w)))
+
+    def write() -> None:  # like `<(pass show x)`: the writer's open waits for the reader
+        w = os.open(fifo, os.O_WRONLY)
+        try:
+            os.write(w, b"tok-from-pipe\n")
+        finally:
+            os.close(w)
+
+    writer = threading.Thread(target=write, daemon=True)
     writer.start()
     try:
         assert read_secret(fifo, "k") == "tok-from-pipe"
