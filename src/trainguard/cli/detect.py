@@ -79,10 +79,13 @@ def _progress(label: str) -> Iterator[Callable[[int, int], None]]:
 
 
 def max_memory_bytes(text: str) -> int:
-    """`--max-memory` in bytes (0 = no limit); `ConfigError` for a malformed size."""
+    """`--max-memory` in bytes (0 = no limit); a malformed size is a usage error (exit 2)."""
     from trainguard.ckpt.profile import parse_size
 
-    return parse_size(text)
+    try:
+        return parse_size(text)
+    except TrainguardError as exc:
+        fail(f"--max-memory: {exc}", 2)
 
 
 def load_telemetry(sources: list[str] | None, prometheus: str | None, start: str | None,
@@ -180,8 +183,8 @@ def detect(
 ) -> None:
     """Find failing nodes and GPUs in telemetry: predictive and hard alert episodes."""
     _need_input(ctx, sources, prometheus)
+    mem = max_memory_bytes(max_memory)
     try:
-        mem = max_memory_bytes(max_memory)
         tel = load_telemetry(sources, prometheus, start, end, step, metric, bearer_token_file,
                              basic_auth, max_memory=mem)
         if not any(m.per_gpu for m in tel.metrics):
@@ -189,7 +192,7 @@ def detect(
         with _progress("detecting") as prog:
             alerts = run_detect(tel, DetectorConfig(max_memory_bytes=mem), progress=prog)
     except TrainguardError as exc:
-        fail(str(exc), 2)
+        fail(str(exc))
     lines = [json.dumps(a.to_dict()) for a in alerts]
     if out_file is not None:
         try:
@@ -280,13 +283,13 @@ def backtest(
     """Score trainguard and the baselines against known failures (the report's Analysis 1)."""
     _need_input(ctx, sources, prometheus)
     chosen = ["static", "ecod"] if baseline is None else [b for b in baseline if b != "none"]
+    mem = max_memory_bytes(max_memory)
     if failures is not None and not failures.is_file():
         fail(f"--failures: no such file: {failures}")
     for p in kernel_logs or []:
         if not p.exists():
             fail(f"--kernel-logs: no such file or directory: {p}")
     try:
-        mem = max_memory_bytes(max_memory)
         tel = load_telemetry(sources, prometheus, start, end, step, metric, bearer_token_file,
                              basic_auth, max_memory=mem)
         truth, truth_from = _load_truth(tel, sources, failures, kernel_logs)
@@ -295,7 +298,7 @@ def backtest(
                                   cfg=DetectorConfig(max_memory_bytes=mem),
                                   progress=lambda _name, done, total: prog(done, total))
     except TrainguardError as exc:
-        fail(str(exc), 2)
+        fail(str(exc))
     for s in result.skipped:
         warn(f"baseline skipped: {s}")
     if alerts_out is not None:

@@ -36,7 +36,7 @@ def _detect(*args: str, timeout_s: float = 60) -> Bounded:
 
 
 def _one_error(result: Bounded) -> str:
-    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.returncode == 1, result.stderr[-2000:]
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr[-2000:]
     return lines[0]

@@ -128,7 +128,7 @@ def test_detect_without_telemetry_is_one_error_line(tmp_path: Path, kind: str) -
 
     result = invoke("detect", str(target))
 
-    assert result.exit_code == 2
+    assert result.exit_code == 1
     line = _one_error_line(result)
     assert str(target) in line
     expected = "telemetry source not found" if kind == "missing" else "no metrics files"
