@@ -16,20 +16,13 @@ from trainguard.nfs import escape_path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "nfs"))
 from nfs_builder import Mount, render
+from test_nfs_cli import one_error_line
 
 runner = CliRunner()
 
 
 def invoke(*args: str) -> Result:
     return runner.invoke(app, ["nfs", "diagnose", *args])
-
-
-def one_error_line(result: Result) -> str:
-    assert "Traceback" not in result.output
-    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: ")
-    return " ".join(result.stderr.split())
 
 
 def test_dev_zero_is_one_error_line() -> None:

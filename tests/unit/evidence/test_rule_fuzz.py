@@ -116,6 +116,17 @@ def _repeat(piece: str, sep: str) -> str:
     return unit * (MIN_LINE // max(1, len(unit)) + 1)
 
 
+def _random_line(rng: random.Random, pool: list[str]) -> str:
+    """Fragments from ``pool`` joined by random separators until the line is over MIN_LINE."""
+    parts: list[str] = []
+    size = 0
+    while size < MIN_LINE:
+        p = rng.choice(pool) + rng.choice(SEPARATORS)
+        parts.append(p)
+        size += len(p)
+    return "".join(parts)
+
+
 def adversarial_lines(rule: Rule, seed: int = 16) -> Iterator[str]:
     """Lines over 10 KB that make a backtracking engine try every split of the rule's gaps."""
     source = rule.pattern.pattern
@@ -137,13 +148,7 @@ def adversarial_lines(rule: Rule, seed: int = 16) -> Iterator[str]:
     rng = random.Random(f"{seed}:{rule.id}")
     pool = [*fragments, *REVIEW_FRAGMENTS]
     for _ in range(4):
-        parts: list[str] = []
-        size = 0
-        while size < MIN_LINE:
-            p = rng.choice(pool) + rng.choice(SEPARATORS)
-            parts.append(p)
-            size += len(p)
-        yield "".join(parts)
+        yield _random_line(rng, pool)
 
 
 def reviewer_lines() -> list[str]:
@@ -210,15 +215,7 @@ def test_randomized_lines_are_fast(rules: RuleSet) -> None:
     for rule in rules.rules:
         pool.extend(_literal_pieces(rule.pattern.pattern))
         pool.extend(rule.keywords)
-    lines = []
-    for _ in range(40):
-        parts: list[str] = []
-        size = 0
-        while size < MIN_LINE:
-            p = rng.choice(pool) + rng.choice(SEPARATORS)
-            parts.append(p)
-            size += len(p)
-        lines.append("".join(parts))
+    lines = [_random_line(rng, pool) for _ in range(40)]
     worst, line = worst_time(lambda s: rules.match(s, [s] * 5), lines)
     assert worst < LIMIT_S, f"{worst * 1000:.0f} ms on {line[:120]!r}..."
 
