@@ -36,7 +36,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,7 @@ from trainguard.evidence.events import EvidenceLine, FailureEvent, TimeKind
 from trainguard.recover.nodename import node_name_problem
 from trainguard.store import Store
 from trainguard.taxonomy import Action, Category, Severity
+from trainguard.telemetry.limits import EPOCH_MAX_S, EPOCH_MIN_S
 from trainguard.watch.http import HttpError, Request, Response, Routes
 
 log = logging.getLogger(__name__)
@@ -59,9 +60,6 @@ _MAX_LABEL_CHARS = 4096
 _MAX_LABELS = 256
 """Labels (or annotations) per alert: Alertmanager sends tens."""
 _MAX_TRUNCATED = 1 << 31
-_MIN_TIME = datetime(2000, 1, 1, tzinfo=UTC).timestamp()
-_MAX_TIME = datetime(2100, 1, 1, tzinfo=UTC).timestamp()
-"""startsAt/endsAt outside [2000, 2100) are a broken clock or a crafted payload."""
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _CONTROL_IN_TEXT = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 """Annotations are prose: tabs, newlines and line separators are allowed there."""
@@ -207,7 +205,8 @@ def _time(obj: Mapping[str, Any], key: str, where: str) -> float | None:
     if when.year == _ZERO_TIME_YEAR:
         return None
     t = when.timestamp()
-    if not _MIN_TIME <= t < _MAX_TIME:
+    # outside [2000, 2100): a broken clock or a crafted payload, as for telemetry samples
+    if not EPOCH_MIN_S <= t < EPOCH_MAX_S:
         raise WebhookPayloadError(f"{where}{key}: {raw[:60]!r} is outside 2000-2100 (UTC)")
     return t
 
