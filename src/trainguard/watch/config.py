@@ -28,9 +28,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
-import select
-import stat
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -39,6 +36,7 @@ from typing import Any
 
 from trainguard.detect.config import DetectorConfig
 from trainguard.errors import ConfigError
+from trainguard.fileread import UnreadableFile, read_bounded
 from trainguard.timeparse import parse_duration
 from trainguard.watch.actions import ActionPolicy
 
@@ -205,14 +203,6 @@ FIFO_WAIT_S = 10.0
 """How long a named pipe given as a token or config file may take to get its writer."""
 
 
-def _readable_within(fd: int, timeout_s: float) -> bool:
-    """Whether a pipe has data or its writer has come and gone (EOF) within ``timeout_s``; a
-    named pipe that never had a writer reports nothing on Linux, so it times out."""
-    poller = select.poll()
-    poller.register(fd, select.POLLIN | select.POLLHUP)
-    return bool(poller.poll(timeout_s * 1000))
-
-
 def read_limited(path: Path, limit: int, key: str) -> bytes:
     """At most `limit` bytes of a regular file or a pipe (``--token-file <(pass show x)``).
 
@@ -221,41 +211,11 @@ def read_limited(path: Path, limit: int, key: str) -> bytes:
     does not come within :data:`FIFO_WAIT_S` is an error instead of a wait forever.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        raise ConfigError(f"{key}: cannot read {path}: {exc.strerror or exc}") from exc
-    try:
-        mode = os.fstat(fd).st_mode
-        if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):
-            raise ConfigError(f"{key}: cannot read {path}: not a regular file "
-                              f"(a {_file_kind(mode)})")
-        if stat.S_ISFIFO(mode) and not _readable_within(fd, FIFO_WAIT_S):
-            raise ConfigError(f"{key}: {path} is a pipe nobody wrote to within "
-                              f"{FIFO_WAIT_S:.0f} s")
-        os.set_blocking(fd, True)
-        chunks: list[bytes] = []
-        total = 0
-        while total <= limit:
-            chunk = os.read(fd, limit + 1 - total)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-    except OSError as exc:
-        raise ConfigError(f"{key}: cannot read {path}: {exc.strerror or exc}") from exc
-    finally:
-        os.close(fd)
-    if total > limit:
-        raise ConfigError(f"{key}: {path} is larger than {limit} bytes")
-    return b"".join(chunks)
-
-
-def _file_kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "directory"), (stat.S_ISCHR, "character device"),
-                       (stat.S_ISBLK, "block device"), (stat.S_ISSOCK, "socket")):
-        if test(mode):
-            return name
-    return "special file"
+        return read_bounded(path, limit, pipe_wait_s=FIFO_WAIT_S)
+    except UnreadableFile as exc:
+        if exc.too_large:
+            raise ConfigError(f"{key}: {path} is larger than {limit} bytes") from None
+        raise ConfigError(f"{key}: cannot read {path}: {exc.reason}") from None
 
 
 def load_config(path: Path | None, overrides: Mapping[str, Any]) -> WatchConfig:
