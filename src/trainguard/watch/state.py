@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -33,6 +32,7 @@ from typing import Any
 from trainguard import __version__
 from trainguard.detect.detector import Detector
 from trainguard.errors import ConfigError
+from trainguard.fileread import UnreadableFile, read_bounded
 from trainguard.watch.statecodec import StateCodecError, decode, encode
 
 __all__ = ["FULL_NAME", "JSON_NAME", "STATE_VERSION", "LiveAlert", "LoadedState", "WatchState",
@@ -281,12 +281,7 @@ def _load_full(path: Path) -> LoadedState:
 
 def _read_regular(path: Path) -> bytes:
     """A state file's bytes: a regular file (a FIFO would block) of at most MAX_STATE_BYTES."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise ValueError("not a regular file")
-        data = f.read(MAX_STATE_BYTES + 1)
-    if len(data) > MAX_STATE_BYTES:
-        raise ValueError(f"larger than {MAX_STATE_BYTES} bytes")
-    return data
+    try:
+        return read_bounded(path, MAX_STATE_BYTES)
+    except UnreadableFile as exc:
+        raise ValueError(exc.reason) from None
