@@ -277,8 +277,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ImportError:
         print("bench_checkpoint: needs torch (pip install -e '.[dev]')", file=sys.stderr)
         return 2
-    from trainguard.ckpt.profile import parse_size
     from trainguard.errors import TrainguardError
+    from trainguard.sizes import parse_size
 
     try:
         size, stripe = parse_size(args.size), parse_size(args.stripe)

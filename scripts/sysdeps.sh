@@ -20,6 +20,8 @@ PACKAGES=(
   slurm-client # tests/integration/slurm_cluster.py: slurm_cluster fixture (sbatch, scontrol, ...)
   munge        # tests/integration/slurm_cluster.py: slurm_cluster fixture (munged, auth)
   chromium     # tests/integration/test_report_render.py: renders the HTML report headless
+  iproute2     # src/trainguard/devcluster: ip netns / veth / bridge for the multi-host test cluster
+  util-linux   # src/trainguard/devcluster: nsenter, unshare, mount for the virtual hosts
 )
 
 warn() { printf 'sysdeps: warning: %s\n' "$*" >&2; }

@@ -8,7 +8,7 @@ import pytest
 
 PACKAGES = ["trainguard", "trainguard.evidence", "trainguard.store", "trainguard.cli",
             "trainguard.telemetry", "trainguard.detect", "trainguard.simulate", "trainguard.ckpt",
-            "trainguard.nfs", "trainguard.trace", "trainguard.watch"]
+            "trainguard.nfs", "trainguard.trace", "trainguard.watch", "trainguard.nodehealth"]
 
 
 def _exports() -> list[tuple[str, str]]:

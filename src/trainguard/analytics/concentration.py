@@ -1,6 +1,6 @@
 """How unevenly node exclusions fall on the fleet: counts per node, the Lorenz curve, top-k share
-and Gini (from :func:`trainguard.recover.health.concentration`), and lemon candidates (from
-:func:`trainguard.recover.nodes.node_health`).
+and Gini (from :func:`trainguard.nodehealth.concentration`), and lemon candidates (from
+:func:`trainguard.nodehealth.node_health`).
 
 The Lorenz curve of counts ``x`` over ``n`` nodes (nodes without exclusions included as 0):
 
@@ -23,8 +23,13 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from trainguard.analytics.runs import RunView
-from trainguard.recover.health import Concentration, LemonPolicy, concentration
-from trainguard.recover.nodes import NodeHealth, node_health
+from trainguard.nodehealth import (
+    Concentration,
+    LemonPolicy,
+    NodeHealth,
+    concentration,
+    node_health,
+)
 from trainguard.store import ExclusionRecord, Store
 
 

@@ -51,7 +51,7 @@ from trainguard.analytics.model import (
     measured_inputs,
 )
 from trainguard.analytics.runs import load_runs
-from trainguard.recover.nodes import NodeHealth
+from trainguard.nodehealth import NodeHealth
 from trainguard.store import Store
 
 ROUND_DIGITS = 4

@@ -391,8 +391,10 @@ class Checkpointer:
         whether starting from scratch over `skipped` is acceptable. What each load found goes
         to the directory's ledger, so a save never removes a checkpoint that did not load."""
         if self.sharded:
-            return shard_io.load_agreed(self, max_step=max_step, map_location=map_location,
-                                        trusted=trusted)
+            def load_shard(info: CheckpointInfo, rank: int) -> Any:
+                return self.load(info, map_location=map_location, rank=rank, trusted=trusted)
+
+            return shard_io.load_agreed(self.dir, self.group, load_shard, max_step=max_step)
         skipped: builtins.list[SkippedCheckpoint] = []
         for info, reason in self.dir.iter_newest(max_step, validate=False):
             if reason is None:
@@ -449,8 +451,9 @@ class _Job:
                                      clean=self.rank == 0)
             entries = self._write(staged)
             if owner.sharded:
-                saved = shard_io.finish_shard(owner, staged, self.rank, self.world, entries,
-                                              self._meta(), self.started)
+                saved = shard_io.finish_shard(owner.dir, staged, self.rank, self.world, entries,
+                                              self._meta(), self.started,
+                                              commit_timeout_s=owner.commit_timeout_s)
             else:
                 saved = owner.dir.commit(staged, entries, meta=self._meta(), started=self.started)
         except BaseException as exc:

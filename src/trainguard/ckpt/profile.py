@@ -29,7 +29,7 @@ the host must have `memory_needed` (about ``3 x size``) available (state, snapsh
 buffer); otherwise one clear `CheckpointError`. Then the scratch directory is made and a probe
 page written and fsynced there, before the state is generated.
 
-    cfg = ProfileConfig(Path("/mnt/nfs/ckpt"), size_bytes=parse_size("8GiB"))
+    cfg = ProfileConfig(Path("/mnt/nfs/ckpt"), size_bytes=8 << 30)
     result = run_profile(cfg)
     print(result.recommendation())  # Checkpointer(streams=8, stripe_bytes=16 << 20)
 """
@@ -40,14 +40,12 @@ import contextlib
 import logging
 import math
 import os
-import re
 import shutil
 import stat
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from fractions import Fraction
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -72,10 +70,11 @@ from trainguard.ckpt.profile_io import (
 from trainguard.ckpt.streams import DIRECT_ALIGN
 from trainguard.ckpt.tensors import import_torch
 from trainguard.errors import CheckpointError, ConfigError
+from trainguard.sizes import format_size
 
 __all__ = ["WORK_PREFIX", "Breakdown", "Comparison", "ProfileConfig", "ProfileResult",
-           "StreamProfile", "Timing", "check_target", "default_repeat", "format_size",
-           "memory_needed", "parse_size", "run_profile", "space_needed"]
+           "StreamProfile", "Timing", "check_target", "default_repeat", "memory_needed",
+           "run_profile", "space_needed"]
 
 logger = logging.getLogger(__name__)
 
@@ -88,45 +87,6 @@ _GiB = 1 << 30
 _SPACE_SLACK = 64 << 20
 _MEM_SLACK = 256 << 20
 _PAR = 1.005
-
-# --- sizes ---------------------------------------------------------------------------------------
-
-_SIZE_RE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)", re.IGNORECASE)
-_UNITS = {"": 1, "b": 1}
-for _i, _letter in enumerate("kmgtpe", start=1):
-    _UNITS[_letter] = _UNITS[_letter + "i"] = _UNITS[_letter + "ib"] = 1024**_i
-    _UNITS[_letter + "b"] = 1000**_i
-
-
-def parse_size(text: str) -> int:
-    """Bytes in a size such as ``8GiB``, ``2GB``, ``512MiB``, ``100M``, ``1.5GiB`` or ``4096``.
-
-    ``KiB MiB GiB TiB PiB`` (also ``Ki``..., and bare ``K M G T P`` as ``dd`` reads them) are
-    powers of 1024; ``KB MB GB TB PB`` powers of 1000; case does not matter. `ConfigError` for
-    anything else, and for a fractional number of bytes.
-
-    >>> parse_size("8GiB"), parse_size("2GB"), parse_size("100M"), parse_size("1.5 KiB")
-    (8589934592, 2000000000, 104857600, 1536)
-    """
-    match = _SIZE_RE.fullmatch(text.strip())
-    unit = _UNITS.get(match.group(2).lower()) if match else None
-    if match is None or unit is None:
-        raise ConfigError(f"bad size {text!r}: use e.g. 8GiB, 2GB, 512MiB, 100M or a number of "
-                          "bytes")
-    value = Fraction(match.group(1)) * unit
-    if value.denominator != 1:
-        raise ConfigError(f"bad size {text!r}: not a whole number of bytes")
-    return int(value)
-
-
-def format_size(nbytes: float) -> str:
-    """``2.00 GiB``, ``512.0 MiB``, ``4.0 KiB``, ``100 B``."""
-    for unit, shift in (("PiB", 50), ("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if abs(nbytes) >= 1 << shift:
-            value = nbytes / (1 << shift)
-            return f"{value:.2f} {unit}" if unit in ("GiB", "TiB", "PiB") else f"{value:.1f} {unit}"
-    return f"{nbytes:.0f} B"
-
 
 def default_repeat(size_bytes: int) -> int:
     """Repetitions per method: 3 up to 4 GiB, 2 up to 32 GiB, else 1."""

@@ -23,10 +23,12 @@ import contextlib
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from trainguard.ckpt.atomic import (
+    CheckpointDir,
     CheckpointInfo,
     SavedCheckpoint,
     SkippedCheckpoint,
@@ -36,9 +38,6 @@ from trainguard.ckpt.jsonread import parse_json
 from trainguard.ckpt.manifest import FileEntry
 from trainguard.ckpt.tensors import import_torch
 from trainguard.errors import CheckpointError
-
-if TYPE_CHECKING:
-    from trainguard.ckpt.engine import Checkpointer
 
 __all__ = ["agree_tag", "finish_shard", "load_agreed", "mark_failed", "rank_world"]
 
@@ -132,32 +131,35 @@ def _collect(staged: StagedCheckpoint, world: int, timeout_s: float) -> dict[str
     return merged
 
 
-def finish_shard(owner: Checkpointer, staged: StagedCheckpoint, rank: int, world: int,
-                 entries: dict[str, FileEntry], meta: dict[str, Any],
-                 started: float) -> SavedCheckpoint:
-    """Publish this rank's files; rank 0 also collects everyone's and commits. Other ranks
-    return when their own shard is durable (``size_bytes`` is their shard's)."""
+def finish_shard(ckpt_dir: CheckpointDir, staged: StagedCheckpoint, rank: int, world: int,
+                 entries: dict[str, FileEntry], meta: dict[str, Any], started: float, *,
+                 commit_timeout_s: float) -> SavedCheckpoint:
+    """Publish this rank's files; rank 0 also collects everyone's (waiting up to
+    `commit_timeout_s`) and commits in `ckpt_dir`. Other ranks return when their own shard is
+    durable (``size_bytes`` is their shard's)."""
     _publish(staged, rank, entries)
     if rank != 0:
         return SavedCheckpoint(step=staged.step, path=staged.final,
                                size_bytes=sum(e.size for e in entries.values()),
                                save_s=time.monotonic() - started)
     try:
-        merged = _collect(staged, world, owner.commit_timeout_s)
+        merged = _collect(staged, world, commit_timeout_s)
     except BaseException:
-        owner.dir.abort(staged)
+        ckpt_dir.abort(staged)
         raise
-    return owner.dir.commit(staged, merged, meta=meta, started=started)
+    return ckpt_dir.commit(staged, merged, meta=meta, started=started)
 
 
-def load_agreed(owner: Checkpointer, *, max_step: int | None, map_location: Any,
-                trusted: bool = False
+def load_agreed(ckpt_dir: CheckpointDir, group: Any, load: Callable[[CheckpointInfo, int], Any],
+                *, max_step: int | None
                 ) -> tuple[Any, CheckpointInfo | None, tuple[SkippedCheckpoint, ...]]:
-    """The newest checkpoint whose shard loads on every rank (see the module docstring)."""
+    """The newest checkpoint in `ckpt_dir` whose shard loads on every rank of `group` (see the
+    module docstring); ``load(info, rank)`` loads and verifies this rank's shard or raises
+    `CheckpointError`."""
     dist = _dist()
-    rank, world = rank_world(owner.group)
-    infos = [info for info in owner.dir.list() if max_step is None or info.step <= max_step]
-    steps = _broadcast([info.step for info in infos] if rank == 0 else None, owner.group)
+    rank, world = rank_world(group)
+    infos = [info for info in ckpt_dir.list() if max_step is None or info.step <= max_step]
+    steps = _broadcast([info.step for info in infos] if rank == 0 else None, group)
     by_step = {info.step: info for info in infos}
     skipped: list[SkippedCheckpoint] = []
     for step in reversed(steps):
@@ -168,20 +170,20 @@ def load_agreed(owner: Checkpointer, *, max_step: int | None, map_location: Any,
             reason = f"rank {rank} does not see step {step}"
         else:
             try:
-                state = owner.load(info, map_location=map_location, rank=rank, trusted=trusted)
+                state = load(info, rank)
                 reason = None
             except CheckpointError as exc:
                 reason = str(exc)
         reasons: list[Any] = [None] * world
-        dist.all_gather_object(reasons, reason, group=owner.group)
+        dist.all_gather_object(reasons, reason, group=group)
         bad = [(r, why) for r, why in enumerate(reasons) if why is not None]
         if not bad:
             assert info is not None  # every rank loaded it
-            owner.dir.ledger.note(info.path, None)
+            ckpt_dir.ledger.note(info.path, None)
             return state, info, tuple(skipped)
         why = "; ".join(f"rank {r}: {w}" for r, w in bad)
         if info is not None:
-            owner.dir.ledger.note(info.path, why)  # rank 0 prunes: never this one
-        path = info.path if info is not None else Path(owner.root) / f"step-{step:08d}"
+            ckpt_dir.ledger.note(info.path, why)  # rank 0 prunes: never this one
+        path = info.path if info is not None else Path(ckpt_dir.root) / f"step-{step:08d}"
         skipped.append(SkippedCheckpoint(step, path, why))
     return None, None, tuple(skipped)

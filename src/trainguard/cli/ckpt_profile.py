@@ -20,12 +20,11 @@ from trainguard.ckpt.profile import (
     ProfileResult,
     StreamProfile,
     Timing,
-    format_size,
-    parse_size,
     run_profile,
 )
 from trainguard.cli.console import err, fail, out, stderr_is_tty, warn
 from trainguard.errors import ConfigError, TrainguardError
+from trainguard.sizes import format_size, parse_size
 
 __all__ = ["profile"]
 

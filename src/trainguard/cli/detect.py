@@ -28,6 +28,7 @@ from trainguard.detect.truth import (
     truth_from_xid_gauge,
 )
 from trainguard.errors import ConfigError, TrainguardError
+from trainguard.sizes import parse_size
 from trainguard.telemetry.frame import Telemetry
 from trainguard.timeparse import parse_timestamp
 
@@ -80,8 +81,6 @@ def _progress(label: str) -> Iterator[Callable[[int, int], None]]:
 
 def max_memory_bytes(text: str) -> int:
     """`--max-memory` in bytes (0 = no limit); a malformed size is a usage error (exit 2)."""
-    from trainguard.ckpt.profile import parse_size
-
     try:
         return parse_size(text)
     except TrainguardError as exc:

@@ -11,6 +11,7 @@ import typer
 from trainguard import __version__
 from trainguard.cli import (
     advise,
+    agent,
     ckpt,
     detect,
     logs,
@@ -36,6 +37,7 @@ app = typer.Typer(
 )
 app.add_typer(logs.app, name="logs")
 app.add_typer(xid.app, name="xid")
+app.command("agent")(agent.agent)
 app.command("simulate")(simulate.simulate)
 app.command("detect")(detect.detect)
 app.command("backtest")(detect.backtest)

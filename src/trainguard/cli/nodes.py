@@ -11,7 +11,7 @@ from rich.table import Table
 
 from trainguard.cli.console import err, fail, out
 from trainguard.errors import TrainguardError
-from trainguard.recover.nodes import exclusion_concentration, node_health
+from trainguard.nodehealth import exclusion_concentration, node_health
 from trainguard.store import Store
 
 app = typer.Typer(

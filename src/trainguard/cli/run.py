@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
+from trainguard.agent.backend import with_agents
 from trainguard.cli.console import err, fail
 from trainguard.errors import ConfigError, LaunchError
 from trainguard.faultspec import parse_faults
@@ -151,6 +152,24 @@ def run(
     overwrite: Annotated[bool, typer.Option(
         "--overwrite", help="Reuse a run dir that holds an earlier run (its attempts/ and "
         "summary.json are removed; nodes/ is kept).")] = False,
+    agents: Annotated[bool, typer.Option(
+        "--agents/--no-agents", help="Run each node's ranks through a per-host `trainguard "
+        "agent` that reports over the network (the default; what multi-host runs need). "
+        "--no-agents: this process starts the ranks itself (one shared host).")] = True,
+    agent_exec: Annotated[str | None, typer.Option(
+        "--agent-exec", help="local: start each node's agent through this command template "
+        "({node} is substituted), e.g. 'ssh {node}'; the nodes are then separate hosts.")
+    ] = None,
+    controller_addr: Annotated[str | None, typer.Option(
+        "--controller-addr", help="Address the agents dial to reach this controller "
+        "[default: 127.0.0.1 for virtual nodes, else this host's name].")] = None,
+    listen: Annotated[str | None, typer.Option(
+        "--listen", help="Address to listen on for agents [default: --controller-addr's; "
+        "all interfaces for remote hosts].")] = None,
+    node_timeout: Annotated[float, typer.Option(
+        "--node-timeout", help="Seconds a host's agent may be silent before the host counts "
+        "as lost (handled like Slurm's NODE_FAIL: excluded, resumed on a spare).", min=1.0)
+    ] = 30.0,
 ) -> None:
     try:
         if backend not in _BACKENDS:
@@ -194,6 +213,11 @@ def run(
     try:
         launcher = LocalBackend(slots_per_node=slots_per_node) if backend == "local" else \
             _slurm_backend(slurm_mode, partition, time_limit, spec.name)
+        if agents:
+            launcher = with_agents(launcher, agent_exec=agent_exec, advertise=controller_addr,
+                                   listen=listen, node_timeout_s=node_timeout)
+        elif agent_exec is not None:
+            raise ConfigError("--agent-exec needs agents (drop --no-agents)")
     except ConfigError as exc:
         fail(str(exc), code=2)
     sup = Supervisor(spec, launcher, store=store, on_status=on_status, on_output=on_output,
@@ -205,6 +229,9 @@ def run(
             except ConfigError as exc:
                 fail(str(exc), code=2)
     finally:
+        close = getattr(launcher, "close", None)
+        if callable(close):
+            close()
         if store is not None:
             store.close()
         lock.release()

@@ -12,6 +12,7 @@ supervisor's decisions, the detector's ground truth) consumes these.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -89,6 +90,39 @@ class FailureEvent:
                 {"path": e.path, "line": e.line_no, "text": e.text} for e in self.evidence
             ],
         }
+
+    @staticmethod
+    def from_dict(d: Mapping[str, Any]) -> FailureEvent:
+        """The event :meth:`to_dict` wrote; ValueError, KeyError or TypeError otherwise."""
+        def opt(key: str, kind: type) -> Any:
+            value = d.get(key)
+            if value is not None and not isinstance(value, kind):
+                raise TypeError(f"{key} must be {kind.__name__}")
+            return value
+
+        fields = d.get("fields") or {}
+        evidence = d.get("evidence") or []
+        if not isinstance(fields, dict) or not isinstance(evidence, list):
+            raise TypeError("fields must be a map and evidence a list")
+        return FailureEvent(
+            category=Category(d["category"]), action=Action(d["action"]),
+            severity=Severity(d["severity"]), signature=str(d["signature"])[:200],
+            summary=str(d["summary"])[:2000], time=_number(d.get("time")),
+            time_kind=TimeKind(d.get("time_kind", "none")), host=opt("host", str),
+            gpu_pci=opt("gpu", str), gpu_index=opt("gpu_index", int), rank=opt("rank", int),
+            xid=opt("xid", int), caused_by_xid=opt("caused_by_xid", int),
+            confidence=_number(d.get("confidence")) or 1.0,
+            fields=tuple((str(k), str(v)) for k, v in fields.items()),
+            evidence=tuple(EvidenceLine(str(e["path"]), int(e["line"]), str(e["text"])[:4000])
+                           for e in evidence[:64]))
+
+
+def _number(value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError("expected a number")
+    return float(value)
 
 
 __all__ = ["EvidenceLine", "FailureEvent", "TimeKind"]

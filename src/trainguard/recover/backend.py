@@ -14,7 +14,7 @@ node (``srun`` without per-task status) reports it for every rank of the node.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -43,6 +43,11 @@ class LaunchPlan:
     ranks: tuple[RankLaunch, ...]
     workdir: Path
     """Working directory of every rank."""
+    watch_nodes: tuple[str, ...] = ()
+    """Idle spares: no ranks, but their kernel logs are followed (backends with agents)."""
+    kernel_logs: Mapping[str, str] = field(default_factory=dict)
+    """Each node's kernel log (the ``--kernel-log`` template expanded), for backends whose
+    agents read it on the node itself."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +83,10 @@ class AttemptHandle(Protocol):
     def stop(self, grace_s: float) -> list[RankExit]:
         """Stop every remaining rank: SIGTERM (and SIGCONT) to each process group, SIGKILL
         after ``grace_s``; returns when all are gone, with their exits."""
+        ...
+
+    def close(self) -> None:
+        """The attempt is over (its ranks are gone): release what launched it."""
         ...
 
 

@@ -14,10 +14,11 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
+from trainguard.atomicjson import write_json_atomic
 from trainguard.evidence.events import FailureEvent
 from trainguard.recover.backend import AttemptHandle, LaunchPlan
-from trainguard.recover.records import write_json_atomic
 from trainguard.recover.watch import RankWatch
 from trainguard.trace.collect import (
     STACK_SIGNAL,
@@ -27,6 +28,7 @@ from trainguard.trace.collect import (
     request_stacks,
 )
 from trainguard.trace.hang import HangDiagnosis, RankPlace, localize_hang
+from trainguard.trace.model import RankState
 from trainguard.trace.runfiles import stacks_path, trace_path
 
 log = logging.getLogger(__name__)
@@ -100,8 +102,12 @@ class HangDiagnoser:
     def diagnose(self, plan: LaunchPlan, handle: AttemptHandle, stopped: Mapping[int, bool],
                  codes: Mapping[int, int | None],
                  node_events: Mapping[str, list[FailureEvent]]) -> HangDiagnosis:
-        index, local = plan.attempt, self.local
+        local = self.local
         t0 = self.clock()
+        collect = getattr(handle, "collect", None)
+        if callable(collect):
+            remote = self._remote(plan, collect(3.0), stopped, codes, handle.running())
+            return self._conclude(plan, t0, *remote, node_events)
         running = handle.running()
         pids = handle.pids()
         places: dict[int, RankPlace] = {}
@@ -130,6 +136,50 @@ class HangDiagnoser:
                                 sleep=self.sleep, clock=self.clock, use_py_spy=local,
                                 signalable=signalable)
         places = {r: replace(p, stack=stacks.get(r)) for r, p in places.items()}
+        return self._conclude(plan, t0, places, states, notes, stacks, node_events)
+
+    def _remote(self, plan: LaunchPlan, found: Mapping[int, Mapping[str, Any]],
+                stopped: Mapping[int, bool], codes: Mapping[int, int | None],
+                running: frozenset[int]) -> tuple[dict[int, RankPlace],
+                                                  dict[int, RankState | None], list[str],
+                                                  dict[int, str]]:
+        """Places, collective states and stacks from what each host's agent collected: the
+        state files it sent are kept next to the rank's mirrored events in the run dir."""
+        places: dict[int, RankPlace] = {}
+        stacks: dict[int, str] = {}
+        paths: dict[int, Path] = {}
+        for rl in plan.ranks:
+            info = found.get(rl.rank, {})
+            if rl.rank not in running:
+                proc = "finished" if codes.get(rl.rank) == 0 else "exited"
+            elif stopped.get(rl.rank):
+                proc = "stopped"
+            else:
+                proc = str(info.get("proc") or "unknown")
+            trace = info.get("trace")
+            path = trace_path(Path(rl.env["TRAINGUARD_EVENTS"]))
+            if isinstance(trace, bytes):
+                try:
+                    path.write_bytes(trace)
+                except OSError as exc:
+                    log.warning("could not keep rank %d's state file: %s", rl.rank, exc)
+            paths[rl.rank] = path
+            stack = info.get("stack")
+            if isinstance(stack, str):
+                stacks[rl.rank] = stack
+            pid = info.get("pid")
+            places[rl.rank] = RankPlace(rl.rank, rl.node, rl.local_rank,
+                                        gpu_of(rl.env, rl.local_rank),
+                                        pid if isinstance(pid, int) else None, proc,
+                                        stacks.get(rl.rank))
+        states, notes = read_states(paths)
+        return places, states, notes, stacks
+
+    def _conclude(self, plan: LaunchPlan, t0: float, places: Mapping[int, RankPlace],
+                  states: Mapping[int, RankState | None], notes: list[str],
+                  stacks: Mapping[int, str],
+                  node_events: Mapping[str, list[FailureEvent]]) -> HangDiagnosis:
+        index = plan.attempt
         evidence = {n: [ev.summary for ev in evs] for n, evs in node_events.items() if evs}
         diagnosis = localize_hang(states, places, evidence, [rl.rank for rl in plan.ranks],
                                   notes)

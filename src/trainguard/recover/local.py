@@ -34,7 +34,7 @@ _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+def die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
     """SIGKILL when the supervisor dies; and be the subreaper of the rank's tree, so a
     grandchild whose parent exits (a daemonizing double fork) stays under the rank, where the
     reaper's scans of the tree still find it, instead of moving to init."""
@@ -102,6 +102,15 @@ class LocalAttempt:
 
     def stop(self, grace_s: float) -> list[RankExit]:
         """SIGTERM + SIGCONT to every live group, SIGKILL after ``grace_s``, then reap."""
+        self.terminate(grace_s)
+        return self.poll()
+
+    def close(self) -> None:
+        """Nothing to release: the processes are this backend's own children."""
+
+    def terminate(self, grace_s: float) -> None:
+        """:meth:`stop` without reporting the exits (the next :meth:`poll` does): safe to call
+        from another thread while one polls."""
         live = [p for r, p in self._procs.items() if r not in self._reported]
         for proc in live:
             if proc.poll() is None:
@@ -115,7 +124,6 @@ class LocalAttempt:
             _killpg(proc.pid, signal.SIGKILL)
         for proc in live:
             proc.wait()
-        return self.poll()
 
 
 def _killpg(pgid: int, signum: int) -> None:
@@ -194,7 +202,7 @@ class LocalBackend:
                     procs[rl.rank] = subprocess.Popen(
                         [program, *plan.command[1:]], env=env, cwd=plan.workdir,
                         stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                        start_new_session=True, preexec_fn=_die_with_parent)
+                        start_new_session=True, preexec_fn=die_with_parent)
                 reaper.add(procs[rl.rank].pid)
         except OSError as exc:
             LocalAttempt(procs, reaper.forget).stop(0.0)
@@ -204,4 +212,4 @@ class LocalBackend:
         return LocalAttempt(procs, reaper.forget)
 
 
-__all__ = ["LocalAttempt", "LocalBackend", "ReaperSlot", "resolve_command"]
+__all__ = ["LocalAttempt", "LocalBackend", "ReaperSlot", "die_with_parent", "resolve_command"]

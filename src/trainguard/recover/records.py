@@ -7,16 +7,12 @@ supervisor's operator) always finds a complete document.
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainguard.errors import LaunchError
+from trainguard.atomicjson import write_json_atomic
 from trainguard.evidence.events import FailureEvent
 from trainguard.recover.failure import Failure, TeardownCrash
 from trainguard.recover.policy import Decision
@@ -114,26 +110,6 @@ class RunResult:
         return {"succeeded": 0, "cancelled": 130}.get(self.status, 1)
 
 
-def write_json_atomic(path: Path, obj: Mapping[str, Any]) -> None:
-    """Replace ``path`` with ``obj`` as JSON in one rename: a reader never sees half a file.
-    :class:`LaunchError` (one line) when it cannot be written."""
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
-    except OSError as exc:
-        raise LaunchError(f"cannot write {path}: {exc.strerror or exc}") from exc
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=2, allow_nan=False, default=str)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(exc, OSError):
-            raise LaunchError(f"cannot write {path}: {exc.strerror or exc}") from exc
-        raise
-
-
 class Recorder:
     """Writes the run's records as it goes: ``summary.json`` and, when given, the store."""
 
@@ -221,5 +197,4 @@ class Recorder:
         self.write(result.status, result.message, result.attempts, result.exclusions)
 
 
-__all__ = ["SUMMARY_FORMAT", "AttemptResult", "Exclusion", "Recorder", "RunResult",
-           "write_json_atomic"]
+__all__ = ["SUMMARY_FORMAT", "AttemptResult", "Exclusion", "Recorder", "RunResult"]

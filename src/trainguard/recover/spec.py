@@ -132,8 +132,6 @@ class JobSpec:
             raise ConfigError("term_timeout_s and exit_grace_s must be >= 0")
         if not self.peer_exit_grace_s >= 0:
             raise ConfigError("--peer-exit-grace must be >= 0")
-        if "{node}" not in self.kernel_log:
-            raise ConfigError("the kernel-log template must contain {node}")
         if self.master_port is not None and not 1 <= self.master_port <= 65535:
             raise ConfigError("--master-port must be between 1 and 65535")
         for fault in self.faults:

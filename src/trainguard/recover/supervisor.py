@@ -30,11 +30,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+from trainguard.atomicjson import write_json_atomic
 from trainguard.errors import ConfigError, LaunchError, TrainguardError
 from trainguard.evidence.events import EvidenceLine, FailureEvent
 from trainguard.evidence.rules import RuleSet, load_rules
 from trainguard.evidence.scanner import scan_bytes
 from trainguard.faultspec import SDK_KINDS, FaultKind, join_faults
+from trainguard.filetail import read_tail
 from trainguard.recover.backend import AttemptHandle, Backend, LaunchPlan, RankLaunch
 from trainguard.recover.diagnosis import HangDiagnoser, StragglerWatch
 from trainguard.recover.failure import (
@@ -59,15 +61,8 @@ from trainguard.recover.inject import (
 )
 from trainguard.recover.lifecycle import Lifecycle, State
 from trainguard.recover.policy import ChainState, Decision, Verdict, decide, implicated_after
-from trainguard.recover.records import (
-    AttemptResult,
-    Exclusion,
-    Recorder,
-    RunResult,
-    write_json_atomic,
-)
+from trainguard.recover.records import AttemptResult, Exclusion, Recorder, RunResult
 from trainguard.recover.spec import JobSpec
-from trainguard.recover.tail import read_tail
 from trainguard.recover.watch import NodeWatch, RankWatch
 from trainguard.store import Store
 from trainguard.taxonomy import Action, Category, Severity
@@ -140,6 +135,7 @@ class Supervisor:
         self.run_id = uuid.uuid4().hex[:12]
         self._recorder: Recorder | None = None
         self._node_watch: NodeWatch | None = None
+        self._remote_klogs = bool(getattr(backend, "reads_kernel_logs", False))
 
     # -- public ------------------------------------------------------------------------------
 
@@ -164,8 +160,10 @@ class Supervisor:
         self._recorder = recorder
         recorder.start(spec.name, self.backend.name, started, self._config())
         all_nodes = (*spec.nodes, *spec.spares)
+        # With agents, each host's agent reads its own kernel log; here only the alerts.
         self._node_watch = NodeWatch(
-            {n: spec.kernel_log_path(n) for n in all_nodes}, self.rules,
+            {} if self._remote_klogs else {n: spec.kernel_log_path(n) for n in all_nodes},
+            self.rules, nodes=all_nodes,
             alerts_file=spec.alerts_file, store=self.store,
             stop_on_predictive=spec.stop_on_predictive, since=started)
         chain = _Chain(nodes, spares)
@@ -247,8 +245,13 @@ class Supervisor:
                 shutil.rmtree(p)
             else:
                 p.unlink()
+        if not self._remote_klogs and "{node}" not in spec.kernel_log:
+            raise ConfigError("the kernel-log template must contain {node} when every node's "
+                              "log is read on this machine")
         for node in (*spec.nodes, *spec.spares):
             (run_dir / "nodes" / node).mkdir(parents=True, exist_ok=True)
+            if self._remote_klogs:
+                continue  # the node's own agent reads it, on the node
             klog = spec.kernel_log_path(node)
             try:
                 klog.parent.mkdir(parents=True, exist_ok=True)
@@ -298,7 +301,10 @@ class Supervisor:
         nodes = chain.nodes
         assert self._recorder is not None and self._node_watch is not None
         port = spec.master_port or self.backend.free_port(nodes)
-        plan = self._plan(index, nodes, port, chain.resume_max_step)
+        plan = replace(self._plan(index, nodes, port, chain.resume_max_step),
+                       watch_nodes=tuple(chain.spares),
+                       kernel_logs={n: str(spec.kernel_log_path(n))
+                                    for n in (*nodes, *chain.spares)})
         self._status(f"attempt {index}: launching {len(plan.ranks)} rank(s) on "
                      f"{', '.join(nodes)}")
         t0 = self.clock()
@@ -329,7 +335,7 @@ class Supervisor:
                     self._status(f"attempt {index}: rank {ex.rank} on {w.node} "
                                  f"{RankOutcome(ex.rank, w.node, ex.returncode).exit_text()}")
             self._poll_ranks(watches, chain, store_id, seen_ckpts, now)
-            trigger = self._poll_nodes(nodes, chain, node_events, now)
+            trigger = self._poll_nodes(nodes, chain, node_events, now, _remote_events(handle))
             for firing in schedule.due(now, {r: w.last_step for r, w in watches.items()}):
                 fired.append(str(firing.spec))
                 self._fire(firing.spec.kind, firing.rank, firing.node, firing.spec.xid, handle,
@@ -348,6 +354,10 @@ class Supervisor:
                 waiting = all(may_be_teardown(c, watches[r].finished) for r, c in failed.items())
                 deadline = min(exited_at[r] for r in failed) + spec.peer_exit_grace_s
                 if waiting and now < deadline and any(c is None for c in codes.values()):
+                    self.sleep(spec.poll_interval_s)
+                elif _settling(handle):
+                    # A host's agent just went away: these exits may be its consequence (the
+                    # peers of a dead host fail first). Wait for its verdict (lost or back).
                     self.sleep(spec.poll_interval_s)
                 else:
                     trigger = Trigger.EXIT
@@ -381,18 +391,19 @@ class Supervisor:
         stopped = {r: handle.is_stopped(r) for r in handle.running()}
         hang = None
         if trigger is Trigger.HANG:
-            diagnoser = HangDiagnoser(spec.run_dir, local=self.backend.name == "local",
+            diagnoser = HangDiagnoser(spec.run_dir, local=bool(handle.pids()),
                                       clock=self.clock, sleep=self.sleep, status=self._status)
             hang = diagnoser.diagnose(plan, handle, stopped, codes, node_events)
         self.lifecycle.to(State.STOPPING)
         if handle.running():
             for ex in handle.stop(spec.term_timeout_s):
                 codes[ex.rank] = ex.returncode
+        handle.close()
         ended = self.clock()
         self.lifecycle.to(State.DECIDING)
         self._poll_ranks(watches, chain, store_id, {r: len(w.checkpoints) for r, w in
                                                     watches.items()}, ended)
-        self._poll_nodes(chain.nodes, chain, node_events, ended)
+        self._poll_nodes(chain.nodes, chain, node_events, ended, _remote_events(handle))
         outcomes = tuple(
             RankOutcome(r, w.node, codes[r], exited_at.get(r), stopped.get(r, False),
                         w.last_step, w.last_progress, w.finished)
@@ -457,12 +468,14 @@ class Supervisor:
             seen[rank] = len(w.checkpoints)
 
     def _poll_nodes(self, nodes: tuple[str, ...], chain: _Chain,
-                    node_events: dict[str, list[FailureEvent]], now: float) -> Trigger | None:
+                    node_events: dict[str, list[FailureEvent]], now: float,
+                    remote: list[FailureEvent] | None = None) -> Trigger | None:
+        """Kernel-log evidence and alerts (``remote``: what the agents found on their hosts)."""
         assert self._node_watch is not None
         trigger = None
         watch = self._node_watch
         no_events: list[FailureEvent] = []
-        for ev in self._classify(lambda: watch.poll(now), no_events):
+        for ev in [*self._classify(lambda: watch.poll(now), no_events), *(remote or ())]:
             node = ev.host or ""
             if node in nodes:
                 node_events.setdefault(node, []).append(ev)
@@ -543,7 +556,14 @@ class Supervisor:
               handle: AttemptHandle, index: int) -> None:
         if kind is FaultKind.XID:
             self._status(f"inject: XID {xid} into {node}'s kernel log")
-            append_line(self.spec.kernel_log_path(node), xid_line(node, xid))
+            remote = getattr(handle, "append_kernel_line", None)
+            if self._remote_klogs and callable(remote):
+                try:
+                    remote(node, xid_line(node, xid))  # the node's agent writes its own log
+                except LaunchError as exc:
+                    self._status(f"inject: {exc}")
+            else:
+                append_line(self.spec.kernel_log_path(node), xid_line(node, xid))
             return
         if kind is FaultKind.ALERT:
             assert self.spec.alerts_file is not None  # JobSpec checks it
@@ -679,6 +699,17 @@ class Supervisor:
             "ranks": [{"rank": rl.rank, "node": rl.node, "pid": pids.get(rl.rank),
                        "output": str(rl.output)} for rl in plan.ranks],
         })
+
+
+def _remote_events(handle: AttemptHandle) -> list[FailureEvent]:
+    """Node evidence an agent-run attempt collected on its hosts (none for local ranks)."""
+    take = getattr(handle, "node_events", None)
+    return list(take()) if callable(take) else []
+
+
+def _settling(handle: AttemptHandle) -> bool:
+    settling = getattr(handle, "settling", None)
+    return bool(settling()) if callable(settling) else False
 
 
 def run_job(spec: JobSpec, backend: Backend, **kwargs: Any) -> RunResult:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,7 @@ from typing import Any
 from trainguard.evidence.events import EvidenceLine, FailureEvent, TimeKind
 from trainguard.evidence.rules import RuleSet
 from trainguard.evidence.scanner import scan_bytes
-from trainguard.recover.tail import FileTail, parse_json_lines
+from trainguard.filetail import FileTail, parse_json_lines
 from trainguard.store import Store
 from trainguard.taxonomy import Action, Category, Severity
 from trainguard.trace.model import TraceWindow, window_from_record
@@ -122,8 +122,11 @@ class NodeWatch:
     def __init__(self, kernel_logs: Mapping[str, Path], rules: RuleSet, *,
                  alerts_file: Path | None = None, store: Store | None = None,
                  stop_on_predictive: bool = False, since: float = 0.0,
-                 history_s: float = HISTORY_S) -> None:
+                 history_s: float = HISTORY_S, nodes: Iterable[str] | None = None) -> None:
+        """``nodes``: whose alerts count (default: the nodes of ``kernel_logs``; with agents the
+        kernel logs are read on each host and only alerts are followed here)."""
         self._rules = rules
+        self._nodes = frozenset(kernel_logs if nodes is None else nodes)
         self._tails = {node: FileTail(path, from_end=True) for node, path in kernel_logs.items()}
         self._pending = [ev for node, path in kernel_logs.items()
                          for ev in self._history(node, path, since - history_s)]
@@ -137,7 +140,7 @@ class NodeWatch:
 
     @property
     def nodes(self) -> frozenset[str]:
-        return frozenset(self._tails)
+        return self._nodes
 
     def _history(self, node: str, path: Path, cutoff: float) -> list[FailureEvent]:
         """Events already in a kernel log that are recent enough to matter: timestamped ones
@@ -197,7 +200,7 @@ class NodeWatch:
 
     def _alert_event(self, rec: Mapping[str, Any], where: str, line: int) -> FailureEvent | None:
         node = rec.get("node")
-        if not isinstance(node, str) or node not in self._tails:
+        if not isinstance(node, str) or node not in self._nodes:
             return None
         if rec.get("status") == "resolved":  # an alert ending (trainguard watch's webhook)
             return None

@@ -36,7 +36,7 @@ from trainguard.errors import ConfigError
 from trainguard.evidence.events import FailureEvent
 from trainguard.evidence.rules import RuleSet
 from trainguard.evidence.scanner import host_from_path, scan_bytes
-from trainguard.recover.tail import FileTail, read_position
+from trainguard.filetail import FileTail, read_position
 
 log = logging.getLogger(__name__)
 

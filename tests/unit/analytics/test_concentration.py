@@ -10,7 +10,7 @@ from analytics_fleet import NOW
 
 from trainguard.analytics import exclusion_counts, lemon_candidates, load_runs, lorenz
 from trainguard.analytics.concentration import exclusion_concentration, run_nodes
-from trainguard.recover.nodes import node_health
+from trainguard.nodehealth import node_health
 from trainguard.store import Store
 
 

@@ -19,7 +19,7 @@ import pytest
 from trainguard.errors import ConfigError
 from trainguard.evidence.events import FailureEvent, TimeKind
 from trainguard.evidence.rules import RuleSet, load_rules
-from trainguard.recover.tail import FileTail
+from trainguard.filetail import FileTail
 from trainguard.watch.kernlog import (
     JournalExportReader,
     JournalTail,

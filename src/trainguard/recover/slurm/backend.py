@@ -169,6 +169,9 @@ class SlurmAttempt:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signum)
 
+    def close(self) -> None:
+        """Nothing to release beyond what :meth:`stop` and the last :meth:`poll` did."""
+
     def stop(self, grace_s: float) -> list[RankExit]:
         if self._srun is not None and self._srun.poll() is None:
             # srun forwards SIGTERM to every task; the task wrapper to its rank's group.
@@ -270,12 +273,12 @@ class SlurmBackend:
         self.excluded.add(node)
         self.commands.drain(node, reason)
 
-    def _srun_argv(self, plan: LaunchPlan) -> list[str]:
-        nproc = len(plan.ranks) // len(plan.nodes)
-        argv = ["srun", f"--nodes={len(plan.nodes)}", f"--ntasks={len(plan.ranks)}",
-                f"--ntasks-per-node={nproc}", f"--nodelist={','.join(plan.nodes)}",
-                "--kill-on-bad-exit=0", "--export=ALL", f"--job-name={self._job_name}"]
-        return [*argv, self._python, "-m", "trainguard.recover.slurm.task", *plan.command]
+    def _srun_argv(self, nodes: tuple[str, ...], per_node: int,
+                   program: list[str]) -> list[str]:
+        return ["srun", f"--nodes={len(nodes)}", f"--ntasks={len(nodes) * per_node}",
+                f"--ntasks-per-node={per_node}", f"--nodelist={','.join(nodes)}",
+                "--kill-on-bad-exit=0", "--export=ALL", f"--job-name={self._job_name}",
+                *program]
 
     def _step_env(self, plan: LaunchPlan, attempt_dir: Path) -> dict[str, str]:
         first = plan.ranks[0].env
@@ -286,28 +289,39 @@ class SlurmBackend:
 
     def launch(self, plan: LaunchPlan) -> SlurmAttempt:
         attempt_dir = plan.ranks[0].output.parent.parent
+        program = [self._python, "-m", "trainguard.recover.slurm.task", *plan.command]
+        srun, job_id = self.start_step(plan.nodes, len(plan.ranks) // len(plan.nodes), program,
+                                       self._step_env(plan, attempt_dir), attempt_dir,
+                                       plan.workdir, plan.attempt)
+        return SlurmAttempt(plan, attempt_dir, srun=srun, job_id=job_id,
+                            commands=self.commands if job_id else None,
+                            reaper=self._reaper.get())
+
+    def start_step(self, nodes: tuple[str, ...], per_node: int, program: list[str],
+                   env: Mapping[str, str], attempt_dir: Path, workdir: Path, attempt: int,
+                   ) -> tuple[subprocess.Popen[bytes] | None, str | None]:
+        """Run ``program`` as ``per_node`` tasks on each of ``nodes``: an ``srun`` step
+        (allocation mode; its process) or a submitted job (submit mode; its id)."""
         attempt_dir.mkdir(parents=True, exist_ok=True)
-        reaper = self._reaper.get()
-        env = self._step_env(plan, attempt_dir)
-        srun_argv = self._srun_argv(plan)
+        srun_argv = self._srun_argv(nodes, per_node, program)
         if self.mode == "allocation":
             with open(attempt_dir / "srun.log", "ab") as out:
                 try:
-                    proc = subprocess.Popen(srun_argv, env=env, cwd=plan.workdir,
+                    proc = subprocess.Popen(srun_argv, env=dict(env), cwd=workdir,
                                             stdin=subprocess.DEVNULL, stdout=out,
                                             stderr=subprocess.STDOUT, start_new_session=True)
                 except OSError as exc:
                     raise LaunchError(f"cannot start srun: {exc.strerror or exc}") from exc
-            return SlurmAttempt(plan, attempt_dir, srun=proc, reaper=reaper)
+            return proc, None
         argv_file = attempt_dir / "srun-argv.json"
         argv_file.write_text(json.dumps(srun_argv))
         script = attempt_dir / "batch.py"
         script.write_text(_BATCH_SCRIPT.format(python=self._python, argv_file=str(argv_file)))
-        sbatch = ["sbatch", "--parsable", f"--nodes={len(plan.nodes)}",
-                  f"--ntasks-per-node={len(plan.ranks) // len(plan.nodes)}",
-                  f"--nodelist={','.join(plan.nodes)}", f"--job-name={self._job_name}",
+        sbatch = ["sbatch", "--parsable", f"--nodes={len(nodes)}",
+                  f"--ntasks-per-node={per_node}",
+                  f"--nodelist={','.join(nodes)}", f"--job-name={self._job_name}",
                   f"--output={attempt_dir / 'job.out'}", "--export=ALL", "--no-requeue",
-                  f"--chdir={plan.workdir}"]
+                  f"--chdir={workdir}"]
         if self.excluded:
             sbatch.append(f"--exclude={','.join(sorted(self.excluded))}")
         if self._partition:
@@ -315,7 +329,7 @@ class SlurmBackend:
         if self._time_limit:
             sbatch.append(f"--time={self._time_limit}")
         try:
-            done = subprocess.run([*sbatch, str(script)], env=env, capture_output=True,
+            done = subprocess.run([*sbatch, str(script)], env=dict(env), capture_output=True,
                                   text=True, timeout=60, check=False)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise LaunchError(f"sbatch failed: {exc}") from exc
@@ -323,10 +337,14 @@ class SlurmBackend:
             first = (done.stderr.strip().splitlines() or ["no output"])[0]
             raise LaunchError(f"sbatch failed: {first}")
         job_id = done.stdout.strip().split(";")[0]
-        log.info("attempt %d submitted as job %s", plan.attempt, job_id)
+        log.info("attempt %d submitted as job %s", attempt, job_id)
         (attempt_dir / "job_id").write_text(job_id + "\n")
-        return SlurmAttempt(plan, attempt_dir, job_id=job_id, commands=self.commands,
-                            reaper=reaper)
+        return None, job_id
+
+    @property
+    def reaper(self) -> ReaperLink:
+        """The watchdog that cancels this backend's steps and jobs if the supervisor dies."""
+        return self._reaper.get()
 
 
 # Variables the task wrapper sets per rank; the rest of a rank's environment is common.

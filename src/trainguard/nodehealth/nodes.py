@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from trainguard.recover.health import (
+from trainguard.nodehealth.health import (
     Concentration,
     IncidentKind,
     LemonPolicy,

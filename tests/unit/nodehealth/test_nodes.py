@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from trainguard.cli.main import app
 from trainguard.evidence.events import FailureEvent, TimeKind
-from trainguard.recover.nodes import exclusion_concentration, node_health
+from trainguard.nodehealth.nodes import exclusion_concentration, node_health
 from trainguard.store import Store
 from trainguard.taxonomy import Action, Category, Severity
 

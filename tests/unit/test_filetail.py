@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from trainguard.recover.tail import FileTail, parse_json_lines
+from trainguard.filetail import FileTail, parse_json_lines
 
 
 def test_complete_lines_only_with_numbers(tmp_path: Path) -> None:
@@ -64,7 +64,7 @@ def test_json_lines_skip_garbage() -> None:
 ])
 def test_read_tail_is_bounded_in_bytes_and_lines_and_keeps_line_numbers(
         tmp_path: Path, max_bytes: int, max_lines: int, first: int, kept: int) -> None:
-    from trainguard.recover.tail import read_tail
+    from trainguard.filetail import read_tail
 
     path = tmp_path / "out.log"
     path.write_bytes(b"".join(b"line %03d x\n" % i for i in range(1, 101)))  # 11 bytes each

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from trainguard.errors import ConfigError
-from trainguard.recover.health import (
+from trainguard.nodehealth.health import (
     IncidentKind,
     LemonPolicy,
     NodeIncident,

@@ -1,0 +1,16 @@
+"""Multi-host runs: a per-host agent, the controller's hub, and the wire between them.
+
+- :mod:`~trainguard.agent.wire`: msgpack frames, limits, the HMAC handshake;
+- :mod:`~trainguard.agent.hub`: the controller's listener (:class:`AgentHub`);
+- :mod:`~trainguard.agent.client`: the dialing side and the agent's outbox;
+- :mod:`~trainguard.agent.host`: an agent's work on its own host (ranks, kernel log, stacks);
+- :mod:`~trainguard.agent.runner`: ``trainguard agent`` itself;
+- :mod:`~trainguard.agent.remote`: the controller's view of an attempt run by agents;
+- :mod:`~trainguard.agent.backend`: backends that launch agents, not ranks.
+"""
+
+from trainguard.agent.backend import AgentBackend, LocalLauncher
+from trainguard.agent.hub import AgentHub
+from trainguard.agent.remote import RemoteAttempt
+
+__all__ = ["AgentBackend", "AgentHub", "LocalLauncher", "RemoteAttempt"]

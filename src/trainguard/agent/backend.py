@@ -1,0 +1,260 @@
+"""Backends that launch agents, not ranks.
+
+:class:`AgentBackend` wraps a scheduler backend (``local``, ``slurm``: which nodes exist, which
+are drained, how to drain one) and an :class:`AgentLauncher` (how one agent per host is started:
+a subprocess, optionally through a prefix such as ``ssh {node}`` or a namespace entry; or one
+``srun`` task per node). Each attempt starts one agent per node (and per idle spare, which only
+watches its kernel log); the agents dial the controller's :class:`~trainguard.agent.hub.AgentHub`
+and the attempt is followed as a :class:`~trainguard.agent.remote.RemoteAttempt`.
+
+The run's secret reaches the agents in their environment (``TRAINGUARD_AGENT_SECRET``), never
+on a command line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Protocol
+
+from trainguard.agent.hub import AgentHub
+from trainguard.agent.remote import AgentProcesses, RemoteAttempt
+from trainguard.agent.wire import SECRET_ENV, new_secret
+from trainguard.errors import ConfigError, LaunchError
+from trainguard.recover.backend import Backend, LaunchPlan
+
+ArgvFor = Callable[[str | None], list[str]]
+"""The agent command for a node (None: one command for every node, which then names
+itself from ``$SLURMD_NODENAME`` or its hostname)."""
+
+
+class AgentLauncher(Protocol):
+    """Starts one agent per node for an attempt."""
+
+    name: str
+
+    def master_addr(self, nodes: tuple[str, ...]) -> str:
+        """How the ranks reach the first node (rendezvous)."""
+        ...
+
+    def start(self, nodes: tuple[str, ...], argv_for: ArgvFor, env: Mapping[str, str],
+              log_dir: Path, attempt: int) -> AgentProcesses:
+        ...
+
+
+def agent_argv(python: str, controller: tuple[str, int], node: str | None, session: str,
+               attempt: int, extra: Sequence[str] = ()) -> list[str]:
+    host, port = controller
+    named = ["--node", node] if node is not None else []
+    return [python, "-m", "trainguard.agent", "--controller", f"{host}:{port}", *named,
+            "--session", session, "--attempt", str(attempt), *extra]
+
+
+class SubprocessAgents:
+    """Agents started as local subprocesses (one per node)."""
+
+    def __init__(self, procs: Mapping[str, subprocess.Popen[bytes]]) -> None:
+        self._procs = dict(procs)
+
+    def exited(self) -> Mapping[str, int]:
+        return {n: code for n, p in self._procs.items() if (code := p.poll()) is not None}
+
+    def close(self, wait_s: float) -> None:
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and any(p.poll() is None for p in self._procs.values()):
+            time.sleep(0.02)
+        for proc in self._procs.values():
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+class LocalLauncher:
+    """One agent subprocess per node on this machine, or through ``exec_prefix`` (a command
+    template with ``{node}``: ``ssh {node}``, ``ENTER {node}`` for a namespaced test host)."""
+
+    name = "local"
+
+    def __init__(self, exec_prefix: str | None = None) -> None:
+        if exec_prefix is not None and "{node}" not in exec_prefix:
+            raise ConfigError(f"--agent-exec must contain {{node}}, got {exec_prefix!r}")
+        self.exec_prefix = exec_prefix
+
+    def master_addr(self, nodes: tuple[str, ...]) -> str:
+        # Virtual nodes share this machine's loopback; real (or namespaced) hosts do not.
+        return "127.0.0.1" if self.exec_prefix is None else nodes[0]
+
+    def prefix(self, node: str) -> list[str]:
+        if self.exec_prefix is None:
+            return []
+        return [part.replace("{node}", node) for part in shlex.split(self.exec_prefix)]
+
+    def start(self, nodes: tuple[str, ...], argv_for: ArgvFor, env: Mapping[str, str],
+              log_dir: Path, attempt: int) -> SubprocessAgents:
+        from trainguard.recover.local import die_with_parent
+
+        log_dir.mkdir(parents=True, exist_ok=True)
+        procs: dict[str, subprocess.Popen[bytes]] = {}
+        try:
+            for node in nodes:
+                argv = [*self.prefix(node), *argv_for(node)]
+                with open(log_dir / f"agent-{node}.log", "ab") as out:
+                    procs[node] = subprocess.Popen(
+                        argv, env=dict(env), stdin=subprocess.DEVNULL, stdout=out,
+                        stderr=subprocess.STDOUT, start_new_session=True,
+                        preexec_fn=die_with_parent)
+        except OSError as exc:
+            SubprocessAgents(procs).close(0.0)
+            raise LaunchError(f"cannot start an agent: {exc.strerror or exc}") from exc
+        return SubprocessAgents(procs)
+
+
+class AgentBackend:
+    """A scheduler backend whose attempts run through agents (see the module docstring)."""
+
+    can_signal_rank = True
+    has_local_pids = False
+    reads_kernel_logs = True
+
+    def __init__(self, inner: Backend, launcher: AgentLauncher, *, listen: str = "127.0.0.1",
+                 advertise: str | None = None, port: int = 0, node_timeout_s: float = 30.0,
+                 connect_timeout_s: float = 60.0, orphan_timeout_s: float | None = None,
+                 python: str = sys.executable, env: Mapping[str, str] | None = None,
+                 clock: Callable[[], float] = time.time,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.inner = inner
+        self.launcher = launcher
+        self.name = inner.name
+        self.persistent_nodes = inner.persistent_nodes
+        self._listen, self._advertise, self._port = listen, advertise, port
+        self.node_timeout_s = node_timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self.orphan_timeout_s = orphan_timeout_s if orphan_timeout_s is not None \
+            else max(node_timeout_s, 10.0)
+        self._python = python
+        self._env = dict(os.environ if env is None else env)
+        self._clock, self._sleep = clock, sleep
+        self.secret = new_secret()
+        self.session = uuid.uuid4().hex[:16]
+        self.hub: AgentHub | None = None
+        self._since: float | None = None
+        self._seen: set[tuple[object, ...]] = set()
+
+    # -- the scheduler's part ----------------------------------------------------------------
+
+    def check(self, command: tuple[str, ...], nodes: tuple[str, ...]) -> None:
+        self.inner.check(command, nodes)
+
+    def capacity(self) -> int | None:
+        return self.inner.capacity()
+
+    def master_addr(self, nodes: tuple[str, ...]) -> str:
+        return self.launcher.master_addr(nodes)
+
+    def free_port(self, nodes: tuple[str, ...]) -> int:
+        return self.inner.free_port(nodes)
+
+    def unavailable(self, nodes: tuple[str, ...]) -> Mapping[str, str]:
+        return self.inner.unavailable(nodes)
+
+    def exclude(self, node: str, reason: str) -> None:
+        self.inner.exclude(node, reason)
+
+    # -- agents ------------------------------------------------------------------------------
+
+    def controller(self) -> tuple[str, int]:
+        """Start listening (once); the address agents dial."""
+        if self.hub is None:
+            self.hub = AgentHub(self.secret, self.session, host=self._listen, port=self._port,
+                                clock=self._clock)
+            self.hub.start()
+        host, port = self.hub.address
+        return (self._advertise or host, port)
+
+    def launch(self, plan: LaunchPlan) -> RemoteAttempt:
+        address = self.controller()
+        assert self.hub is not None
+        if self._since is None:
+            self._since = self._clock()
+        nodes = tuple(dict.fromkeys((*plan.nodes, *plan.watch_nodes)))
+        self.hub.expect(plan.attempt, nodes)
+        env = {**self._env, SECRET_ENV: self.secret}
+        log_dir = plan.ranks[0].output.parent.parent / "agents" if plan.ranks \
+            else Path.cwd()
+        procs = self.launcher.start(
+            nodes, lambda node: agent_argv(self._python, address, node, self.session,
+                                           plan.attempt), env, log_dir, plan.attempt)
+        return RemoteAttempt(
+            plan, self.hub, procs, watch_nodes=plan.watch_nodes, kernel_logs=plan.kernel_logs,
+            since=self._since, node_timeout_s=self.node_timeout_s,
+            connect_timeout_s=self.connect_timeout_s, orphan_timeout_s=self.orphan_timeout_s,
+            seen_events=self._seen, clock=self._clock, sleep=self._sleep)
+
+    def close(self) -> None:
+        if self.hub is not None:
+            self.hub.close()
+            self.hub = None
+        close = getattr(self.inner, "close", None)
+        if callable(close):
+            close()
+
+
+
+
+LauncherFactory = Callable[[Backend, "str | None"], AgentLauncher]
+
+
+def _local_launcher(inner: Backend, agent_exec: str | None) -> AgentLauncher:
+    return LocalLauncher(agent_exec)
+
+
+def _slurm_launcher(inner: Backend, agent_exec: str | None) -> AgentLauncher:
+    from trainguard.recover.slurm.agents import SlurmLauncher
+
+    if agent_exec is not None:
+        raise ConfigError("--agent-exec is for the local backend; Slurm starts the agents "
+                          "with srun")
+    return SlurmLauncher(inner)
+
+
+LAUNCHERS: dict[str, LauncherFactory] = {"local": _local_launcher, "slurm": _slurm_launcher}
+"""How each scheduler backend starts agents: one line per backend."""
+
+
+def with_agents(inner: Backend, *, agent_exec: str | None = None, advertise: str | None = None,
+                listen: str | None = None, node_timeout_s: float = 30.0) -> AgentBackend:
+    """``inner``'s nodes, run through agents (the CLI's default)."""
+    factory = LAUNCHERS.get(inner.name)
+    if factory is None:
+        raise ConfigError(f"the {inner.name} backend cannot start agents")
+    launcher = factory(inner, agent_exec)
+    remote = not (inner.name == "local" and agent_exec is None)
+    if advertise is None:
+        advertise = socket.gethostname() if remote else "127.0.0.1"
+    if listen is None:
+        listen = advertise if _is_ip(advertise) else ("0.0.0.0" if remote else "127.0.0.1")
+    return AgentBackend(inner, launcher, listen=listen, advertise=advertise,
+                        node_timeout_s=node_timeout_s)
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+__all__ = ["LAUNCHERS", "AgentBackend", "AgentLauncher", "LocalLauncher", "SubprocessAgents",
+           "agent_argv", "with_agents"]

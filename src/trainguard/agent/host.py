@@ -1,0 +1,223 @@
+"""What an agent does on its own host, without any networking: start the host's ranks, watch
+them, tail the host's kernel log, and answer the controller's requests.
+
+Everything here reads local files and local processes only; :mod:`trainguard.agent.runner`
+turns the results into messages. The ranks run under :class:`~trainguard.recover.local.LocalBackend`
+(one process group each, killed with the agent: ``PR_SET_PDEATHSIG`` plus the reaper).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trainguard.agent.wire import CHUNK, SECRET_ENV, WireError, integer
+from trainguard.errors import LaunchError
+from trainguard.evidence.rules import RuleSet
+from trainguard.filetail import FileTail
+from trainguard.recover.backend import LaunchPlan, RankLaunch
+from trainguard.recover.inject import append_line
+from trainguard.recover.local import LocalAttempt, LocalBackend
+from trainguard.recover.watch import NodeWatch
+from trainguard.trace.collect import STACK_SIGNAL, catches, process_state, request_stacks
+from trainguard.trace.runfiles import stacks_path, trace_path
+
+log = logging.getLogger(__name__)
+
+PROC_EVERY_S = 0.5
+"""How often process states (stopped?) and the kernel log are looked at."""
+_TRACE_MAX = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class RankFiles:
+    rank: int
+    output: Path
+    events: Path
+
+
+def _strings(value: object, what: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise WireError(f"{what} must be a list of strings")
+    return list(value)
+
+
+def _env(value: object) -> dict[str, str]:
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                              for k, v in value.items()):
+        raise WireError("a rank's env must map strings to strings")
+    return dict(value)
+
+
+def local_plan(msg: Mapping[str, Any], node: str, work_dir: Path) -> LaunchPlan:
+    """The controller's launch message as a plan for this host, with every rank file moved to
+    this host's ``work_dir`` (pure, apart from nothing: no file is touched)."""
+    command = _strings(msg.get("command"), "command")
+    if not command:
+        raise WireError("empty command")
+    ranks = msg.get("ranks")
+    if not isinstance(ranks, list):
+        raise WireError("ranks must be a list")
+    out = []
+    for r in ranks:
+        if not isinstance(r, dict):
+            raise WireError("a rank must be a map")
+        rank = integer(r, "rank")
+        env = _env(r.get("env"))
+        env["TRAINGUARD_EVENTS"] = str(work_dir / f"rank{rank}.events.jsonl")
+        env["TRAINGUARD_NODE"] = node
+        out.append(RankLaunch(rank, integer(r, "local_rank"), node, integer(r, "node_rank"),
+                              env, work_dir / f"rank{rank}.log"))
+    workdir = msg.get("workdir")
+    return LaunchPlan(integer(msg, "attempt"), tuple(command), (node,), tuple(out),
+                      Path(workdir) if isinstance(workdir, str) else Path.cwd())
+
+
+class HostWork:
+    """The ranks and kernel log of one host for one attempt (thread-safe)."""
+
+    def __init__(self, node: str, work_dir: Path, rules: RuleSet,
+                 clock: Callable[[], float] = time.time,
+                 base_env: Mapping[str, str] | None = None) -> None:
+        self.node = node
+        self.work_dir = work_dir
+        self._rules = rules
+        self._clock = clock
+        env = dict(os.environ if base_env is None else base_env)
+        env.pop(SECRET_ENV, None)  # the ranks never see the run's secret
+        self._base_env = env
+        self._lock = threading.Lock()
+        self._backend = LocalBackend(base_env=env)
+        self._attempt: LocalAttempt | None = None
+        self._files: dict[int, RankFiles] = {}
+        self._tails: dict[int, tuple[FileTail, FileTail]] = {}
+        self._klog: NodeWatch | None = None
+        self.kernel_log: Path | None = None
+        self._stopped: frozenset[int] = frozenset()
+        self._next_slow = 0.0
+
+    # -- commands ----------------------------------------------------------------------------
+
+    def watch_kernel_log(self, path: Path | None, since: float) -> None:
+        """Follow ``path`` (this host's kernel log) through the evidence rules."""
+        self.kernel_log = path
+        if path is not None:
+            self._klog = NodeWatch({self.node: path}, self._rules, since=since)
+
+    def launch(self, msg: Mapping[str, Any]) -> dict[int, int]:
+        """Start this host's ranks; returns their pids. :class:`LaunchError` when it cannot."""
+        plan = local_plan(msg, self.node, self.work_dir)
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            if self._attempt is not None:
+                raise LaunchError(f"{self.node}: the attempt's ranks were already started")
+            self._files = {rl.rank: RankFiles(rl.rank, rl.output,
+                                              Path(rl.env["TRAINGUARD_EVENTS"]))
+                           for rl in plan.ranks}
+            self._tails = {r: (FileTail(f.output), FileTail(f.events))
+                           for r, f in self._files.items()}
+            if plan.ranks:
+                self._attempt = self._backend.launch(plan)
+            return dict(self._attempt.pids()) if self._attempt is not None else {}
+
+    def signal(self, rank: int, signum: int) -> None:
+        with self._lock:
+            if self._attempt is None:
+                raise LaunchError(f"{self.node}: no ranks are running")
+            self._attempt.signal_rank(rank, signum)
+
+    def stop(self, grace_s: float) -> None:
+        """TERM (and CONT) every rank's group, KILL after ``grace_s``; exits are then reported
+        by :meth:`poll`."""
+        attempt = self._attempt
+        if attempt is not None:
+            # Not under the lock: poll() must keep reporting output while the ranks wind down.
+            attempt.terminate(grace_s)
+
+    def append_kernel_line(self, line: str) -> Path:
+        if self.kernel_log is None:
+            raise LaunchError(f"{self.node}: no kernel log is watched (--kernel-log)")
+        append_line(self.kernel_log, line)
+        return self.kernel_log
+
+    def close(self) -> None:
+        self._backend.close()
+
+    # -- watching ----------------------------------------------------------------------------
+
+    def running(self) -> frozenset[int]:
+        return self._attempt.running() if self._attempt is not None else frozenset()
+
+    def poll(self, now: float) -> list[dict[str, Any]]:
+        """What is new, as messages: output and SDK events, then exits (a rank's last output
+        goes before its exit), and every :data:`PROC_EVERY_S` stopped ranks and kernel-log
+        evidence."""
+        out: list[dict[str, Any]] = []
+        with self._lock:
+            attempt = self._attempt
+            exits = attempt.poll() if attempt is not None else []
+            for rank, (output, events) in self._tails.items():
+                for kind, tail in (("out", output), ("sdk", events)):
+                    data, _ = tail.read(CHUNK)
+                    if data:
+                        out.append({"t": kind, "rank": rank, "data": data})
+        out += [{"t": "exit", "rank": ex.rank, "code": ex.returncode} for ex in exits]
+        if now >= self._next_slow:
+            self._next_slow = now + PROC_EVERY_S
+            out += self._slow(now)
+        return out
+
+    def _slow(self, now: float) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        if self._attempt is not None:
+            stopped = frozenset(r for r in self._attempt.running()
+                                if self._attempt.is_stopped(r))
+            if stopped != self._stopped:
+                self._stopped = stopped
+                out.append({"t": "procs", "stopped": sorted(stopped)})
+        if self._klog is not None:
+            out += [{"t": "klog", "event": ev.to_dict()} for ev in self._klog.poll(now)]
+        return out
+
+    def collect(self, timeout_s: float) -> dict[str, Any]:
+        """Hang diagnosis on this host: each rank's process state, collective state file and
+        Python stacks (SDK signal, else py-spy)."""
+        attempt = self._attempt
+        pids = dict(attempt.pids()) if attempt is not None else {}
+        running = attempt.running() if attempt is not None else frozenset()
+        ranks: dict[str, dict[str, Any]] = {}
+        targets: dict[int, tuple[int | None, Path]] = {}
+        signalable: set[int] = set()
+        for rank, files in self._files.items():
+            pid = pids.get(rank)
+            proc = process_state(pid) if rank in running else "exited"
+            state_file = trace_path(files.events)
+            entry: dict[str, Any] = {"pid": pid, "proc": proc, "trace": _read_small(state_file)}
+            ranks[str(rank)] = entry
+            if proc == "running":
+                targets[rank] = (pid, stacks_path(files.events))
+                if entry["trace"] is not None and catches(pid, STACK_SIGNAL):
+                    signalable.add(rank)
+        if targets and attempt is not None:
+            stacks = request_stacks(targets, attempt.signal_rank, timeout_s=timeout_s,
+                                    signalable=signalable)
+            for rank, stack in stacks.items():
+                ranks[str(rank)]["stack"] = stack[-(256 << 10):]
+        return {"ranks": ranks}
+
+
+def _read_small(path: Path) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read(_TRACE_MAX)
+    except OSError:
+        return None
+
+
+__all__ = ["PROC_EVERY_S", "HostWork", "local_plan"]

@@ -1,0 +1,303 @@
+"""The controller's view of one attempt run by agents: an
+:class:`~trainguard.recover.backend.AttemptHandle` built only from what the agents send.
+
+What arrives is written where the supervisor keeps its records: each rank's output and SDK
+events go to the same run-directory files a single-host run writes (``attempts/<i>/<node>/``),
+so every reader of a run directory (the supervisor's own watches, ``trace show``, the report)
+works unchanged, and nothing is ever read from another host's filesystem.
+
+A host whose agent is silent for ``node_timeout_s`` (crashed host, cut network, killed agent),
+or whose agent never connects, is **lost**: a fatal ``node_lost`` event on that host, which the
+supervisor handles like any fatal node evidence (stop, implicate, exclude, resume on a spare).
+If no agent at all connects, the launch itself is broken (a wrong controller address, a
+launcher that cannot start agents): that is a :class:`~trainguard.errors.LaunchError`, never a
+reason to take hosts out of service.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from trainguard.agent.hub import AgentHub, Inbound
+from trainguard.agent.wire import WireError, integer
+from trainguard.errors import LaunchError
+from trainguard.evidence.events import EvidenceLine, FailureEvent
+from trainguard.recover.backend import LaunchPlan, RankExit
+from trainguard.taxonomy import Action, Category, Severity
+
+log = logging.getLogger(__name__)
+
+_STOP_MARGIN_S = 5.0
+"""Beyond the stop grace, how long to wait for agents to report the last exits."""
+
+
+class AgentProcesses(Protocol):
+    """The local processes that started the agents (subprocesses, ``srun``): what the
+    controller can see of them without the network."""
+
+    def exited(self) -> Mapping[str, int]:
+        """Nodes whose agent launcher ended, with its exit status."""
+        ...
+
+    def close(self, wait_s: float) -> None:
+        """The attempt is over: give the launchers ``wait_s`` to end, then kill them."""
+        ...
+
+
+def node_lost_event(node: str, why: str) -> FailureEvent:
+    summary = f"node lost: {why}"
+    return FailureEvent(
+        category=Category.SCHEDULER_NODE_FAILURE, action=Action.EXCLUDE_NODE,
+        severity=Severity.FATAL, signature="node_lost", summary=summary[:300], host=node,
+        evidence=(EvidenceLine("agent", 0, summary[:2000]),))
+
+
+def _event_key(ev: FailureEvent) -> tuple[object, ...]:
+    return (ev.host, ev.signature, tuple((e.path, e.line_no, e.text) for e in ev.evidence))
+
+
+class RemoteAttempt:
+    """One attempt's ranks on the agents' hosts (see the module docstring)."""
+
+    def __init__(self, plan: LaunchPlan, hub: AgentHub, procs: AgentProcesses, *,
+                 watch_nodes: Iterable[str] = (), kernel_logs: Mapping[str, str] | None = None,
+                 since: float = 0.0, node_timeout_s: float = 30.0,
+                 connect_timeout_s: float = 60.0, orphan_timeout_s: float = 30.0,
+                 seen_events: set[tuple[object, ...]] | None = None,
+                 clock: Callable[[], float] = time.time,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.plan = plan
+        self._hub = hub
+        self._procs = procs
+        self._clock = clock
+        self._sleep = sleep
+        self.node_timeout_s = node_timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self._node_of = {rl.rank: rl.node for rl in plan.ranks}
+        self._files = {rl.rank: (rl.output, Path(rl.env["TRAINGUARD_EVENTS"]))
+                       for rl in plan.ranks}
+        for output, events in self._files.values():
+            output.parent.mkdir(parents=True, exist_ok=True)
+            output.touch(exist_ok=True)
+            events.touch(exist_ok=True)
+        self.nodes = tuple(dict.fromkeys((*plan.nodes, *watch_nodes)))
+        logs = kernel_logs or {}
+        self._launch = {node: {
+            "t": "launch", "attempt": plan.attempt, "command": list(plan.command),
+            "workdir": str(plan.workdir), "kernel_log": logs.get(node), "since": since,
+            "orphan_timeout_s": orphan_timeout_s,
+            "ranks": [{"rank": rl.rank, "local_rank": rl.local_rank,
+                       "node_rank": rl.node_rank, "env": dict(rl.env)}
+                      for rl in plan.ranks if rl.node == node]} for node in self.nodes}
+        self._sent: set[str] = set()
+        self._exits: list[RankExit] = []
+        self._reported: set[int] = set()
+        self._stopped: dict[str, frozenset[int]] = {}
+        self._events: list[FailureEvent] = []
+        self._seen = seen_events if seen_events is not None else set()
+        self.lost: dict[str, str] = {}
+        self.errors: list[str] = []
+        self._node_replies: dict[tuple[int, str], Mapping[str, Any]] = {}
+        self._req = 0
+        self.pids_seen: dict[int, int] = {}
+        self.started_at = clock()
+
+    # -- following the agents ----------------------------------------------------------------
+
+    def _pump(self) -> None:
+        peers = self._hub.peers()
+        for node, view in peers.items():
+            if view.connected and node not in self._sent and node not in self.lost \
+                    and self._hub.send(node, self._launch[node]):
+                self._sent.add(node)
+        for inbound in self._hub.take():
+            try:
+                self._dispatch(inbound)
+            except (WireError, OSError, ValueError, KeyError, TypeError) as exc:
+                log.warning("message %r from %s's agent ignored: %s",
+                            str(inbound.msg.get("t"))[:40], inbound.node, exc)
+        self._liveness(peers)
+
+    def _dispatch(self, inbound: Inbound) -> None:
+        msg, node = inbound.msg, inbound.node
+        kind = msg.get("t")
+        if kind in ("out", "sdk"):
+            rank = self._own_rank(node, integer(msg, "rank"))
+            data = msg.get("data")
+            if not isinstance(data, bytes):
+                raise WireError("data must be bytes")
+            path = self._files[rank][0 if kind == "out" else 1]
+            with open(path, "ab") as f:
+                f.write(data)
+        elif kind == "exit":
+            rank = self._own_rank(node, integer(msg, "rank"))
+            if rank not in self._reported:
+                self._reported.add(rank)
+                self._exits.append(RankExit(rank, integer(msg, "code")))
+        elif kind == "procs":
+            stopped = msg.get("stopped")
+            if isinstance(stopped, list):
+                self._stopped[node] = frozenset(r for r in stopped if isinstance(r, int))
+        elif kind == "klog":
+            raw = msg.get("event")
+            if not isinstance(raw, dict):
+                raise WireError("klog: event must be a map")
+            ev = FailureEvent.from_dict({**raw, "host": node})
+            key = _event_key(ev)
+            if key not in self._seen:  # each attempt's agent reads the log's recent history
+                self._seen.add(key)
+                self._events.append(ev)
+        elif kind == "started":
+            pids = msg.get("pids")
+            if isinstance(pids, dict):
+                self.pids_seen.update({int(r): p for r, p in pids.items()
+                                       if isinstance(p, int)})
+        elif kind == "reply":
+            self._node_replies[(integer(msg, "req"), node)] = msg
+        elif kind == "error":
+            text = f"{node}: {str(msg.get('what'))[:40]}: {str(msg.get('text'))[:500]}"
+            self.errors.append(text)
+            log.warning("agent error: %s", text)
+            if msg.get("what") == "launch":
+                for rank, n in self._node_of.items():
+                    if n == node and rank not in self._reported:
+                        self._reported.add(rank)
+                        self._exits.append(RankExit(rank, 127))
+
+    def _own_rank(self, node: str, rank: int) -> int:
+        if self._node_of.get(rank) != node:
+            raise WireError(f"rank {rank} does not run on {node}")
+        return rank
+
+    def _liveness(self, peers: Mapping[str, Any]) -> None:
+        now = self._clock()
+        launchers = self._procs.exited()
+        if not any(v.ever_connected for v in peers.values()) \
+                and (now - self.started_at > self.connect_timeout_s
+                     or len(launchers) == len(self.nodes)):
+            detail = "; ".join(self.errors[-3:]) or (
+                f"launcher exit status {sorted(set(launchers.values()))}" if launchers else
+                f"none within {self.connect_timeout_s:g} s")
+            raise LaunchError(f"no agent connected to the controller ({detail}): check the "
+                              "controller address and how agents are started")
+        for node in self.nodes:
+            view = peers.get(node)
+            if view is None or node in self.lost:
+                continue
+            why = None
+            if not view.ever_connected:
+                if node in launchers:
+                    why = (f"{node}'s agent ended (status {launchers[node]}) before "
+                           "connecting")
+                elif now - self.started_at > self.connect_timeout_s:
+                    why = f"{node}'s agent did not connect within {self.connect_timeout_s:g} s"
+            elif not view.connected or now - view.last_seen > self.node_timeout_s:
+                silent = now - view.last_seen
+                if silent > self.node_timeout_s:
+                    how = view.closed_reason or "no heartbeat"
+                    why = f"{node}'s agent silent for {silent:.0f} s ({how})"
+            if why is not None:
+                self.lost[node] = why
+                log.warning("%s", why)
+                self._events.append(node_lost_event(node, why))
+
+    # -- AttemptHandle -----------------------------------------------------------------------
+
+    def poll(self) -> list[RankExit]:
+        self._pump()
+        exits, self._exits = self._exits, []
+        return exits
+
+    def running(self) -> frozenset[int]:
+        return frozenset(r for r in self._node_of if r not in self._reported)
+
+    def pids(self) -> Mapping[int, int]:
+        return {}  # another host's process ids mean nothing here
+
+    def is_stopped(self, rank: int) -> bool:
+        return rank in self._stopped.get(self._node_of.get(rank, ""), frozenset())
+
+    def signal_rank(self, rank: int, signum: int) -> None:
+        node = self._node_of.get(rank)
+        if node is None:
+            raise LaunchError(f"no rank {rank} in this attempt")
+        if not self._hub.send(node, {"t": "signal", "rank": rank, "signum": int(signum)}):
+            raise LaunchError(f"{node}'s agent is not connected")
+
+    def node_events(self) -> list[FailureEvent]:
+        """Kernel-log evidence from the agents and lost nodes, since the last call."""
+        events, self._events = self._events, []
+        return events
+
+    def settling(self) -> bool:
+        """An agent is disconnected but not yet declared lost: a failure seen now may be its
+        consequence (peers of a dead host crash first), so wait for the verdict."""
+        peers = self._hub.peers()
+        return any(v.ever_connected and not v.connected and n not in self.lost
+                   for n, v in peers.items() if n in self.plan.nodes)
+
+    def append_kernel_line(self, node: str, line: str) -> None:
+        if not self._hub.send(node, {"t": "xid", "line": line}):
+            raise LaunchError(f"{node}'s agent is not connected")
+
+    def collect(self, timeout_s: float) -> dict[int, Mapping[str, Any]]:
+        """Each rank's process state, collective state and stacks, asked of every agent at
+        once; ranks of hosts that did not answer within ``timeout_s`` + 2 s are absent."""
+        self._req += 1
+        req = self._req
+        asked = {n for n in self.plan.nodes
+                 if self._hub.send(n, {"t": "collect", "req": req, "timeout_s": timeout_s})}
+        deadline = self._clock() + timeout_s + 2.0
+        got: dict[str, Mapping[str, Any]] = {}
+        while asked - set(got) and self._clock() < deadline:
+            self._sleep(0.05)
+            self._pump()
+            got.update(self._take_replies(req))
+        out: dict[int, Mapping[str, Any]] = {}
+        for node, reply in got.items():
+            ranks = reply.get("ranks")
+            if isinstance(ranks, dict):
+                for key, info in ranks.items():
+                    rank = int(key)
+                    if self._node_of.get(rank) == node and isinstance(info, dict):
+                        out[rank] = info
+        return out
+
+    def _take_replies(self, req: int) -> dict[str, Mapping[str, Any]]:
+        found = {node: msg for (r, node), msg in self._node_replies.items() if r == req}
+        for node in found:
+            del self._node_replies[(req, node)]
+        return found
+
+    def stop(self, grace_s: float) -> list[RankExit]:
+        """Every agent stops its ranks (TERM, KILL after ``grace_s``); ranks whose host is
+        lost or does not answer in time are reported killed."""
+        self._pump()
+        for node in {self._node_of[r] for r in self.running()}:
+            self._hub.send(node, {"t": "stop", "grace_s": grace_s})
+        deadline = self._clock() + grace_s + _STOP_MARGIN_S
+        while self.running() and self._clock() < deadline:
+            if all(self._node_of[r] in self.lost for r in self.running()):
+                break
+            self._sleep(0.05)
+            self._pump()
+        for rank in sorted(self.running()):
+            self._reported.add(rank)
+            self._exits.append(RankExit(rank, -signal.SIGKILL))
+        exits, self._exits = self._exits, []
+        return exits
+
+    def close(self) -> None:
+        """The attempt is over: every agent exits (its ranks are gone by now)."""
+        self._pump()
+        for node in self.nodes:
+            self._hub.send(node, {"t": "bye"})
+        self._procs.close(wait_s=5.0)
+
+
+__all__ = ["AgentProcesses", "RemoteAttempt", "node_lost_event"]

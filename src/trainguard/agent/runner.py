@@ -1,0 +1,241 @@
+"""``trainguard agent``: one per host and attempt, the controller's hands on that host.
+
+It dials the controller, waits for the attempt's launch message, starts the host's ranks, and
+from then on streams what happens (output, SDK events, exits, stopped ranks, kernel-log
+evidence) while it carries out commands (stop, signal a rank, collect stacks and collective
+state, append a kernel-log line for a fault drill). It never outlives its controller for long:
+when the controller has been unreachable for the orphan timeout (no message, not even its
+heartbeat), the agent stops its ranks and exits, so a killed controller leaves nothing behind
+on any host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trainguard.agent.client import Connection, Identity, Outbox, dial
+from trainguard.agent.host import HostWork
+from trainguard.agent.wire import WireError, integer, pack
+from trainguard.errors import LaunchError, TrainguardError
+
+log = logging.getLogger(__name__)
+
+EXIT_ORPHANED = 3
+"""The agent's exit status when it gave up on an unreachable controller."""
+
+
+@dataclass(frozen=True, slots=True)
+class AgentConfig:
+    host: str
+    port: int
+    me: Identity
+    work_dir: Path
+    poll_s: float = 0.02
+    heartbeat_s: float = 1.0
+    orphan_timeout_s: float = 15.0
+    """Give up (stop the ranks, exit) after the controller is silent this long; the launch
+    message may change it."""
+    stop_grace_s: float = 10.0
+
+
+class Agent:
+    """One agent's life (see the module docstring); :meth:`run` returns its exit status."""
+
+    def __init__(self, config: AgentConfig, host: HostWork,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.cfg = config
+        self.host = host
+        self._clock = clock
+        self.outbox = Outbox()
+        self._conn: Connection | None = None
+        self._heard = clock()
+        self._orphan_s = config.orphan_timeout_s
+        self._done = asyncio.Event()
+        self._status = 0
+        self._stopping = False
+        self._launched = False
+
+    def run(self) -> int:
+        return asyncio.run(self._main())
+
+    async def _main(self) -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, self._terminated)
+        pump = asyncio.create_task(self._pump())
+        link = asyncio.create_task(self._link())
+        await self._done.wait()
+        link.cancel()
+        pump.cancel()
+        await self._flush()
+        if self._conn is not None:
+            self._conn.writer.close()
+        self.host.close()
+        return self._status
+
+    def _terminated(self) -> None:
+        log.info("agent of %s: terminated; stopping its ranks", self.cfg.me.node)
+        asyncio.get_running_loop().create_task(self._stop_and_exit(143))
+
+    async def _stop_and_exit(self, status: int) -> None:
+        if not self._stopping:
+            self._stopping = True
+            await asyncio.to_thread(self.host.stop, self.cfg.stop_grace_s)
+        self._status = status
+        self._done.set()
+
+    async def _flush(self) -> None:
+        """Last output and exits, sent if the connection is still there."""
+        for msg in self.host.poll(time.time()):
+            self._send(self.outbox.add(msg))
+        if self._conn is not None:
+            with contextlib.suppress(ConnectionError, OSError):
+                await asyncio.wait_for(self._conn.writer.drain(), 2.0)
+
+    # -- the connection ----------------------------------------------------------------------
+
+    async def _link(self) -> None:
+        """Stay connected; give up after the orphan timeout without the controller."""
+        delay = 0.1
+        while True:
+            try:
+                conn = await dial(self.cfg.host, self.cfg.port, self.cfg.me)
+            except (OSError, WireError, TimeoutError) as exc:
+                if self._clock() - self._heard > self._orphan_s:
+                    log.warning("agent of %s: controller %s:%d unreachable for %.0f s (%s): "
+                                "stopping the ranks", self.cfg.me.node, self.cfg.host,
+                                self.cfg.port, self._orphan_s, exc)
+                    await self._stop_and_exit(EXIT_ORPHANED)
+                    return
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+                continue
+            delay = 0.1
+            self._heard = self._clock()
+            self.outbox.ack(conn.acked)
+            self._conn = conn
+            for data in self.outbox.pending():
+                conn.writer.write(data)
+            try:
+                await self._receive(conn)
+            except (ConnectionError, OSError, WireError) as exc:
+                log.info("agent of %s: connection lost: %s", self.cfg.me.node, exc)
+            finally:
+                self._conn = None
+                conn.writer.close()
+            if self._done.is_set():
+                return
+
+    async def _receive(self, conn: Connection) -> None:
+        while True:
+            left = self._orphan_s - (self._clock() - self._heard)
+            try:
+                data = await asyncio.wait_for(conn.reader.read(conn.frames.limit),
+                                              max(0.1, min(left, 1.0)))
+            except TimeoutError:
+                if self._clock() - self._heard > self._orphan_s:
+                    raise ConnectionError("the controller went silent") from None
+                continue
+            if not data:
+                raise ConnectionError("the controller closed the connection")
+            self._heard = self._clock()
+            for msg in conn.frames.feed(data):
+                await self._command(msg)
+                if self._done.is_set():
+                    return
+
+    def _send(self, data: bytes) -> None:
+        conn = self._conn
+        if conn is not None and not conn.writer.is_closing():
+            conn.writer.write(data)
+
+    def _emit(self, msg: dict[str, Any]) -> None:
+        self._send(self.outbox.add(msg))
+
+    # -- commands ----------------------------------------------------------------------------
+
+    async def _command(self, msg: dict[str, Any]) -> None:
+        kind = msg.get("t")
+        try:
+            if kind == "ack":
+                self.outbox.ack(integer(msg, "seq"))
+            elif kind == "hb":
+                pass
+            elif kind == "launch":
+                await self._launch(msg)
+            elif kind == "signal":
+                self.host.signal(integer(msg, "rank"), integer(msg, "signum"))
+            elif kind == "stop":
+                grace = msg.get("grace_s")
+                grace_s = float(grace) if isinstance(grace, (int, float)) else 10.0
+                self._stopping = True
+                asyncio.get_running_loop().create_task(
+                    asyncio.to_thread(self.host.stop, grace_s))
+            elif kind == "collect":
+                asyncio.get_running_loop().create_task(self._collect(msg))
+            elif kind == "xid":
+                line = msg.get("line")
+                if not isinstance(line, str) or len(line) > 4096:
+                    raise WireError("xid: line must be a string of at most 4096 characters")
+                path = self.host.append_kernel_line(line)
+                self._emit({"t": "note", "text": f"appended to {path}"})
+            elif kind == "bye":
+                await self._stop_and_exit(0)
+            else:
+                log.info("agent of %s: unknown command %r ignored", self.cfg.me.node,
+                         str(kind)[:40])
+        except (TrainguardError, OSError) as exc:
+            self._emit({"t": "error", "what": str(kind)[:40], "text": str(exc)[:2000]})
+
+    async def _launch(self, msg: dict[str, Any]) -> None:
+        if self._launched:
+            return  # sent again after a reconnect
+        self._launched = True
+        orphan = msg.get("orphan_timeout_s")
+        if isinstance(orphan, (int, float)) and orphan > 0:
+            self._orphan_s = float(orphan)
+        klog, since = msg.get("kernel_log"), msg.get("since")
+        self.host.watch_kernel_log(Path(klog) if isinstance(klog, str) and klog else None,
+                                   float(since) if isinstance(since, (int, float)) else 0.0)
+        try:
+            pids = await asyncio.to_thread(self.host.launch, msg)
+        except LaunchError as exc:
+            self._emit({"t": "error", "what": "launch", "text": str(exc)[:2000]})
+            return
+        self._emit({"t": "started", "pids": {str(r): p for r, p in pids.items()}})
+
+    async def _collect(self, msg: dict[str, Any]) -> None:
+        req = integer(msg, "req")
+        timeout = msg.get("timeout_s")
+        result = await asyncio.to_thread(
+            self.host.collect, float(timeout) if isinstance(timeout, (int, float)) else 3.0)
+        self._emit({"t": "reply", "req": req, **result})
+
+    # -- the pump ----------------------------------------------------------------------------
+
+    async def _pump(self) -> None:
+        """Poll the host every ``poll_s``; heartbeat every ``heartbeat_s``."""
+        next_beat = 0.0
+        while True:
+            now = self._clock()
+            for msg in self.host.poll(time.time()):
+                self._emit(msg)
+            if now >= next_beat:
+                next_beat = now + self.cfg.heartbeat_s
+                self._send(_HEARTBEAT)
+            await asyncio.sleep(self.cfg.poll_s)
+
+
+_HEARTBEAT = pack({"t": "hb"})
+
+
+__all__ = ["EXIT_ORPHANED", "Agent", "AgentConfig"]

@@ -1,0 +1,161 @@
+"""The wire between the agents and the controller: msgpack messages over one TCP connection.
+
+Why these pieces:
+- **msgpack** frames the stream: its streaming ``Unpacker`` splits a byte stream into messages
+  and enforces a buffer limit and per-field limits itself, so an oversized or malformed frame is
+  an exception, never an unbounded read. Binary payloads (rank output) travel as bytes, without
+  base64.
+- **asyncio** (the standard library) does the I/O on both sides.
+- The handshake is an HMAC-SHA256 challenge–response in both directions over a per-run secret
+  (``hmac``/``secrets``): the secret itself never crosses the network, and an agent only obeys a
+  controller that knows it too.
+
+Every message is a map with a string ``t`` (its type). Anything else, a frame over the limit, a
+wrong MAC or a silent peer is a :class:`WireError` for that connection only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import secrets
+from collections.abc import Mapping
+from typing import Any
+
+import msgpack
+
+from trainguard.errors import TrainguardError
+
+PROTOCOL = "trainguard-agent/1"
+MAX_FRAME = 1 << 20
+"""Largest message either side accepts after the handshake (bytes)."""
+HANDSHAKE_FRAME = 4096
+"""Largest message before the peer is authenticated."""
+HANDSHAKE_TIMEOUT_S = 5.0
+CHUNK = 256 << 10
+"""Rank output and event bytes travel in pieces of at most this size."""
+SECRET_ENV = "TRAINGUARD_AGENT_SECRET"
+"""The environment variable that carries the run's secret to the agents (never argv)."""
+
+
+class WireError(TrainguardError):
+    """A malformed, oversized, unauthenticated or late message: the connection is dropped."""
+
+
+def new_secret() -> str:
+    """A fresh per-run secret (hex)."""
+    return secrets.token_hex(32)
+
+
+def nonce() -> bytes:
+    return secrets.token_bytes(16)
+
+
+def mac(secret: bytes, label: bytes, *parts: bytes | str) -> bytes:
+    """HMAC-SHA256 of ``label`` and ``parts``, each length-prefixed (no ambiguity)."""
+    h = hmac.new(secret, label, hashlib.sha256)
+    for part in parts:
+        raw = part.encode() if isinstance(part, str) else part
+        h.update(len(raw).to_bytes(4, "big"))
+        h.update(raw)
+    return h.digest()
+
+
+def same_mac(expected: bytes, got: object) -> bool:
+    return isinstance(got, bytes) and hmac.compare_digest(expected, got)
+
+
+def _no_ext(code: int, data: bytes) -> Any:
+    raise WireError(f"msgpack extension type {code} is not part of the protocol")
+
+
+def pack(msg: Mapping[str, Any], limit: int = MAX_FRAME) -> bytes:
+    """One message as bytes; :class:`WireError` when it would exceed ``limit``."""
+    data: bytes = msgpack.packb(dict(msg), use_bin_type=True)
+    if len(data) > limit:
+        raise WireError(f"message {msg.get('t')!r} is {len(data)} bytes (limit {limit})")
+    return data
+
+
+class FrameReader:
+    """Splits received bytes into messages, with every size bounded by ``limit``."""
+
+    def __init__(self, limit: int = MAX_FRAME) -> None:
+        self.limit = limit
+        self._unpacker = self._new(limit)
+
+    @staticmethod
+    def _new(limit: int) -> msgpack.Unpacker:
+        return msgpack.Unpacker(max_buffer_size=limit, raw=False, strict_map_key=True,
+                                ext_hook=_no_ext, use_list=True)
+
+    def relimit(self, limit: int) -> None:
+        """Raise the limit after the handshake (nothing may be buffered then)."""
+        self.limit = limit
+        self._unpacker = self._new(limit)
+
+    def feed(self, data: bytes) -> list[dict[str, Any]]:
+        """The complete messages ``data`` finishes; :class:`WireError` on anything malformed."""
+        out: list[dict[str, Any]] = []
+        view = memoryview(data)
+        while view:
+            take = view[:self.limit]
+            view = view[self.limit:]
+            try:
+                self._unpacker.feed(take)
+            except msgpack.BufferFull:
+                raise WireError(f"frame larger than {self.limit} bytes") from None
+            try:
+                for msg in self._unpacker:
+                    if not isinstance(msg, dict) or not isinstance(msg.get("t"), str):
+                        raise WireError("a message that is not a typed map")
+                    out.append(msg)
+            except WireError:
+                raise
+            except Exception as exc:  # msgpack's FormatError, StackError, ValueError, ...
+                raise WireError(f"malformed frame: {type(exc).__name__}: {exc}") from None
+        return out
+
+
+async def read_one(reader: asyncio.StreamReader, frames: FrameReader,
+                   timeout_s: float) -> dict[str, Any]:
+    """The next single message (handshake steps), within ``timeout_s``."""
+    pending: list[dict[str, Any]] = []
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not pending:
+        left = deadline - loop.time()
+        if left <= 0:
+            raise WireError("no handshake message in time")
+        try:
+            data = await asyncio.wait_for(reader.read(frames.limit), left)
+        except TimeoutError:
+            raise WireError("no handshake message in time") from None
+        if not data:
+            raise WireError("connection closed during the handshake")
+        pending = frames.feed(data)
+    if len(pending) > 1:
+        raise WireError("unexpected extra message during the handshake")
+    return pending[0]
+
+
+def text(msg: Mapping[str, Any], key: str, limit: int = 256) -> str:
+    """A string field, bounded; :class:`WireError` otherwise."""
+    value = msg.get(key)
+    if not isinstance(value, str) or len(value) > limit:
+        raise WireError(f"field {key!r} of {msg.get('t')!r} must be a string of at most "
+                        f"{limit} characters")
+    return value
+
+
+def integer(msg: Mapping[str, Any], key: str) -> int:
+    value = msg.get(key)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise WireError(f"field {key!r} of {msg.get('t')!r} must be an integer")
+    return value
+
+
+__all__ = ["CHUNK", "HANDSHAKE_FRAME", "HANDSHAKE_TIMEOUT_S", "MAX_FRAME", "PROTOCOL",
+           "SECRET_ENV", "FrameReader", "WireError", "integer", "mac", "new_secret", "nonce",
+           "pack", "read_one", "same_mac", "text"]

@@ -1,0 +1,96 @@
+"""Slurm starts the agents: one task per node (``srun --ntasks-per-node=1``), as a step of the
+allocation or as a submitted job. Each agent names itself from ``$SLURMD_NODENAME`` and dials
+the controller; the secret travels in the step's environment (``--export=ALL``), never in argv.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from trainguard.errors import LaunchError
+from trainguard.recover.backend import Backend
+from trainguard.recover.slurm.backend import _FINAL_JOB_STATES, SlurmBackend
+
+
+class SrunAgents:
+    """The agents' step (its ``srun`` process) or job, as the controller sees it."""
+
+    def __init__(self, backend: SlurmBackend, nodes: tuple[str, ...],
+                 srun: subprocess.Popen[bytes] | None, job_id: str | None) -> None:
+        self._backend = backend
+        self._nodes = nodes
+        self._srun = srun
+        self._job = job_id
+        self._ended: int | None = None
+        self._next_poll = 0.0
+        reaper = backend.reaper
+        if srun is not None:
+            reaper.add(srun.pid)
+        if job_id is not None:
+            reaper.scancel(job_id)
+
+    def _status(self) -> int | None:
+        if self._ended is not None:
+            return self._ended
+        if self._srun is not None:
+            self._ended = self._srun.poll()
+        elif self._job is not None and time.monotonic() >= self._next_poll:
+            self._next_poll = time.monotonic() + 1.0
+            with contextlib.suppress(LaunchError):
+                info = self._backend.commands.show_job(self._job)
+                state = info.get("JobState", "").split()[0] if info else ""
+                if state in _FINAL_JOB_STATES:
+                    self._ended = 0 if state == "COMPLETED" else 1
+        return self._ended
+
+    def exited(self) -> Mapping[str, int]:
+        code = self._status()
+        return {} if code is None else {n: code for n in self._nodes}
+
+    def close(self, wait_s: float) -> None:
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and self._status() is None:
+            time.sleep(0.05)
+        reaper = self._backend.reaper
+        if self._srun is not None:
+            if self._srun.poll() is None:
+                self._srun.send_signal(signal.SIGTERM)
+                try:
+                    self._srun.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    self._srun.kill()
+                    self._srun.wait()
+            reaper.forget(self._srun.pid)
+        if self._job is not None:
+            if self._status() is None:
+                with contextlib.suppress(LaunchError):
+                    self._backend.commands.cancel(self._job)
+            reaper.uncancel(self._job)
+
+
+class SlurmLauncher:
+    """One agent per node through Slurm (see the module docstring)."""
+
+    name = "slurm"
+
+    def __init__(self, backend: Backend) -> None:
+        if not isinstance(backend, SlurmBackend):
+            raise TypeError("SlurmLauncher needs the slurm backend")
+        self.backend = backend
+
+    def master_addr(self, nodes: tuple[str, ...]) -> str:
+        return nodes[0]
+
+    def start(self, nodes: tuple[str, ...], argv_for: Callable[[str | None], list[str]],
+              env: Mapping[str, str], log_dir: Path, attempt: int) -> SrunAgents:
+        srun, job = self.backend.start_step(nodes, 1, argv_for(None), env, log_dir, Path.cwd(),
+                                            attempt)
+        return SrunAgents(self.backend, nodes, srun, job)
+
+
+__all__ = ["SlurmLauncher", "SrunAgents"]
