@@ -195,11 +195,19 @@ class AgentBackend:
         procs = self.launcher.start(
             nodes, lambda node: agent_argv(self._python, address, node, self.session,
                                            plan.attempt), env, log_dir, plan.attempt)
-        return RemoteAttempt(
+        attempt = RemoteAttempt(
             plan, self.hub, procs, watch_nodes=plan.watch_nodes, kernel_logs=plan.kernel_logs,
             since=self._since, node_timeout_s=self.node_timeout_s,
             connect_timeout_s=self.connect_timeout_s, orphan_timeout_s=self.orphan_timeout_s,
             seen_events=self._seen, clock=self._clock, sleep=self._sleep)
+        self.hub.operator = attempt.operate
+        return attempt
+
+    def control(self) -> dict[str, object]:
+        """How an operator reaches this run (``trainguard inject``): address, session, secret.
+        The supervisor keeps it in a file only its user can read."""
+        host, port = self.controller()
+        return {"host": host, "port": port, "session": self.session, "secret": self.secret}
 
     def close(self) -> None:
         if self.hub is not None:

@@ -82,6 +82,29 @@ async def dial(host: str, port: int, me: Identity, timeout_s: float = 5.0) -> Co
         raise
 
 
+def ask(host: str, port: int, session: str, secret: str, request: dict[str, Any],
+        timeout_s: float = 10.0) -> dict[str, Any]:
+    """One operator request to a running controller, and its answer (``ok``, ``message``);
+    :class:`WireError` or ``OSError`` when the controller cannot be reached or refuses."""
+
+    async def go() -> dict[str, Any]:
+        conn = await dial(host, port, Identity("operator", "operator", session, 0,
+                                               secret.encode()), timeout_s)
+        try:
+            conn.writer.write(pack({"t": "op", **request}))
+            while True:
+                data = await asyncio.wait_for(conn.reader.read(MAX_FRAME), timeout_s)
+                if not data:
+                    raise WireError("the controller closed the connection")
+                for msg in conn.frames.feed(data):
+                    if msg.get("t") == "answer":
+                        return msg
+        finally:
+            conn.writer.close()
+
+    return asyncio.run(go())
+
+
 class Outbox:
     """Sequence-numbered messages awaiting the controller's acknowledgement."""
 
@@ -109,6 +132,11 @@ class Outbox:
         while self._queue and self._queue[0][0] <= seq:
             _, data = self._queue.popleft()
             self._bytes -= len(data)
+
+    @property
+    def last_seq(self) -> int:
+        """The sequence number of the latest message added."""
+        return self._seq
 
     def pending(self) -> list[bytes]:
         """Everything not yet acknowledged, oldest first (to send again after a reconnect)."""

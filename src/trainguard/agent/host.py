@@ -200,9 +200,11 @@ class HostWork:
             state_file = trace_path(files.events)
             entry: dict[str, Any] = {"pid": pid, "proc": proc, "trace": _read_small(state_file)}
             ranks[str(rank)] = entry
-            if proc == "running":
+            if proc in ("running", "stopped", "disk-sleep"):
+                # py-spy reads a stopped process too; only a running one can answer a signal.
                 targets[rank] = (pid, stacks_path(files.events))
-                if entry["trace"] is not None and catches(pid, STACK_SIGNAL):
+                if proc == "running" and entry["trace"] is not None \
+                        and catches(pid, STACK_SIGNAL):
                     signalable.add(rank)
         if targets and attempt is not None:
             stacks = request_stacks(targets, attempt.signal_rank, timeout_s=timeout_s,

@@ -278,7 +278,10 @@ class AgentHub:
             raise WireError(f"hello for another run ({session!r})")
         with self._lock:
             peer = self._peers.get(node)
-            acked = peer.seq if peer is not None and peer.attempt == attempt else 0
+            if role == "agent" and (peer is None or peer.attempt != attempt):
+                raise WireError(f"agent of {node} for attempt {attempt} is not expected "
+                                f"(current attempt {self._attempt})")
+            acked = peer.seq if peer is not None else 0
         writer.write(pack({"t": "welcome", "acked": acked,
                            "mac": mac(self._secret, b"welcome", theirs, ours)}))
         frames.relimit(MAX_FRAME)

@@ -274,6 +274,29 @@ class RemoteAttempt:
             del self._node_replies[(req, node)]
         return found
 
+    def operate(self, msg: Mapping[str, Any]) -> dict[str, Any]:
+        """An operator's request (``trainguard inject`` against the running job), answered in
+        one line: ``signal`` a rank, or append a kernel-log ``line`` on a node."""
+        op = msg.get("op")
+        try:
+            if op == "signal":
+                rank, signum = integer(msg, "rank"), integer(msg, "signum")
+                if not 0 < signum < signal.NSIG:
+                    raise WireError(f"no signal {signum}")
+                self.signal_rank(rank, signum)
+                return {"ok": True, "message": f"sent {signal.Signals(signum).name} to rank "
+                        f"{rank} on {self._node_of[rank]}"}
+            if op == "kernel_line":
+                node, line = msg.get("node"), msg.get("line")
+                if node not in self.nodes or not isinstance(line, str) or len(line) > 4096:
+                    raise WireError(f"node {str(node)[:64]!r} is not part of this attempt "
+                                    f"({', '.join(self.nodes)})")
+                self.append_kernel_line(str(node), line)
+                return {"ok": True, "message": f"appended to {node}'s kernel log"}
+        except (LaunchError, WireError) as exc:
+            return {"ok": False, "message": str(exc)}
+        return {"ok": False, "message": f"unknown request {str(op)[:40]!r}"}
+
     def stop(self, grace_s: float) -> list[RankExit]:
         """Every agent stops its ranks (TERM, KILL after ``grace_s``); ranks whose host is
         lost or does not answer in time are reported killed."""

@@ -307,9 +307,30 @@ RunDirOpt = Annotated[Path, typer.Option("--run-dir", help="The run's --run-dir.
 RankOpt = Annotated[int, typer.Option("--rank", help="Global rank.", min=0)]
 
 
+def _ask_controller(run_dir: Path, state: dict[str, Any], request: dict[str, Any]) -> None:
+    """A request to the run's controller, which passes it to the node's agent."""
+    from trainguard.agent.client import ask
+    from trainguard.agent.wire import WireError
+
+    path = run_dir / str(state["control"])
+    try:
+        control = json.loads(path.read_text())
+        answer = ask(str(control["host"]), int(control["port"]), str(control["session"]),
+                     str(control["secret"]), request)
+    except (OSError, ValueError, KeyError, TypeError, WireError) as exc:
+        fail(f"cannot reach the run's controller ({path}): {exc}", code=1)
+    if not answer.get("ok"):
+        fail(str(answer.get("message")), code=2)
+    err.print(str(answer.get("message")))
+
+
 def _signal_rank(run_dir: Path, rank: int, signum: int, what: str) -> None:
     try:
-        pid, node = _rank_pid(_state(run_dir), rank)
+        state = _state(run_dir)
+        if state.get("control"):
+            _ask_controller(run_dir, state, {"op": "signal", "rank": rank, "signum": signum})
+            return
+        pid, node = _rank_pid(state, rank)
         os.kill(pid, signum)
     except ConfigError as exc:
         fail(str(exc), code=2)
@@ -338,7 +359,12 @@ def inject_xid(
 ) -> None:
     """Append an NVRM XID line to a node's watched kernel log."""
     try:
-        logs = _state(run_dir).get("kernel_logs", {})
+        state = _state(run_dir)
+        if state.get("control"):
+            _ask_controller(run_dir, state, {"op": "kernel_line", "node": node,
+                                             "line": xid_line(node, xid)})
+            return
+        logs = state.get("kernel_logs", {})
         if node not in logs:
             raise ConfigError(f"node {node!r} is not watched by this run "
                               f"(watched: {', '.join(sorted(logs))})")

@@ -691,8 +691,18 @@ class Supervisor:
 
     def _write_state(self, index: int, plan: LaunchPlan, handle: AttemptHandle) -> None:
         pids = handle.pids()
+        control = getattr(self.backend, "control", None)
+        extra: dict[str, Any] = {}
+        if callable(control):
+            # ``trainguard inject`` reaches remote ranks through the controller; the secret is
+            # in a file only this user can read.
+            path = self.spec.run_dir / "control.json"
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                json.dump(control(), f)
+            extra["control"] = path.name
         write_json_atomic(self.spec.run_dir / "state.json", {
-            "status": "running", "supervisor_pid": os.getpid(), "attempt": index,
+            **extra, "status": "running", "supervisor_pid": os.getpid(), "attempt": index,
             "nodes": list(plan.nodes),
             "kernel_logs": {n: str(self.spec.kernel_log_path(n))
                             for n in (*self.spec.nodes, *self.spec.spares)},

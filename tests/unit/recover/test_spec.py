@@ -30,13 +30,27 @@ def spec(**kw: object) -> JobSpec:
     ({"hang_timeout_s": 0.0}, "hang_timeout_s"),
     ({"peer_exit_grace_s": -1.0}, "--peer-exit-grace"),
     ({"peer_exit_grace_s": float("nan")}, "--peer-exit-grace"),
-    ({"kernel_log": "/var/log/kern.log"}, r"\{node\}"),
     ({"master_port": 70000}, "master-port"),
     ({"faults": (parse_fault("xid:node=n9"),)}, "not in --nodes"),
 ])
 def test_bad_specs(kw: dict[str, object], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         spec(**kw)
+
+
+def test_kernel_log_without_node_only_when_each_host_reads_its_own(tmp_path: Path) -> None:
+    """One path for every node is right when each host's agent reads its own
+    /var/log/kern.log, and a mistake when this machine reads every node's log."""
+    from trainguard.agent.backend import AgentBackend, LocalLauncher
+    from trainguard.recover.local import LocalBackend
+    from trainguard.recover.supervisor import Supervisor
+
+    s = spec(kernel_log="/var/log/kern.log", run_dir=tmp_path / "run")
+    with pytest.raises(ConfigError, match=r"\{node\}"):
+        Supervisor(s, LocalBackend()).prepare()
+    agents = AgentBackend(LocalBackend(), LocalLauncher("ssh {node}"))
+    Supervisor(s, agents).prepare()  # nothing is created at /var/log/kern.log here
+    assert (tmp_path / "run" / "nodes" / "n1").is_dir()
 
 
 def test_world_size_and_kernel_log_template() -> None:

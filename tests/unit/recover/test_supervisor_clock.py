@@ -74,6 +74,9 @@ class ScriptedAttempt:
         self.reported.update(r for r in self.ranks)
         return gone
 
+    def close(self) -> None:
+        self.closed = True
+
 
 class ScriptedBackend:
     name = "scripted"
