@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 from trainguard.errors import TrainguardError
 
-HOST_PROGRAMS = ("ip", "nsenter", "unshare", "mount")
+HOST_PROGRAMS = ("ip", "nsenter", "unshare", "mount", "setpriv")
 SLURM_PROGRAMS = ("munged", "slurmctld", "slurmd", "srun", "sinfo", "scontrol")
 
 

@@ -19,23 +19,30 @@ from pathlib import Path
 from trainguard.devcluster.common import DevClusterError, which
 
 PRIVATE_DIRS = ("/tmp", "/var/log")  # fresh tmpfs in every host
+# Hosts have no route off this machine: their resolver asks their own loopback, so a name that
+# is not in /etc/hosts fails at once instead of after a DNS timeout (glibc also asks for an IPv6
+# address of names that /etc/hosts maps to IPv4 only, e.g. ``getent hosts host1``).
+RESOLV_CONF = "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n"
 
-# $1 name, $2 hosts file, $3 cluster root (kept visible even under /tmp), $4 python
+# $1 name, $2 hosts file, $3 resolv.conf, $4 cluster root (kept visible even under /tmp),
+# $5 python, $6 the reaper's code
 _SETUP = r"""
 set -e
 printf '%s' "$1" > /proc/sys/kernel/hostname
 mount --bind "$2" /etc/hosts
+mount --bind "$3" /etc/resolv.conf
+shift 3  # now $1 = cluster root
 for dir in /tmp /var/log; do
   mode=0755; [ "$dir" = /tmp ] && mode=1777
-  case "$3/" in
+  case "$1/" in
     "$dir"/*)  # the cluster root lives below: keep it visible through the new tmpfs
-      cd "$3"; mount -t tmpfs -o "mode=$mode" tghost "$dir"
-      mkdir -p "$3"; mount -c --bind . "$3"; cd / ;;
+      cd "$1"; mount -t tmpfs -o "mode=$mode" tghost "$dir"
+      mkdir -p "$1"; mount -c --bind . "$1"; cd / ;;
     *) mount -t tmpfs -o "mode=$mode" tghost "$dir" ;;
   esac
 done
 : > /var/log/kern.log
-exec "$4" -c "$5"
+exec "$2" -c "$3"
 """
 
 _REAPER = """
@@ -53,17 +60,16 @@ while True:
 """
 
 
-def launch(
-    name: str, netns: str, hosts_file: Path, root: Path, log: Path
-) -> subprocess.Popen[bytes]:
-    """Start host ``name``; the returned process is the outer ``unshare`` (root namespace)."""
+def launch(name: str, netns: str, etc: Path, root: Path, log: Path) -> subprocess.Popen[bytes]:
+    """Start host ``name`` with ``etc/hosts`` and ``etc/resolv.conf``; the returned process is
+    the outer ``unshare`` (root namespace)."""
     nsenter, unshare = which("nsenter"), which("unshare")
     if nsenter is None or unshare is None:
         raise DevClusterError("nsenter/unshare (util-linux) are not installed")
     argv = [nsenter, f"--net=/run/netns/{netns}", "--", unshare, "--mount", "--uts", "--pid",
             "--fork", "--kill-child", "--mount-proc", "--propagation", "private",
-            "/bin/sh", "-c", _SETUP, "tghost", name, str(hosts_file), str(root), sys.executable,
-            _REAPER]
+            "/bin/sh", "-c", _SETUP, "tghost", name, str(etc / "hosts"),
+            str(etc / "resolv.conf"), str(root), sys.executable, _REAPER]
     with log.open("ab") as err:
         return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=err, start_new_session=True)
@@ -98,8 +104,17 @@ def wait_ready(procs: Mapping[str, subprocess.Popen[bytes]], logs: Mapping[str, 
 
 
 def enter_script(hosts: Sequence[tuple[str, int, str]], dead: Sequence[str]) -> str:
-    """The text of ``enter NODE CMD [ARGS...]`` for live hosts ``(name, pid, pid-ns link)``."""
+    """The text of ``enter NODE CMD [ARGS...]`` for live hosts ``(name, pid, pid-ns link)``.
+
+    nsenter must fork to enter a PID namespace and forwards no signal to its child, so:
+    1. nsenter and the command run with ``setpriv --pdeathsig KILL``: if this script dies
+       (e.g. Popen.kill()), nsenter and then the command die too instead of living on;
+    2. this script relays TERM, INT and HUP to the command (nsenter's child), so
+       Popen.terminate() still lets it shut down gracefully;
+    3. a command killed by a signal makes this script die by the same signal (as nsenter does).
+    """
     nsenter = which("nsenter") or "nsenter"
+    setpriv = which("setpriv") or "setpriv"
     names = " ".join(h[0] for h in hosts)
     cases = [f"  {name}) pid={pid}; ns={shlex.quote(link)} ;;" for name, pid, link in hosts]
     cases += [f"  {name}) echo \"enter: host '{name}' was killed\" >&2; exit 2 ;;"
@@ -119,10 +134,21 @@ def enter_script(hosts: Sequence[tuple[str, int, str]], dead: Sequence[str]) -> 
         'if [ "$(readlink "/proc/$pid/ns/pid" 2>/dev/null)" != "$ns" ]; then',
         '  echo "enter: host \'$node\' is not running" >&2; exit 2',
         "fi",
-        f'exec {shlex.quote(nsenter)} --target "$pid" --net --mount --uts --pid -- /bin/sh -c '
-        f'{shlex.quote(inner)} enter "$PWD" "$node" "$@"',
+        "exec 3<&0  # an asynchronous command's stdin would be /dev/null: keep the caller's",
+        f'{shlex.quote(setpriv)} --pdeathsig KILL -- '
+        f'{shlex.quote(nsenter)} --target "$pid" --net --mount --uts --pid -- '
+        f'{shlex.quote(setpriv)} --pdeathsig KILL -- /bin/sh -c {shlex.quote(inner)} enter '
+        '"$PWD" "$node" "$@" <&3 3<&- &',
+        "child=$!",
+        "exec 3<&-",
+        'relay() { for k in $(cat /proc/$child/task/*/children 2>/dev/null); do '
+        'kill -s "$1" "$k" 2>/dev/null; done; }',
+        "trap 'relay TERM' TERM; trap 'relay INT' INT; trap 'relay HUP' HUP",
+        'while :; do wait "$child"; rc=$?; kill -0 "$child" 2>/dev/null || break; done',
+        'if [ "$rc" -gt 128 ]; then trap - TERM INT HUP; kill -"$((rc - 128))" $$; fi',
+        'exit "$rc"',
         "",
     ])
 
 
-__all__ = ["PRIVATE_DIRS", "enter_script", "launch", "wait_ready"]
+__all__ = ["PRIVATE_DIRS", "RESOLV_CONF", "enter_script", "launch", "wait_ready"]

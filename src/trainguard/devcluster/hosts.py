@@ -92,6 +92,7 @@ class HostCluster:
                 (self.root / sub).mkdir(parents=True, exist_ok=True)
             self._claim = net.claim(self.prefix, self.names)
             self.hosts_file.write_text(self._claim.plan.hosts_file())
+            (self.root / "etc" / "resolv.conf").write_text(hostproc.RESOLV_CONF)
             net.build(self._claim.plan)
             self._launch_all(self._claim.plan)
             self._write_enter_script()
@@ -158,9 +159,12 @@ class HostCluster:
         return self._get(name).host
 
     def processes(self, node: str) -> list[int]:
-        """Root-namespace pids of every process in the host's PID namespace except its PID 1."""
+        """Root-namespace pids of every process in the host's PID namespace except its PID 1
+        (zombies excluded: a killed process whose parent is outside the host, e.g. a killed
+        ``enter``, is this machine's init's to reap, whenever it gets to it)."""
         running = self._get(node, alive=False)
-        return [p for p in pids_in_namespace(running.pidns) if p != running.host.pid]
+        return [p for p in pids_in_namespace(running.pidns, live_only=True)
+                if p != running.host.pid]
 
     # -- commands -------------------------------------------------------------------------------
 
@@ -216,7 +220,7 @@ class HostCluster:
         logs = {h.name: self.root / "log" / f"{h.name}.host.log" for h in plan.hosts}
         procs = {}
         for h in plan.hosts:
-            procs[h.name] = hostproc.launch(h.name, h.netns, self.hosts_file, self.root,
+            procs[h.name] = hostproc.launch(h.name, h.netns, self.root / "etc", self.root,
                                             logs[h.name])
             self._procs.append(procs[h.name])
         hostproc.wait_ready(procs, logs, _READY_TIMEOUT_S)
@@ -247,8 +251,7 @@ class HostCluster:
                 running.outer.wait(_EXIT_TIMEOUT_S)
         if running.outer.stdout is not None:
             running.outer.stdout.close()
-        # zombies too: their parents (an ``enter`` outside the host) reap them in a moment
-        wait_until(lambda: not pids_in_namespace(running.pidns), _EXIT_TIMEOUT_S)
+        wait_until(lambda: not pids_in_namespace(running.pidns, live_only=True), _EXIT_TIMEOUT_S)
 
     def _write_enter_script(self) -> None:
         live = [(r.host.name, r.host.pid, r.pidns) for r in self._running.values() if not r.killed]

@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import re
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -23,6 +24,8 @@ from pathlib import Path
 from trainguard.devcluster.common import (
     DevClusterError,
     check_call,
+    comm,
+    is_zombie,
     kill_quietly,
     pids_in_namespace,
     wait_until,
@@ -158,9 +161,31 @@ def link_names(tag: str) -> list[str]:
     return sorted(n["ifname"] for n in listing if is_own_name(n.get("ifname", ""), tag))
 
 
+def run_dir(tag: str) -> Path:
+    """Per-instance directory for root-namespace daemons (sockets, ``NAME.pid`` files). On
+    /run, shared with every host, and found again by :func:`purge` after a crash."""
+    return LOCK_DIR / f"{tag}.run"
+
+
+def _kill_daemons(tag: str) -> None:
+    """Kill the processes named by ``run_dir(tag)/NAME.pid`` that are still called NAME."""
+    for pid_file in sorted(run_dir(tag).glob("*.pid")):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            pid = int(pid_file.read_text().split()[0])
+            if comm(pid) == pid_file.stem:
+                kill_quietly(pid)
+                wait_until(partial(_gone, pid, pid_file.stem), 10)
+
+
+def _gone(pid: int, name: str) -> bool:
+    return comm(pid) != name or is_zombie(pid)
+
+
 def purge(tag: str) -> None:
-    """Kill every process inside the instance's network namespaces, then delete the namespaces
-    and links. Safe when nothing exists."""
+    """Kill the instance's daemons and every process inside its network namespaces, then delete
+    the namespaces, links and run directory. Safe when nothing exists."""
+    _kill_daemons(tag)
+    shutil.rmtree(run_dir(tag), ignore_errors=True)
     namespaces = netns_names(tag)
     for name in namespaces:
         link = ns_link_of_netns(name)
@@ -195,4 +220,4 @@ def leftovers(tag: str) -> list[str]:
 
 
 __all__ = ["Claim", "abandoned_tags", "build", "claim", "leftovers", "link_names",
-           "netns_names", "purge", "purge_abandoned", "release"]
+           "netns_names", "purge", "purge_abandoned", "release", "run_dir"]

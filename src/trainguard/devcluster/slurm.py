@@ -20,6 +20,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from trainguard.devcluster import net
 from trainguard.devcluster.common import (
     SLURM_PROGRAMS,
     DevClusterError,
@@ -66,10 +67,11 @@ class SlurmHostCluster:
         self._started = True
         try:
             self.cluster.start()
-            for sub in ("state/ctld", "munge", "run", "shared/jobs"):
+            for sub in ("state/ctld", "shared/jobs"):
                 (self.root / sub).mkdir(parents=True, exist_ok=True)
             self._start_munged()
-            self.conf.write_text(slurm_conf(self.cluster.plan, self.root, cpus=self.cpus,
+            self.conf.write_text(slurm_conf(self.cluster.plan, self.root, self._run_dir(),
+                                            cpus=self.cpus,
                                             ctld_port=_free_port(self.cluster.bridge_addr)))
             self._daemon(["slurmctld", "-c", "-i", "-f", str(self.conf)])
             for host in self.cluster.hosts:
@@ -95,15 +97,16 @@ class SlurmHostCluster:
                     for pid in self.cluster.processes(name):
                         if comm(pid) == "slurmd":
                             _terminate(pid, "slurmd")
-                self._slurmds[name].wait(_TERM_WAIT_S)
-            for pid_file, daemon in ((self.root / "run" / "slurmctld.pid", "slurmctld"),
-                                     (self.root / "munge" / "munged.pid", "munged")):
+                with contextlib.suppress(subprocess.TimeoutExpired):  # the host kill ends it
+                    self._slurmds[name].wait(_TERM_WAIT_S)
+            for pid_file, daemon in ((self._run_dir() / "slurmctld.pid", "slurmctld"),
+                                     (self._run_dir() / "munged.pid", "munged")):
                 daemon_pid = _read_pid(pid_file)
                 if daemon_pid is not None:
                     _terminate(daemon_pid, daemon)
                 pid_file.unlink(missing_ok=True)
         finally:
-            self.cluster.stop()
+            self.cluster.stop()  # also removes the run dir (and kills what a failure left)
         self.stop_s = time.monotonic() - t0
 
     def __enter__(self) -> SlurmHostCluster:
@@ -171,10 +174,17 @@ class SlurmHostCluster:
         except DevClusterError as exc:
             raise DevClusterError(f"{exc}; {self.log_tail()}") from exc
 
+    def _run_dir(self) -> Path:
+        """munged's socket, key and log and the daemons' pid files. Not under ``root``: munged
+        insists that every directory above its socket is world-executable, which pytest's
+        tmp_path is not, and the socket path must stay short. A crashed instance's daemons are
+        killed from here by the next start (see net.purge)."""
+        return net.run_dir(self.cluster.plan.tag)
+
     def _start_munged(self) -> None:
-        munge = self.root / "munge"
-        for path in (self.root, munge):
-            path.chmod(0o755)  # munged wants its socket directory reachable (o+x)
+        munge = self._run_dir()
+        munge.mkdir(mode=0o755, parents=True, exist_ok=True)
+        munge.chmod(0o755)
         key = munge / "munge.key"
         key.unlink(missing_ok=True)
         key.write_bytes(os.urandom(1024))
@@ -193,7 +203,7 @@ class SlurmHostCluster:
             start_new_session=True)
 
 
-def slurm_conf(plan: NetPlan, root: Path, *, cpus: int, ctld_port: int) -> str:
+def slurm_conf(plan: NetPlan, root: Path, run_dir: Path, *, cpus: int, ctld_port: int) -> str:
     """slurm.conf for the hosts of ``plan`` (pure)."""
     ctld_host = socket.gethostname().split(".")[0]
     lines = [
@@ -205,11 +215,11 @@ def slurm_conf(plan: NetPlan, root: Path, *, cpus: int, ctld_port: int) -> str:
         "SlurmdUser=root",
         "AuthType=auth/munge",
         "CredType=cred/munge",
-        f"AuthInfo=socket={root}/munge/munge.sock,cred_expire=10",
+        f"AuthInfo=socket={run_dir}/munge.sock,cred_expire=10",
         f"StateSaveLocation={root}/state/ctld",
         "SlurmdSpoolDir=/tmp/slurmd",  # the host's private /tmp
         "SlurmdPidFile=/tmp/slurmd/slurmd.pid",
-        f"SlurmctldPidFile={root}/run/slurmctld.pid",
+        f"SlurmctldPidFile={run_dir}/slurmctld.pid",
         f"SlurmctldLogFile={root}/log/slurmctld.log",
         "SlurmdLogFile=/var/log/slurmd.log",  # the host's private /var/log
         "SlurmctldDebug=info",

@@ -99,8 +99,10 @@ def _py_spy(pid: int, timeout_s: float) -> str | None:
     if exe is None:
         return None
     try:
-        done = subprocess.run([exe, "dump", "--pid", str(pid)], capture_output=True, text=True,
-                              timeout=timeout_s, check=False)
+        # A stopped process cannot be paused for a consistent read; py-spy reads it as is.
+        quiet = ["--nonblocking"] if process_state(pid) == "stopped" else []
+        done = subprocess.run([exe, "dump", *quiet, "--pid", str(pid)], capture_output=True,
+                              text=True, timeout=timeout_s, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         logger.info("py-spy dump of pid %d failed: %s", pid, exc)
         return None
