@@ -11,6 +11,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import (
+    bench_agents,
     bench_checkpoint,
     bench_classify,
     bench_detect,
@@ -36,3 +37,12 @@ if __name__ == "__main__":
     bench_checkpoint.main(["--size", os.environ.get("BENCH_CKPT_SIZE", "2GiB")])
     print("\n== tracing overhead and hang to culprit (issue #8) ==")
     bench_tracing.main([])
+    print("\n== agents on a namespaced multi-host cluster (issue #17) ==")
+    from trainguard.devcluster import missing_requirements
+
+    why = "not root" if os.geteuid() != 0 else "; ".join(missing_requirements())
+    if why:
+        print(f"namespaced cluster skipped ({why}): controller load only")
+        bench_agents.main(["--only", "controller"])
+    else:
+        bench_agents.main([])

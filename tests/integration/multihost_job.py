@@ -16,14 +16,32 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from trainguard.devcluster import HostCluster
 
 SCRIPT = Path(__file__).parent / "scripts" / "plain_ddp.py"
 TG = [sys.executable, "-m", "trainguard.cli.main"]
+
+
+def _unavailable(reason: str) -> NoReturn:
+    """Skip locally; fail in CI, where the namespaced cluster is required."""
+    import pytest
+
+    if os.environ.get("CI", "").strip().lower() in ("true", "1", "yes"):
+        pytest.fail(f"{reason} (CI=true: the multi-host tests are required)", pytrace=False)
+    pytest.skip(reason)
+
+
+STARTED: list[Job] = []
+"""Every job started, so a fixture can kill what a failed test left running."""
+
+
+def kill_all() -> None:
+    while STARTED:
+        STARTED.pop().kill()
 
 
 class Job:
@@ -32,16 +50,21 @@ class Job:
     def __init__(self, cluster: HostCluster, root: Path, name: str, *,
                  nodes: Sequence[str] = ("host1", "host2", "host3"),
                  spares: Sequence[str] = ("host4",), steps: int = 40,
-                 extra: Sequence[str] = (), script_args: Sequence[str] = ()) -> None:
+                 extra: Sequence[str] = (), script_args: Sequence[str] = (),
+                 backend: Sequence[str] | None = None, wrapper: Sequence[str] = (),
+                 env: Mapping[str, str] | None = None) -> None:
+        """``backend``: the backend options (default: local agents entered into each host);
+        ``wrapper``: what runs the controller (``salloc ... --``)."""
         self.cluster = cluster
         self.run_dir = root / name
         self.ckpt = cluster.shared / f"ckpt-{name}"
         self.loss = cluster.shared / f"loss-{name}.txt"
         self.log = root / f"{name}.log"
-        argv = [*TG, "run", "--run-dir", str(self.run_dir), "--no-db",
+        if backend is None:
+            backend = ["--agent-exec", f"{cluster.enter_script} {{node}}"]
+        argv = [*wrapper, *TG, "run", "--run-dir", str(self.run_dir), "--no-db",
                 "--nodes", ",".join(nodes), "--spares", ",".join(spares),
-                "--nproc-per-node", "1",
-                "--agent-exec", f"{cluster.enter_script} {{node}}",
+                "--nproc-per-node", "1", *backend,
                 "--controller-addr", cluster.bridge_addr,
                 "--kernel-log", "/var/log/kern.log", "--backoff", "0", *extra,
                 "--", sys.executable, str(SCRIPT), "--steps", str(steps),
@@ -50,7 +73,9 @@ class Job:
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
                                          cwd=Path(__file__).parents[2],
+                                         env=None if env is None else dict(env),
                                          start_new_session=True)
+        STARTED.append(self)
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")

@@ -15,11 +15,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from multihost_job import Job, _unavailable, kill_all, rank_pids
 
-from multihost_job import Job, rank_pids
 from trainguard.devcluster import HostCluster, missing_requirements
 
 pytestmark = [pytest.mark.integration, pytest.mark.multihost]
+
+
+@pytest.fixture(autouse=True)
+def _no_job_left() -> Iterator[None]:
+    yield
+    kill_all()  # a failed test's run must not disturb the next one
 
 XID79 = ("[ 8123.456789] NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, "
          "GPU has fallen off the bus.")
@@ -30,10 +36,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostCluster]:
     import os
 
     if os.geteuid() != 0:
-        pytest.skip("namespaced hosts need root")
+        _unavailable("namespaced hosts need root")
     missing = missing_requirements()
     if missing:
-        pytest.skip(f"missing programs: {', '.join(missing)}")
+        _unavailable(f"missing programs: {', '.join(missing)}")
     root = tmp_path_factory.mktemp("mh")
     with HostCluster(4, root / "cluster") as c:
         yield c
@@ -100,8 +106,9 @@ def test_a_rank_stopped_on_host3_is_a_hang_localized_to_host3(
     hang = job.run_dir / "attempts" / "0" / "hang.json"
     summary = job.wait()
     assert summary["status"] == "succeeded", job.output()[-3000:]
-    from trainguard.cli.main import app
     from typer.testing import CliRunner
+
+    from trainguard.cli.main import app
 
     shown = CliRunner().invoke(app, ["diagnose", "hang", str(job.run_dir), "--attempt", "0"])
     assert shown.exit_code == 0, shown.output

@@ -7,10 +7,6 @@
 - :mod:`~trainguard.agent.runner`: ``trainguard agent`` itself;
 - :mod:`~trainguard.agent.remote`: the controller's view of an attempt run by agents;
 - :mod:`~trainguard.agent.backend`: backends that launch agents, not ranks.
+
+Nothing is imported here: the agent process loads only what it uses (it starts per attempt).
 """
-
-from trainguard.agent.backend import AgentBackend, LocalLauncher
-from trainguard.agent.hub import AgentHub
-from trainguard.agent.remote import RemoteAttempt
-
-__all__ = ["AgentBackend", "AgentHub", "LocalLauncher", "RemoteAttempt"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from trainguard.cli.agent import agent
+from trainguard.agent.cli import agent
 
 
 def main() -> None:

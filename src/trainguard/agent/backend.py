@@ -31,7 +31,7 @@ from trainguard.agent.hub import AgentHub
 from trainguard.agent.remote import AgentProcesses, RemoteAttempt
 from trainguard.agent.wire import SECRET_ENV, new_secret
 from trainguard.errors import ConfigError, LaunchError
-from trainguard.recover.backend import Backend, LaunchPlan
+from trainguard.recover.backend import Backend, Capabilities, Closeable, LaunchPlan
 
 ArgvFor = Callable[[str | None], list[str]]
 """The agent command for a node (None: one command for every node, which then names
@@ -123,9 +123,10 @@ class LocalLauncher:
 class AgentBackend:
     """A scheduler backend whose attempts run through agents (see the module docstring)."""
 
-    can_signal_rank = True
-    has_local_pids = False
-    reads_kernel_logs = True
+    capabilities = Capabilities(can_signal_rank=True, has_local_pids=False,
+                                reads_kernel_logs=True)
+    """Ranks are signalled through their host's agent, run on other hosts (no pids of this
+    machine), and each agent reads its own host's kernel log."""
 
     def __init__(self, inner: Backend, launcher: AgentLauncher, *, listen: str = "127.0.0.1",
                  advertise: str | None = None, port: int = 0, node_timeout_s: float = 30.0,
@@ -213,9 +214,8 @@ class AgentBackend:
         if self.hub is not None:
             self.hub.close()
             self.hub = None
-        close = getattr(self.inner, "close", None)
-        if callable(close):
-            close()
+        if isinstance(self.inner, Closeable):
+            self.inner.close()
 
 
 
@@ -247,7 +247,9 @@ def with_agents(inner: Backend, *, agent_exec: str | None = None, advertise: str
     if factory is None:
         raise ConfigError(f"the {inner.name} backend cannot start agents")
     launcher = factory(inner, agent_exec)
-    remote = not (inner.name == "local" and agent_exec is None)
+    # Nodes that do not outlive the job are virtual nodes of this machine: their agents run
+    # here and dial loopback, unless --agent-exec starts them elsewhere.
+    remote = inner.persistent_nodes or agent_exec is not None
     if advertise is None:
         advertise = socket.gethostname() if remote else "127.0.0.1"
     if listen is None:

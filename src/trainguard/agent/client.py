@@ -51,6 +51,8 @@ class Connection:
     frames: FrameReader
     acked: int
     """The highest sequence number the controller already had."""
+    early: list[dict[str, Any]]
+    """Messages that arrived with the handshake's last one (to be handled first)."""
 
 
 async def dial(host: str, port: int, me: Identity, timeout_s: float = 5.0) -> Connection:
@@ -70,13 +72,15 @@ async def dial(host: str, port: int, me: Identity, timeout_s: float = 5.0) -> Co
             "attempt": me.attempt, "nonce": ours,
             "mac": mac(me.secret, b"hello", theirs, ours, me.role, me.node, me.session,
                        str(me.attempt))}, HANDSHAKE_FRAME))
-        welcome = await read_one(reader, frames, HANDSHAKE_TIMEOUT_S)
+        early: list[dict[str, Any]] = []
+        welcome = await read_one(reader, frames, HANDSHAKE_TIMEOUT_S, rest=early)
         if welcome.get("t") != "welcome" or not same_mac(
                 mac(me.secret, b"welcome", ours, theirs), welcome.get("mac")):
             raise WireError(f"the controller at {host}:{port} did not prove the run's secret")
         acked = welcome.get("acked")
         frames.relimit(MAX_FRAME)
-        return Connection(reader, writer, frames, acked if isinstance(acked, int) else 0)
+        return Connection(reader, writer, frames, acked if isinstance(acked, int) else 0,
+                          early)
     except BaseException:
         writer.close()
         raise

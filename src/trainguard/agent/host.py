@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trainguard.agent.dirwatch import DirWatch
+from trainguard.agent.klog import JOURNALCTL, KMSG, KernelLog, open_kernel_log
 from trainguard.agent.wire import CHUNK, SECRET_ENV, WireError, integer
 from trainguard.errors import LaunchError
 from trainguard.evidence.rules import RuleSet
@@ -24,7 +26,6 @@ from trainguard.filetail import FileTail
 from trainguard.recover.backend import LaunchPlan, RankLaunch
 from trainguard.recover.inject import append_line
 from trainguard.recover.local import LocalAttempt, LocalBackend
-from trainguard.recover.watch import NodeWatch
 from trainguard.trace.collect import STACK_SIGNAL, catches, process_state, request_stacks
 from trainguard.trace.runfiles import stacks_path, trace_path
 
@@ -40,6 +41,33 @@ class RankFiles:
     rank: int
     output: Path
     events: Path
+
+
+class StatTail:
+    """A :class:`FileTail` opened only when ``stat`` says there may be something new.
+
+    Most polls find nothing: one ``stat`` then replaces ``open``, ``fstat`` and ``close``. It
+    skips exactly when the tail's own read would return nothing: same inode as at the last
+    read, and the size the tail has already read.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.tail = FileTail(path)
+        self.name = path.name
+        self._inode: int | None = None
+
+    def read(self, max_bytes: int) -> tuple[bytes, bool]:
+        """New complete lines, and whether more may be waiting (``max_bytes`` were taken)."""
+        try:
+            st = os.stat(self.tail.path)
+        except OSError:
+            return b"", False
+        if st.st_ino == self._inode and st.st_size == self.tail.offset:
+            return b"", False
+        before = self.tail.offset
+        data, _ = self.tail.read(max_bytes)
+        self._inode = st.st_ino
+        return data, self.tail.offset - before >= max_bytes
 
 
 def _strings(value: object, what: str) -> list[str]:
@@ -96,19 +124,29 @@ class HostWork:
         self._backend = LocalBackend(base_env=env)
         self._attempt: LocalAttempt | None = None
         self._files: dict[int, RankFiles] = {}
-        self._tails: dict[int, tuple[FileTail, FileTail]] = {}
-        self._klog: NodeWatch | None = None
+        self._tails: dict[int, tuple[StatTail, StatTail]] = {}
+        self._klog: KernelLog | None = None
         self.kernel_log: Path | None = None
         self._stopped: frozenset[int] = frozenset()
         self._next_slow = 0.0
+        self._watch: DirWatch | None = None
+        self._stopping = False
+        self._again: set[str] = set()
+        """Files a poll read only part of (``CHUNK``): read again without a new change."""
 
     # -- commands ----------------------------------------------------------------------------
 
-    def watch_kernel_log(self, path: Path | None, since: float) -> None:
-        """Follow ``path`` (this host's kernel log) through the evidence rules."""
-        self.kernel_log = path
-        if path is not None:
-            self._klog = NodeWatch({self.node: path}, self._rules, since=since)
+    def watch_kernel_log(self, spec: str | None, since: float) -> None:
+        """Follow this host's kernel log (a file, a directory, a journal export, ``journalctl``
+        or ``/dev/kmsg``: :func:`~trainguard.agent.klog.open_kernel_log`) through the evidence
+        rules; :class:`~trainguard.errors.ConfigError` when it cannot be read."""
+        if spec is None:
+            return
+        self._klog = open_kernel_log(spec, self.node, self._rules, since, self.work_dir)
+        path = Path(spec)
+        # Fault drills append to a plain file; a journal or the ring buffer is not ours to write.
+        self.kernel_log = path if spec not in (JOURNALCTL, KMSG) and not path.is_dir() \
+            and not spec.startswith("journal:") else None
 
     def launch(self, msg: Mapping[str, Any]) -> dict[int, int]:
         """Start this host's ranks; returns their pids. :class:`LaunchError` when it cannot."""
@@ -120,8 +158,9 @@ class HostWork:
             self._files = {rl.rank: RankFiles(rl.rank, rl.output,
                                               Path(rl.env["TRAINGUARD_EVENTS"]))
                            for rl in plan.ranks}
-            self._tails = {r: (FileTail(f.output), FileTail(f.events))
+            self._tails = {r: (StatTail(f.output), StatTail(f.events))
                            for r, f in self._files.items()}
+            self._watch = DirWatch.open(self.work_dir)
             if plan.ranks:
                 self._attempt = self._backend.launch(plan)
             return dict(self._attempt.pids()) if self._attempt is not None else {}
@@ -136,18 +175,24 @@ class HostWork:
         """TERM (and CONT) every rank's group, KILL after ``grace_s``; exits are then reported
         by :meth:`poll`."""
         attempt = self._attempt
+        self._stopping = True
         if attempt is not None:
             # Not under the lock: poll() must keep reporting output while the ranks wind down.
             attempt.terminate(grace_s)
 
     def append_kernel_line(self, line: str) -> Path:
         if self.kernel_log is None:
-            raise LaunchError(f"{self.node}: no kernel log is watched (--kernel-log)")
+            raise LaunchError(f"{self.node}: no kernel-log file is watched (--kernel-log must "
+                              "be a file to append to)")
         append_line(self.kernel_log, line)
         return self.kernel_log
 
     def close(self) -> None:
         self._backend.close()
+        if self._klog is not None:
+            self._klog.close()
+        if self._watch is not None:
+            self._watch.close()
 
     # -- watching ----------------------------------------------------------------------------
 
@@ -161,10 +206,17 @@ class HostWork:
         out: list[dict[str, Any]] = []
         with self._lock:
             attempt = self._attempt
-            exits = attempt.poll() if attempt is not None else []
+            # stop() reaps in another thread: from then on, ask every rank.
+            exits = attempt.poll() if attempt is not None \
+                and (self._stopping or _child_exited()) else []
+            changed = self._changed()
             for rank, (output, events) in self._tails.items():
                 for kind, tail in (("out", output), ("sdk", events)):
-                    data, _ = tail.read(CHUNK)
+                    if changed is not None and tail.name not in changed:
+                        continue
+                    data, more = tail.read(CHUNK)
+                    if more:
+                        self._again.add(tail.name)
                     if data:
                         out.append({"t": kind, "rank": rank, "data": data})
         out += [{"t": "exit", "rank": ex.rank, "code": ex.returncode} for ex in exits]
@@ -172,6 +224,12 @@ class HostWork:
             self._next_slow = now + PROC_EVERY_S
             out += self._slow(now)
         return out
+
+    def _changed(self) -> set[str] | None:
+        """The files to look at now (None: all of them, when no watch says which)."""
+        names = self._watch.changed() if self._watch is not None else None
+        again, self._again = self._again, set()
+        return None if names is None else names | again
 
     def _slow(self, now: float) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
@@ -214,6 +272,17 @@ class HostWork:
         return {"ranks": ranks}
 
 
+def _child_exited() -> bool:
+    """Whether some child of this process has ended and is not reaped yet (one ``waitid``
+    that reaps nothing, instead of one ``waitpid`` per rank on every look)."""
+    try:
+        return os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True  # no child at all: let the attempt say what it knows
+    except (AttributeError, OSError):
+        return True
+
+
 def _read_small(path: Path) -> bytes | None:
     try:
         with open(path, "rb") as f:
@@ -222,4 +291,4 @@ def _read_small(path: Path) -> bytes | None:
         return None
 
 
-__all__ = ["PROC_EVERY_S", "HostWork", "local_plan"]
+__all__ = ["PROC_EVERY_S", "HostWork", "StatTail", "local_plan"]

@@ -66,6 +66,8 @@ class PeerView:
     """When anything last arrived from it (or when it was expected, before it connected)."""
     ever_connected: bool
     closed_reason: str | None = None
+    connection: int = 0
+    """How many times it connected (a new number after each reconnect)."""
 
 
 class _Peer:
@@ -77,6 +79,7 @@ class _Peer:
         self.writer: asyncio.StreamWriter | None = None
         self.ever = False
         self.closed_reason: str | None = None
+        self.connections = 0
 
 
 class AgentHub:
@@ -179,7 +182,8 @@ class AgentHub:
 
     def peers(self) -> dict[str, PeerView]:
         with self._lock:
-            return {n: PeerView(p.writer is not None, p.last_seen, p.ever, p.closed_reason)
+            return {n: PeerView(p.writer is not None, p.last_seen, p.ever, p.closed_reason,
+                                p.connections)
                     for n, p in self._peers.items()}
 
     def send(self, node: str, msg: Mapping[str, Any]) -> bool:
@@ -237,6 +241,7 @@ class AgentHub:
                     raise WireError(f"agent of {node} for attempt {attempt} is not expected "
                                     f"(current attempt {self._attempt})")
                 old, peer.writer, peer.ever = peer.writer, writer, True
+                peer.connections += 1
                 peer.last_seen = self._clock()
                 peer.closed_reason = None
             if old is not None and old is not writer:

@@ -94,7 +94,10 @@ class RemoteAttempt:
             "ranks": [{"rank": rl.rank, "local_rank": rl.local_rank,
                        "node_rank": rl.node_rank, "env": dict(rl.env)}
                       for rl in plan.ranks if rl.node == node]} for node in self.nodes}
-        self._sent: set[str] = set()
+        self._sent: dict[str, int] = {}
+        """The connection each node's launch message went out on."""
+        self._answered: set[str] = set()
+        """Nodes whose agent answered the launch (``started`` or a launch ``error``)."""
         self._exits: list[RankExit] = []
         self._reported: set[int] = set()
         self._stopped: dict[str, frozenset[int]] = {}
@@ -112,9 +115,12 @@ class RemoteAttempt:
     def _pump(self) -> None:
         peers = self._hub.peers()
         for node, view in peers.items():
-            if view.connected and node not in self._sent and node not in self.lost \
+            # Sent on each new connection until the agent answers (it ignores a repeat): a
+            # connection can drop between our send and its read.
+            if view.connected and node not in self._answered and node not in self.lost \
+                    and self._sent.get(node) != view.connection \
                     and self._hub.send(node, self._launch[node]):
-                self._sent.add(node)
+                self._sent[node] = view.connection
         for inbound in self._hub.take():
             try:
                 self._dispatch(inbound)
@@ -153,6 +159,7 @@ class RemoteAttempt:
                 self._seen.add(key)
                 self._events.append(ev)
         elif kind == "started":
+            self._answered.add(node)
             pids = msg.get("pids")
             if isinstance(pids, dict):
                 self.pids_seen.update({int(r): p for r, p in pids.items()
@@ -164,6 +171,7 @@ class RemoteAttempt:
             self.errors.append(text)
             log.warning("agent error: %s", text)
             if msg.get("what") == "launch":
+                self._answered.add(node)
                 for rank, n in self._node_of.items():
                     if n == node and rank not in self._reported:
                         self._reported.add(rank)

@@ -119,8 +119,11 @@ class FrameReader:
 
 
 async def read_one(reader: asyncio.StreamReader, frames: FrameReader,
-                   timeout_s: float) -> dict[str, Any]:
-    """The next single message (handshake steps), within ``timeout_s``."""
+                   timeout_s: float, rest: list[dict[str, Any]] | None = None
+                   ) -> dict[str, Any]:
+    """The next single message (handshake steps), within ``timeout_s``. Messages that came
+    in the same read go to ``rest`` when given (a peer may send its next message right after
+    the handshake's last one), else they are an error."""
     pending: list[dict[str, Any]] = []
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
@@ -136,7 +139,9 @@ async def read_one(reader: asyncio.StreamReader, frames: FrameReader,
             raise WireError("connection closed during the handshake")
         pending = frames.feed(data)
     if len(pending) > 1:
-        raise WireError("unexpected extra message during the handshake")
+        if rest is None:
+            raise WireError("unexpected extra message during the handshake")
+        rest.extend(pending[1:])
     return pending[0]
 
 

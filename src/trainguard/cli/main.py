@@ -9,9 +9,9 @@ from typing import Annotated
 import typer
 
 from trainguard import __version__
+from trainguard.agent.cli import agent as agent_command
 from trainguard.cli import (
     advise,
-    agent,
     ckpt,
     detect,
     logs,
@@ -37,7 +37,7 @@ app = typer.Typer(
 )
 app.add_typer(logs.app, name="logs")
 app.add_typer(xid.app, name="xid")
-app.command("agent")(agent.agent)
+app.command("agent")(agent_command)
 app.command("simulate")(simulate.simulate)
 app.command("detect")(detect.detect)
 app.command("backtest")(detect.backtest)

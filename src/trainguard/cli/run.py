@@ -19,19 +19,12 @@ from trainguard.agent.backend import with_agents
 from trainguard.cli.console import err, fail
 from trainguard.errors import ConfigError, LaunchError
 from trainguard.faultspec import parse_faults
-from trainguard.recover import (
-    Backend,
-    JobSpec,
-    LocalBackend,
-    RetryPolicy,
-    RunResult,
-    Supervisor,
-)
+from trainguard.recover import JobSpec, RetryPolicy, RunResult, Supervisor
+from trainguard.recover.backend import Closeable
 from trainguard.recover.inject import append_line, xid_line
+from trainguard.recover.registry import BackendOptions, backends_help, get_entry
 from trainguard.recover.runlock import RunDirLock
 from trainguard.store import Store
-
-_BACKENDS = ("local", "slurm")
 
 run_help = """Supervise a multi-node training job: every rank gets the torch.distributed
 environment; failures are classified, culprit nodes excluded, and the job relaunched from its
@@ -83,7 +76,7 @@ def run(
         "--run-dir", help="Rank output, SDK events, node directories (nodes/<node>/kern.log) "
         "and summary.json.")] = Path("trainguard-run"),
     backend: Annotated[str, typer.Option(
-        "--backend", help=f"Launch backend: {', '.join(_BACKENDS)}.")] = "local",
+        "--backend", help=backends_help())] = "local",
     slurm_mode: Annotated[str | None, typer.Option(
         "--slurm-mode", help="slurm: `allocation` (srun steps inside salloc/sbatch; the "
         "default when SLURM_JOB_ID is set) or `submit` (one sbatch job per attempt).")] = None,
@@ -172,13 +165,11 @@ def run(
     ] = 30.0,
 ) -> None:
     try:
-        if backend not in _BACKENDS:
-            raise ConfigError(f"unknown backend {backend!r}; choose one of: "
-                              f"{', '.join(_BACKENDS)}")
+        entry = get_entry(backend)
         node_names = _names(nodes, "--nodes")
         spare_names = _names(spares, "--spares")
-        if backend == "slurm" and not node_names:
-            node_names = _allocation_nodes(spare_names)
+        if not node_names and entry.default_nodes is not None:
+            node_names = entry.default_nodes(spare_names)
         faults = parse_faults(inject or ())
         spec = JobSpec(
             command=tuple(command or ()), nodes=node_names, spares=spare_names,
@@ -211,8 +202,9 @@ def run(
         err.print(Text.assemble(("trainguard: ", "bold cyan"), message))
 
     try:
-        launcher = LocalBackend(slots_per_node=slots_per_node) if backend == "local" else \
-            _slurm_backend(slurm_mode, partition, time_limit, spec.name)
+        launcher = entry.factory(BackendOptions(spec.name, {
+            "slots_per_node": slots_per_node, "slurm_mode": slurm_mode,
+            "partition": partition, "time_limit": time_limit}))
         if agents:
             launcher = with_agents(launcher, agent_exec=agent_exec, advertise=controller_addr,
                                    listen=listen, node_timeout_s=node_timeout)
@@ -229,36 +221,13 @@ def run(
             except ConfigError as exc:
                 fail(str(exc), code=2)
     finally:
-        close = getattr(launcher, "close", None)
-        if callable(close):
-            close()
+        if isinstance(launcher, Closeable):
+            launcher.close()
         if store is not None:
             store.close()
         lock.release()
     _report(result, json_out)
     raise typer.Exit(result.exit_code)
-
-
-def _allocation_nodes(spares: tuple[str, ...]) -> tuple[str, ...]:
-    """The nodes of the surrounding Slurm allocation, minus the spares."""
-    from trainguard.recover.slurm.hostlist import expand_hostlist
-
-    nodelist = os.environ.get("SLURM_JOB_NODELIST", "")
-    if not nodelist:
-        raise ConfigError("--nodes is empty and there is no allocation (SLURM_JOB_NODELIST): "
-                          "name the nodes or run inside salloc/sbatch")
-    return tuple(n for n in expand_hostlist(nodelist) if n not in spares)
-
-
-def _slurm_backend(mode: str | None, partition: str | None, time_limit: str | None,
-                   job_name: str) -> Backend:
-    from trainguard.recover.slurm.backend import SlurmBackend
-    from trainguard.recover.slurm.commands import SlurmCommands
-    from trainguard.recover.slurm.safety import job_name as safe_job_name
-
-    chosen = mode or ("allocation" if os.environ.get("SLURM_JOB_ID") else "submit")
-    return SlurmBackend(chosen, SlurmCommands(), partition=partition,
-                        job_name=safe_job_name(f"tg-{job_name}"), time_limit=time_limit)
 
 
 def _report(result: RunResult, json_out: bool) -> None:

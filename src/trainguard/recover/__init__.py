@@ -9,7 +9,14 @@
 
 from __future__ import annotations
 
-from trainguard.recover.backend import AttemptHandle, Backend, LaunchPlan, RankExit, RankLaunch
+from trainguard.recover.backend import (
+    AttemptHandle,
+    Backend,
+    Capabilities,
+    LaunchPlan,
+    RankExit,
+    RankLaunch,
+)
 from trainguard.recover.failure import (
     AttemptFacts,
     Failure,
@@ -22,15 +29,26 @@ from trainguard.recover.lifecycle import TRANSITIONS, Lifecycle, State
 from trainguard.recover.local import LocalBackend
 from trainguard.recover.policy import ChainState, Decision, Verdict, decide
 from trainguard.recover.records import AttemptResult, Exclusion, RunResult
+from trainguard.recover.registry import (
+    BACKENDS,
+    BackendEntry,
+    BackendOptions,
+    capabilities_of,
+    create_backend,
+)
 from trainguard.recover.spec import JobSpec, RetryPolicy
 from trainguard.recover.supervisor import Supervisor, run_job
 
 __all__ = [
+    "BACKENDS",
     "TRANSITIONS",
     "AttemptFacts",
     "AttemptHandle",
     "AttemptResult",
     "Backend",
+    "BackendEntry",
+    "BackendOptions",
+    "Capabilities",
     "ChainState",
     "Decision",
     "Exclusion",
@@ -50,6 +68,8 @@ __all__ = [
     "Trigger",
     "Verdict",
     "analyze",
+    "capabilities_of",
+    "create_backend",
     "decide",
     "run_job",
 ]

@@ -14,40 +14,28 @@ node (``srun`` without per-task status) reports it for every rank of the node.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from trainguard.evidence.events import FailureEvent
+from trainguard.recover.launchplan import LaunchPlan, RankLaunch
 
 
 @dataclass(frozen=True, slots=True)
-class RankLaunch:
-    """One process of an attempt."""
+class Capabilities:
+    """What a backend can do, declared (``capabilities = Capabilities(...)`` on the class) so the
+    supervisor asks instead of testing the backend's name.
 
-    rank: int
-    local_rank: int
-    node: str
-    node_rank: int
-    env: Mapping[str, str]
-    """Variables added to the backend's base environment (torch.distributed + trainguard)."""
-    output: Path
-    """Where the rank's stdout and stderr go (appended)."""
+        caps = registry.capabilities_of(backend)
+        if caps.reads_kernel_logs: ...   # each host's agent follows its own kernel log
+    """
 
-
-@dataclass(frozen=True, slots=True)
-class LaunchPlan:
-    """Everything a backend needs to start one attempt."""
-
-    attempt: int
-    command: tuple[str, ...]
-    nodes: tuple[str, ...]
-    ranks: tuple[RankLaunch, ...]
-    workdir: Path
-    """Working directory of every rank."""
-    watch_nodes: tuple[str, ...] = ()
-    """Idle spares: no ranks, but their kernel logs are followed (backends with agents)."""
-    kernel_logs: Mapping[str, str] = field(default_factory=dict)
-    """Each node's kernel log (the ``--kernel-log`` template expanded), for backends whose
-    agents read it on the node itself."""
+    can_signal_rank: bool = True
+    """``AttemptHandle.signal_rank`` reaches a rank (fault drills, stack requests)."""
+    has_local_pids: bool = True
+    """The pids a handle reports are processes of this machine (``/proc``, py-spy work)."""
+    reads_kernel_logs: bool = False
+    """Each node's kernel log is read on the node (by its agent), not from this machine."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +78,40 @@ class AttemptHandle(Protocol):
         ...
 
 
+@runtime_checkable
+class ReportsNodeEvents(Protocol):
+    """A handle whose hosts classify their own node evidence (kernel logs read by agents)."""
+
+    def node_events(self) -> list[FailureEvent]:
+        """Evidence found on the hosts since the last call."""
+        ...
+
+
+@runtime_checkable
+class Settles(Protocol):
+    """A handle that can be between a host's loss and the verdict on it."""
+
+    def settling(self) -> bool:
+        """A host just went silent: rank exits now may be its consequence; wait."""
+        ...
+
+
+@runtime_checkable
+class WritesKernelLogs(Protocol):
+    """A handle that appends to a node's kernel log on the node itself (XID drills)."""
+
+    def append_kernel_line(self, node: str, line: str) -> None:
+        ...
+
+
+@runtime_checkable
+class CollectsRankState(Protocol):
+    """A handle whose hosts collect process states, collective states and stacks."""
+
+    def collect(self, timeout_s: float) -> dict[int, Mapping[str, Any]]:
+        ...
+
+
 class Backend(Protocol):
     """Starts attempts and knows the nodes' addresses."""
 
@@ -128,4 +150,31 @@ class Backend(Protocol):
         ...
 
 
-__all__ = ["AttemptHandle", "Backend", "LaunchPlan", "RankExit", "RankLaunch"]
+@runtime_checkable
+class DeclaresCapabilities(Protocol):
+    """A backend that declares its :class:`Capabilities`."""
+
+    capabilities: Capabilities
+
+
+@runtime_checkable
+class HasControl(Protocol):
+    """A backend an operator reaches while the run goes on (``trainguard inject`` through the
+    controller)."""
+
+    def control(self) -> dict[str, object]:
+        """Address, session and secret of the controller."""
+        ...
+
+
+@runtime_checkable
+class Closeable(Protocol):
+    """A backend holding something for the whole run (a reaper, a controller)."""
+
+    def close(self) -> None:
+        ...
+
+
+__all__ = ["AttemptHandle", "Backend", "Capabilities", "Closeable", "CollectsRankState",
+           "DeclaresCapabilities", "HasControl", "LaunchPlan", "RankExit", "RankLaunch",
+           "ReportsNodeEvents", "Settles", "WritesKernelLogs"]

@@ -3,6 +3,8 @@ when it hangs, where the ranks stand.
 
 - :class:`StragglerWatch`: every few seconds, the ranks the others persistently wait for (from
   the SDK's trace windows), said once when declared and once when recovered;
+- :func:`hang_for` / :func:`stuck_at_exit`: when silence means a hang, when a rank that
+  reported ``finish()`` has overstayed its exit grace;
 - :class:`HangDiagnoser`: localizes a hang while the ranks are still there (collective state
   files, process states, Python stacks), written to ``attempts/<i>/hang.json``.
 """
@@ -18,7 +20,8 @@ from typing import Any
 
 from trainguard.atomicjson import write_json_atomic
 from trainguard.evidence.events import FailureEvent
-from trainguard.recover.backend import AttemptHandle, LaunchPlan
+from trainguard.recover.backend import AttemptHandle, CollectsRankState, LaunchPlan
+from trainguard.recover.spec import JobSpec
 from trainguard.recover.watch import RankWatch
 from trainguard.trace.collect import (
     STACK_SIGNAL,
@@ -44,6 +47,24 @@ def gpu_of(env: Mapping[str, str], local_rank: int) -> str | None:
     if ids:
         return ids[local_rank] if local_rank < len(ids) else None
     return str(local_rank)
+
+
+def hang_for(spec: JobSpec, watches: Mapping[int, RankWatch], codes: Mapping[int, int | None],
+             now: float) -> float | None:
+    """Seconds without progress when a running rank has passed its allowance, else None."""
+    for rank, w in watches.items():
+        if codes[rank] is not None or w.finished:
+            continue  # a finished rank is on its exit grace, not hung
+        limit = spec.hang_timeout_s if w.progressed else spec.startup_timeout_s
+        silent = w.silent_for(now)
+        if silent > limit:
+            return silent
+    return None
+
+
+def stuck_at_exit(spec: JobSpec, w: RankWatch, code: int | None, now: float) -> bool:
+    """Reported ``finish()`` through the SDK, yet still running after the exit grace."""
+    return code is None and w.finished and w.silent_for(now) > spec.exit_grace_s
 
 
 class StragglerWatch:
@@ -104,9 +125,8 @@ class HangDiagnoser:
                  node_events: Mapping[str, list[FailureEvent]]) -> HangDiagnosis:
         local = self.local
         t0 = self.clock()
-        collect = getattr(handle, "collect", None)
-        if callable(collect):
-            remote = self._remote(plan, collect(3.0), stopped, codes, handle.running())
+        if isinstance(handle, CollectsRankState):
+            remote = self._remote(plan, handle.collect(3.0), stopped, codes, handle.running())
             return self._conclude(plan, t0, *remote, node_events)
         running = handle.running()
         pids = handle.pids()
@@ -195,4 +215,5 @@ class HangDiagnoser:
         return diagnosis
 
 
-__all__ = ["STRAGGLER_EVERY_S", "HangDiagnoser", "StragglerWatch", "gpu_of"]
+__all__ = ["STRAGGLER_EVERY_S", "HangDiagnoser", "StragglerWatch", "gpu_of", "hang_for",
+           "stuck_at_exit"]

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from trainguard.errors import LaunchError
-from trainguard.recover.backend import LaunchPlan, RankExit
+from trainguard.recover.backend import Capabilities, LaunchPlan, RankExit
 from trainguard.recover.reaper import ReaperLink
 from trainguard.trace.collect import process_state
 
@@ -158,6 +158,8 @@ class LocalBackend:
 
     name = "local"
     persistent_nodes = False
+    capabilities = Capabilities(can_signal_rank=True, has_local_pids=True,
+                                reads_kernel_logs=False)
 
     def __init__(self, base_env: Mapping[str, str] | None = None,
                  slots_per_node: int | None = None) -> None:

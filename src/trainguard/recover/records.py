@@ -1,5 +1,6 @@
 """What a supervised run leaves behind: ``summary.json`` in the run directory and the store's
-session, attempts, events, exclusions and checkpoints.
+session, attempts, events, exclusions and checkpoints; ``state.json`` (what runs now, for
+``trainguard inject``) and ``control.json`` (how to reach an agent run's controller).
 
 ``summary.json`` is rewritten atomically after every attempt, so a reader (or a crashed
 supervisor's operator) always finds a complete document.
@@ -7,6 +8,8 @@ supervisor's operator) always finds a complete document.
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +18,9 @@ from typing import Any
 from trainguard.atomicjson import write_json_atomic
 from trainguard.evidence.events import FailureEvent
 from trainguard.recover.failure import Failure, TeardownCrash
+from trainguard.recover.launchplan import LaunchPlan
 from trainguard.recover.policy import Decision
+from trainguard.recover.spec import JobSpec
 from trainguard.store import Store
 
 SUMMARY_FORMAT = "trainguard-run/1"
@@ -197,4 +202,48 @@ class Recorder:
         self.write(result.status, result.message, result.attempts, result.exclusions)
 
 
-__all__ = ["SUMMARY_FORMAT", "AttemptResult", "Exclusion", "Recorder", "RunResult"]
+def run_header(spec: JobSpec, backend: str, run_id: str) -> dict[str, Any]:
+    """The run's identity, at the top of ``summary.json``."""
+    return {"name": spec.name, "backend": backend, "run_id": run_id,
+            "command": list(spec.command), "nodes": list(spec.nodes),
+            "spares": list(spec.spares), "nproc_per_node": spec.nproc_per_node,
+            "run_dir": str(spec.run_dir)}
+
+
+def run_config(spec: JobSpec, header: Mapping[str, Any]) -> dict[str, Any]:
+    """The session's configuration, as the store keeps it."""
+    pol = spec.policy
+    return {**header, "hang_timeout_s": spec.hang_timeout_s,
+            "min_nodes": spec.min_nodes, "max_retries": pol.max_retries,
+            "faults": [str(f) for f in spec.faults]}
+
+
+def write_running_state(spec: JobSpec, plan: LaunchPlan, pids: Mapping[int, int],
+                        control: Mapping[str, object] | None = None) -> None:
+    """``state.json`` while attempt ``plan.attempt`` runs: its ranks, pids, kernel logs.
+
+    ``control``: how ``trainguard inject`` reaches remote ranks through the controller; its
+    secret goes to ``control.json``, a file only this user can read."""
+    extra: dict[str, Any] = {}
+    if control is not None:
+        path = spec.run_dir / "control.json"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(dict(control), f)
+        extra["control"] = path.name
+    write_json_atomic(spec.run_dir / "state.json", {
+        **extra, "status": "running", "supervisor_pid": os.getpid(), "attempt": plan.attempt,
+        "nodes": list(plan.nodes),
+        "kernel_logs": {n: str(spec.kernel_log_path(n)) for n in (*spec.nodes, *spec.spares)},
+        "ranks": [{"rank": rl.rank, "node": rl.node, "pid": pids.get(rl.rank),
+                   "output": str(rl.output)} for rl in plan.ranks],
+    })
+
+
+def write_final_state(run_dir: Path, status: str) -> None:
+    """``state.json`` once the chain has ended."""
+    write_json_atomic(run_dir / "state.json", {"status": status, "supervisor_pid": os.getpid()})
+
+
+__all__ = ["SUMMARY_FORMAT", "AttemptResult", "Exclusion", "Recorder", "RunResult", "run_config",
+           "run_header", "write_final_state", "write_running_state"]

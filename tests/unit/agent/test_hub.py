@@ -150,3 +150,33 @@ def test_a_silent_agent_shows_in_last_seen(hub: AgentHub) -> None:
 def test_frames_from_the_agent_side_are_bounded_too() -> None:
     with pytest.raises(WireError):
         FrameReader(100).feed(pack({"t": "x", "d": b"y" * 200}, limit=1000))
+
+
+def test_a_command_sent_right_after_the_welcome_is_not_lost() -> None:
+    """The controller may send its first command in the same TCP segment as the welcome (it
+    does under load): the agent's dial keeps it instead of failing the handshake."""
+    from trainguard.agent.wire import mac, nonce, read_one
+
+    async def scenario() -> list[dict[str, object]]:
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            ours = nonce()
+            writer.write(pack({"t": "challenge", "proto": "trainguard-agent/1", "nonce": ours}))
+            hello = await read_one(reader, FrameReader(HANDSHAKE_FRAME), 5)
+            theirs = hello["nonce"]
+            assert isinstance(theirs, bytes)
+            writer.write(pack({"t": "welcome", "acked": 0,
+                               "mac": mac(SECRET.encode(), b"welcome", theirs, ours)})
+                         + pack({"t": "launch", "attempt": 0}))
+            await writer.drain()
+            await asyncio.sleep(0.2)
+            writer.close()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        conn = await dial("127.0.0.1", port, me())
+        conn.writer.close()
+        server.close()
+        return conn.early
+
+    early = asyncio.run(scenario())
+    assert [m["t"] for m in early] == ["launch"]

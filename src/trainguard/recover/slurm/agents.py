@@ -16,6 +16,9 @@ from trainguard.errors import LaunchError
 from trainguard.recover.backend import Backend
 from trainguard.recover.slurm.backend import _FINAL_JOB_STATES, SlurmBackend
 
+AGENT_JOB_OUTPUT = "/tmp/trainguard-agents-%j.out"
+"""Submit mode: where the agents' batch job writes its own output, on its first node."""
+
 
 class SrunAgents:
     """The agents' step (its ``srun`` process) or job, as the controller sees it."""
@@ -88,9 +91,11 @@ class SlurmLauncher:
 
     def start(self, nodes: tuple[str, ...], argv_for: Callable[[str | None], list[str]],
               env: Mapping[str, str], log_dir: Path, attempt: int) -> SrunAgents:
+        # The agents report over the network: their job's own output stays on the first node
+        # (the run directory need not be visible there).
         srun, job = self.backend.start_step(nodes, 1, argv_for(None), env, log_dir, Path.cwd(),
-                                            attempt)
+                                            attempt, output=AGENT_JOB_OUTPUT)
         return SrunAgents(self.backend, nodes, srun, job)
 
 
-__all__ = ["SlurmLauncher", "SrunAgents"]
+__all__ = ["AGENT_JOB_OUTPUT", "SlurmLauncher", "SrunAgents"]

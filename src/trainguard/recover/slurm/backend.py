@@ -202,9 +202,10 @@ def _read_int(path: Path) -> int | None:
 
 
 _BATCH_SCRIPT = """#!{python}
-# trainguard batch script: runs srun with the argv in the JSON file next to it (no shell).
-import json, os, sys
-argv = json.load(open({argv_file!r}))
+# trainguard batch script: runs srun with this argv (JSON, no shell). Self-contained: the node
+# that runs it need not see the run directory.
+import json, os
+argv = json.loads({argv_json!r})
 os.execvp(argv[0], argv)
 """
 
@@ -299,9 +300,12 @@ class SlurmBackend:
 
     def start_step(self, nodes: tuple[str, ...], per_node: int, program: list[str],
                    env: Mapping[str, str], attempt_dir: Path, workdir: Path, attempt: int,
+                   output: str | None = None,
                    ) -> tuple[subprocess.Popen[bytes] | None, str | None]:
         """Run ``program`` as ``per_node`` tasks on each of ``nodes``: an ``srun`` step
-        (allocation mode; its process) or a submitted job (submit mode; its id)."""
+        (allocation mode; its process) or a submitted job (submit mode; its id).
+        ``output``: the submitted job's output file as the node sees it (default: the
+        attempt's ``job.out``, which needs the run directory on a shared filesystem)."""
         attempt_dir.mkdir(parents=True, exist_ok=True)
         srun_argv = self._srun_argv(nodes, per_node, program)
         if self.mode == "allocation":
@@ -316,11 +320,13 @@ class SlurmBackend:
         argv_file = attempt_dir / "srun-argv.json"
         argv_file.write_text(json.dumps(srun_argv))
         script = attempt_dir / "batch.py"
-        script.write_text(_BATCH_SCRIPT.format(python=self._python, argv_file=str(argv_file)))
+        script.write_text(_BATCH_SCRIPT.format(python=self._python,
+                                               argv_json=json.dumps(srun_argv)))
         sbatch = ["sbatch", "--parsable", f"--nodes={len(nodes)}",
                   f"--ntasks-per-node={per_node}",
                   f"--nodelist={','.join(nodes)}", f"--job-name={self._job_name}",
-                  f"--output={attempt_dir / 'job.out'}", "--export=ALL", "--no-requeue",
+                  f"--output={output or attempt_dir / 'job.out'}", "--export=ALL",
+                  "--no-requeue",
                   f"--chdir={workdir}"]
         if self.excluded:
             sbatch.append(f"--exclude={','.join(sorted(self.excluded))}")

@@ -7,15 +7,20 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sys
 import tempfile
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 
-from trainguard.cli.console import fail
-
 log = logging.getLogger(__name__)
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    """One line on stderr and exit (rich is not needed for that: the agent starts fast)."""
+    sys.stderr.write(f"error: {message}\n")
+    raise typer.Exit(code)
 
 
 def parse_address(text: str) -> tuple[str, int]:
@@ -48,7 +53,7 @@ def agent(
         "$TRAINGUARD_AGENT_SECRET.")] = None,
     poll_interval: Annotated[float, typer.Option(
         "--poll-interval", min=0.005, max=5.0, help="Seconds between looks at the ranks.")]
-    = 0.02,
+    = 0.05,
 ) -> None:
     """Run this host's part of one attempt for a trainguard controller."""
     from trainguard.agent.client import Identity
@@ -76,6 +81,8 @@ def agent(
         secret = os.environ.get(SECRET_ENV, "").strip()
     if not secret:
         fail(f"no secret: set ${SECRET_ENV} or pass --secret-file", code=2)
+    logging.basicConfig(level=logging.INFO,
+                        format=f"%(asctime)s trainguard-agent[{name}] %(levelname)s %(message)s")
     where = work_dir or Path(tempfile.gettempdir()) / "trainguard-agent" / session \
         / str(attempt) / name
     cfg = AgentConfig(host, port, Identity("agent", name, session, attempt, secret.encode()),
