@@ -44,6 +44,10 @@ def summary(tmp: Path) -> dict[str, Any]:
 
 def tg(cluster: SlurmCluster, tmp: Path, *args: str, prefix: tuple[str, ...] = (),
        timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    # The single-host Slurm cluster checks the direct mode (rank wrapper, pid and exit files);
+    # the agents through Slurm are checked on namespaced hosts (test_multihost_slurm.py).
+    if args and args[0] == "run":
+        args = ("run", "--no-agents", *args[1:])
     return subprocess.run([*prefix, *TG, *args], capture_output=True, text=True, cwd=tmp,
                           timeout=timeout, env={**os.environ, **cluster.env,
                                                 "TRAINGUARD_DB": str(tmp / "tg.db")})

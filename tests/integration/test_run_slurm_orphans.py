@@ -54,7 +54,7 @@ def test_submit_mode_cancels_the_job_when_the_supervisor_is_killed(
         slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
     commands = SlurmCommands(env=slurm_cluster.env)
     attempt = tmp_path / "run" / "attempts" / "0"
-    sup = subprocess.Popen([*TG, "run", "-q", "--no-db", "--backend", "slurm", "--slurm-mode",
+    sup = subprocess.Popen([*TG, "run", "--no-agents", "-q", "--no-db", "--backend", "slurm", "--slurm-mode",
                             "submit", "--run-dir", str(tmp_path / "run"), "--nodes", "node1",
                             "--", sys.executable, str(PLAIN), "100000"],
                            cwd=tmp_path, env={**os.environ, **slurm_cluster.env},
@@ -85,7 +85,7 @@ def test_allocation_mode_stops_the_step_when_the_supervisor_is_killed(
         slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
     pid_file = tmp_path / "supervisor.pid"
     attempt = tmp_path / "run" / "attempts" / "0"
-    tg = shlex.join([*TG, "run", "-q", "--no-db", "--backend", "slurm", "--run-dir",
+    tg = shlex.join([*TG, "run", "--no-agents", "-q", "--no-db", "--backend", "slurm", "--run-dir",
                      str(tmp_path / "run"), "--nodes", "node1", "--", sys.executable,
                      str(PLAIN), "100000"])
     # The allocation outlives the supervisor (as in an sbatch script that goes on).

@@ -23,13 +23,15 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from trainguard.errors import ConfigError
 from trainguard.evidence.events import FailureEvent
 from trainguard.evidence.rules import RuleSet
 from trainguard.recover.watch import HISTORY_S, NodeWatch
-from trainguard.watch.kernlog import KernelLogTailer, LogSource, parse_sources
+
+if TYPE_CHECKING:  # the watch service's readers load only for the sources that need them
+    from trainguard.watch.kernlog import LogSource
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +63,8 @@ class _Tailed:
 
     def __init__(self, sources: list[LogSource], rules: RuleSet,
                  stop: Callable[[], None] | None = None, *, from_end: bool = True) -> None:
+        from trainguard.watch.kernlog import KernelLogTailer
+
         self._tailer = KernelLogTailer(sources, rules, from_end=from_end)
         self._stop = stop
 
@@ -74,6 +78,12 @@ class _Tailed:
 
 class _FileWithHistory:
     def __init__(self, node: str, path: Path, rules: RuleSet, since: float) -> None:
+        try:  # as a single-host run does: the watched file exists from the start
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch(exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"cannot create the watched kernel log {path}: "
+                              f"{exc.strerror or exc}") from exc
         self._watch = NodeWatch({node: path}, rules, since=since)
 
     def poll(self, now: float) -> list[FailureEvent]:
@@ -84,6 +94,8 @@ class _FileWithHistory:
 
 
 def _journalctl(node: str, rules: RuleSet, since: float, work_dir: Path) -> KernelLog:
+    from trainguard.watch.kernlog import LogSource
+
     copy = work_dir / "journal-kernel.export"
     start = datetime.fromtimestamp(max(0.0, since - HISTORY_S), UTC)
     argv = [JOURNALCTL, "-k", "-o", "export", "-f", "--no-pager",
@@ -106,6 +118,8 @@ def _journalctl(node: str, rules: RuleSet, since: float, work_dir: Path) -> Kern
 
 
 def _kmsg(node: str, rules: RuleSet, since: float, work_dir: Path) -> KernelLog:
+    from trainguard.watch.kernlog import LogSource
+
     try:
         fd = os.open(KMSG, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
@@ -152,6 +166,8 @@ def open_kernel_log(spec: str, node: str, rules: RuleSet, since: float,
         and not path.name.endswith(".export")
     if plain:
         return _FileWithHistory(node, path, rules, since)
+    from trainguard.watch.kernlog import parse_sources
+
     return _Tailed(parse_sources([f"{node}={text}"]), rules)
 
 

@@ -225,7 +225,10 @@ class RemoteAttempt:
         return frozenset(r for r in self._node_of if r not in self._reported)
 
     def pids(self) -> Mapping[int, int]:
-        return {}  # another host's process ids mean nothing here
+        """Each rank's process id *on its own host*, as its agent reported it (for people and
+        ``state.json``; the backend declares it has no local pids, so nothing here signals or
+        inspects them)."""
+        return dict(self.pids_seen)
 
     def is_stopped(self, rank: int) -> bool:
         return rank in self._stopped.get(self._node_of.get(rank, ""), frozenset())
@@ -292,8 +295,10 @@ class RemoteAttempt:
                 if not 0 < signum < signal.NSIG:
                     raise WireError(f"no signal {signum}")
                 self.signal_rank(rank, signum)
+                pid = self.pids_seen.get(rank)
                 return {"ok": True, "message": f"sent {signal.Signals(signum).name} to rank "
-                        f"{rank} on {self._node_of[rank]}"}
+                        f"{rank} on {self._node_of[rank]}"
+                        + (f" (pid {pid} there)" if pid is not None else "")}
             if op == "kernel_line":
                 node, line = msg.get("node"), msg.get("line")
                 if node not in self.nodes or not isinstance(line, str) or len(line) > 4096:

@@ -139,7 +139,10 @@ class Attempt:
 
     def __init__(self, ctx: AttemptContext, chain: Chain, plan: LaunchPlan,
                  handle: AttemptHandle, drills: AttemptDrills, *, started: float,
-                 launched: float, store_id: int | None) -> None:
+                 launched: float, store_id: int | None,
+                 on_pids: Callable[[Mapping[int, int]], None] | None = None) -> None:
+        """``on_pids``: told the ranks' pids whenever more become known (agents report them
+        once they started the ranks; ``state.json`` lists them)."""
         self.ctx = ctx
         self.chain = chain
         self.plan = plan
@@ -154,6 +157,8 @@ class Attempt:
                             seen_ckpts={r: 0 for r in self.watches})
         self._stragglers = StragglerWatch(self.index, ctx.spec.run_dir, ctx.status, launched)
         self._hang: HangDiagnosis | None = None
+        self._on_pids = on_pids
+        self._pids_known = -1
 
     # -- RUNNING ------------------------------------------------------------------------------
 
@@ -174,6 +179,10 @@ class Attempt:
             if ex.returncode != 0:
                 self.ctx.status(f"attempt {index}: rank {ex.rank} on {w.node} "
                                 f"{RankOutcome(ex.rank, w.node, ex.returncode).exit_text()}")
+        pids = handle.pids()
+        if len(pids) != self._pids_known and self._on_pids is not None:
+            self._pids_known = len(pids)
+            self._on_pids(pids)
         self._poll_ranks(p.seen_ckpts, now)
         trigger = self.ctx.evidence.poll(self.chain.nodes, self.chain, p.node_events, now,
                                          remote_events(handle))

@@ -235,8 +235,11 @@ def write_running_state(spec: JobSpec, plan: LaunchPlan, pids: Mapping[int, int]
         **extra, "status": "running", "supervisor_pid": os.getpid(), "attempt": plan.attempt,
         "nodes": list(plan.nodes),
         "kernel_logs": {n: str(spec.kernel_log_path(n)) for n in (*spec.nodes, *spec.spares)},
+        # Listed once every rank's pid is known (agents report them after starting the ranks;
+        # a pid is the rank's process id on its own node).
         "ranks": [{"rank": rl.rank, "node": rl.node, "pid": pids.get(rl.rank),
-                   "output": str(rl.output)} for rl in plan.ranks],
+                   "output": str(rl.output)} for rl in plan.ranks]
+        if all(rl.rank in pids for rl in plan.ranks) else [],
     })
 
 

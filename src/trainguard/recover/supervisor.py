@@ -168,11 +168,12 @@ class Supervisor:
         launched = self.clock()
         self.lifecycle.to(State.RUNNING)
         store_id = ctx.recorder.start_attempt(index, chain.nodes, t0)
+        control = self.backend.control() if isinstance(self.backend, HasControl) else None
         self._attempt = Attempt(ctx, chain, plan, handle,
                                 self.drills.for_attempt(index, chain.nodes, launched),
-                                started=t0, launched=launched, store_id=store_id)
-        control = self.backend.control() if isinstance(self.backend, HasControl) else None
-        write_running_state(spec, plan, handle.pids(), control)
+                                started=t0, launched=launched, store_id=store_id,
+                                on_pids=lambda pids: write_running_state(spec, plan, pids,
+                                                                         control))
 
     def _on_running(self) -> None:
         attempt = self._current()

@@ -14,15 +14,17 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainguard.evidence.events import EvidenceLine, FailureEvent, TimeKind
 from trainguard.evidence.rules import RuleSet
 from trainguard.evidence.scanner import scan_bytes
 from trainguard.filetail import FileTail, parse_json_lines
-from trainguard.store import Store
 from trainguard.taxonomy import Action, Category, Severity
 from trainguard.trace.model import TraceWindow, window_from_record
+
+if TYPE_CHECKING:
+    from trainguard.store import Store
 
 log = logging.getLogger(__name__)
 
