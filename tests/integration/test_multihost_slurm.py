@@ -40,7 +40,7 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmHostCluster
 
 
 def job(slurm: SlurmHostCluster, root: Path, name: str, mode: str) -> Job:
-    wrapper = ["salloc", "-N4", f"--nodelist={','.join(HOSTS)}", "--"] \
+    wrapper = ["salloc", "-N4", "--no-kill", f"--nodelist={','.join(HOSTS)}", "--"] \
         if mode == "allocation" else []
     return Job(slurm.cluster, root, name, env=slurm.env(), wrapper=wrapper,
                backend=["--backend", "slurm", "--slurm-mode", mode])
@@ -89,7 +89,7 @@ def test_an_xid_on_host2_drains_it_with_the_xid_in_the_reason(
 def test_a_host_cut_off_is_lost_drained_and_replaced(
         slurm: SlurmHostCluster, baseline: float, tmp_path: Path) -> None:
     j = Job(slurm.cluster, tmp_path, "scut", env=slurm.env(),
-            wrapper=["salloc", "-N4", f"--nodelist={','.join(HOSTS)}", "--"],
+            wrapper=["salloc", "-N4", "--no-kill", f"--nodelist={','.join(HOSTS)}", "--"],
             backend=["--backend", "slurm", "--slurm-mode", "allocation"],
             extra=["--node-timeout", "6", "--hang-timeout", "60"])
     j.wait_for_step(12)

@@ -21,6 +21,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -70,6 +71,13 @@ class SubprocessAgents:
         return {n: code for n, p in self._procs.items() if (code := p.poll()) is not None}
 
     def close(self, wait_s: float) -> None:
+        """Let the agents exit on their own (they were told ``bye``; their ranks are gone) for
+        ``wait_s``, then kill them, without holding up the next attempt: the waiting is done
+        by a background thread."""
+        threading.Thread(target=self.reap, args=(wait_s,), name="agent-reaper",
+                         daemon=True).start()
+
+    def reap(self, wait_s: float) -> None:
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline and any(p.poll() is None for p in self._procs.values()):
             time.sleep(0.02)
@@ -115,7 +123,7 @@ class LocalLauncher:
                         stderr=subprocess.STDOUT, start_new_session=True,
                         preexec_fn=die_with_parent)
         except OSError as exc:
-            SubprocessAgents(procs).close(0.0)
+            SubprocessAgents(procs).reap(0.0)
             raise LaunchError(f"cannot start an agent: {exc.strerror or exc}") from exc
         return SubprocessAgents(procs)
 

@@ -94,7 +94,7 @@ class SlurmLauncher:
         # The agents report over the network: their job's own output stays on the first node
         # (the run directory need not be visible there).
         srun, job = self.backend.start_step(nodes, 1, argv_for(None), env, log_dir, Path.cwd(),
-                                            attempt, output=AGENT_JOB_OUTPUT)
+                                            attempt, output=AGENT_JOB_OUTPUT, overlap=True)
         return SrunAgents(self.backend, nodes, srun, job)
 
 

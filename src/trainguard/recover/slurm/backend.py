@@ -275,11 +275,12 @@ class SlurmBackend:
         self.commands.drain(node, reason)
 
     def _srun_argv(self, nodes: tuple[str, ...], per_node: int,
-                   program: list[str]) -> list[str]:
+                   program: list[str], overlap: bool = False) -> list[str]:
+        shared = ["--overlap"] if overlap else []
         return ["srun", f"--nodes={len(nodes)}", f"--ntasks={len(nodes) * per_node}",
                 f"--ntasks-per-node={per_node}", f"--nodelist={','.join(nodes)}",
                 "--kill-on-bad-exit=0", "--export=ALL", f"--job-name={self._job_name}",
-                *program]
+                *shared, *program]
 
     def _step_env(self, plan: LaunchPlan, attempt_dir: Path) -> dict[str, str]:
         first = plan.ranks[0].env
@@ -300,14 +301,16 @@ class SlurmBackend:
 
     def start_step(self, nodes: tuple[str, ...], per_node: int, program: list[str],
                    env: Mapping[str, str], attempt_dir: Path, workdir: Path, attempt: int,
-                   output: str | None = None,
+                   output: str | None = None, overlap: bool = False,
                    ) -> tuple[subprocess.Popen[bytes] | None, str | None]:
         """Run ``program`` as ``per_node`` tasks on each of ``nodes``: an ``srun`` step
         (allocation mode; its process) or a submitted job (submit mode; its id).
         ``output``: the submitted job's output file as the node sees it (default: the
-        attempt's ``job.out``, which needs the run directory on a shared filesystem)."""
+        attempt's ``job.out``, which needs the run directory on a shared filesystem).
+        ``overlap``: the step may share CPUs with earlier steps (``srun --overlap``): an
+        agents' step of a lost host never completes, and must not hold the next one back."""
         attempt_dir.mkdir(parents=True, exist_ok=True)
-        srun_argv = self._srun_argv(nodes, per_node, program)
+        srun_argv = self._srun_argv(nodes, per_node, program, overlap)
         if self.mode == "allocation":
             with open(attempt_dir / "srun.log", "ab") as out:
                 try:
