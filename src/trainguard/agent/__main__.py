@@ -1,17 +1,36 @@
-"""``python -m trainguard.agent``: what backends start on each host (``trainguard agent``)."""
+"""``python -m trainguard.agent``: what backends start on each host, per attempt. The same
+options as ``trainguard agent``, parsed with argparse: the agent is on the restart's critical
+path, and this entry point does not load the CLI's libraries (typer, rich)."""
 
 from __future__ import annotations
 
-import typer
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
 
-from trainguard.agent.cli import agent
+from trainguard.agent.start import AgentUsageError, start_agent
 
 
-def main() -> None:
-    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-    app.command()(agent)
-    app()
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m trainguard.agent",
+                                 description="Run this host's part of one attempt for a "
+                                 "trainguard controller (see `trainguard agent --help`).")
+    ap.add_argument("--controller", required=True, help="HOST:PORT the controller listens on")
+    ap.add_argument("--session", required=True)
+    ap.add_argument("--attempt", type=int, default=0)
+    ap.add_argument("--node")
+    ap.add_argument("--work-dir", type=Path)
+    ap.add_argument("--secret-file", type=Path)
+    ap.add_argument("--poll-interval", type=float, default=0.05)
+    args = ap.parse_args(argv)
+    try:
+        return start_agent(args.controller, args.session, args.attempt, args.node,
+                           args.work_dir, args.secret_file, args.poll_interval)
+    except AgentUsageError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -110,12 +110,14 @@ def local_plan(msg: Mapping[str, Any], node: str, work_dir: Path) -> LaunchPlan:
 class HostWork:
     """The ranks and kernel log of one host for one attempt (thread-safe)."""
 
-    def __init__(self, node: str, work_dir: Path, rules: RuleSet,
+    def __init__(self, node: str, work_dir: Path, rules: RuleSet | Callable[[], RuleSet],
                  clock: Callable[[], float] = time.time,
                  base_env: Mapping[str, str] | None = None) -> None:
         self.node = node
         self.work_dir = work_dir
         self._rules = rules
+        """The evidence rules, or how to load them: compiling them is left until the kernel log
+        is opened, after the ranks started (it is on the restart's critical path)."""
         self._clock = clock
         env = dict(os.environ if base_env is None else base_env)
         env.pop(SECRET_ENV, None)  # the ranks never see the run's secret
@@ -142,6 +144,8 @@ class HostWork:
         rules; :class:`~trainguard.errors.ConfigError` when it cannot be read."""
         if spec is None:
             return
+        if callable(self._rules):
+            self._rules = self._rules()
         self._klog = open_kernel_log(spec, self.node, self._rules, since, self.work_dir)
         path = Path(spec)
         # Fault drills append to a plain file; a journal or the ring buffer is not ours to write.

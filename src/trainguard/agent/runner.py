@@ -211,16 +211,16 @@ class Agent:
             self._orphan_s = float(orphan)
         klog, since = msg.get("kernel_log"), msg.get("since")
         try:
+            pids = await asyncio.to_thread(self.host.launch, msg)
+        except LaunchError as exc:
+            self._emit({"t": "error", "what": "launch", "text": str(exc)[:2000]})
+        else:
+            self._emit({"t": "started", "pids": {str(r): p for r, p in pids.items()}})
+        try:  # after the ranks: loading the rules must not delay them
             self.host.watch_kernel_log(klog if isinstance(klog, str) and klog else None,
                                        float(since) if isinstance(since, (int, float)) else 0.0)
         except TrainguardError as exc:  # the ranks still run; the controller is told
             self._emit({"t": "error", "what": "kernel_log", "text": str(exc)[:2000]})
-        try:
-            pids = await asyncio.to_thread(self.host.launch, msg)
-        except LaunchError as exc:
-            self._emit({"t": "error", "what": "launch", "text": str(exc)[:2000]})
-            return
-        self._emit({"t": "started", "pids": {str(r): p for r, p in pids.items()}})
 
     async def _collect(self, msg: dict[str, Any]) -> None:
         req = integer(msg, "req")
