@@ -55,7 +55,8 @@ def test_submit_mode_cancels_the_job_when_the_supervisor_is_killed(
     commands = SlurmCommands(env=slurm_cluster.env)
     attempt = tmp_path / "run" / "attempts" / "0"
     sup = subprocess.Popen([*TG, "run", "--no-agents", "-q", "--no-db", "--backend", "slurm",
-                            "--slurm-mode", "submit", "--run-dir", str(tmp_path / "run"), "--nodes", "node1",
+                            "--slurm-mode", "submit", "--run-dir", str(tmp_path / "run"),
+                            "--nodes", "node1",
                             "--", sys.executable, str(PLAIN), "100000"],
                            cwd=tmp_path, env={**os.environ, **slurm_cluster.env},
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
