@@ -16,9 +16,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
+
+import pytest
 
 from trainguard.devcluster import HostCluster
 
@@ -28,12 +30,14 @@ TG = [sys.executable, "-m", "trainguard.cli.main"]
 
 def _unavailable(reason: str) -> NoReturn:
     """Skip locally; fail in CI, where the namespaced cluster is required."""
-    import pytest
-
     if os.environ.get("CI", "").strip().lower() in ("true", "1", "yes"):
         pytest.fail(f"{reason} (CI=true: the multi-host tests are required)", pytrace=False)
     pytest.skip(reason)
 
+
+XID79 = ("[ 8123.456789] NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, "
+         "GPU has fallen off the bus.")
+"""A real-format NVRM line for a host's own kernel log."""
 
 STARTED: list[Job] = []
 """Every job started, so a fixture can kill what a failed test left running."""
@@ -42,6 +46,13 @@ STARTED: list[Job] = []
 def kill_all() -> None:
     while STARTED:
         STARTED.pop().kill()
+
+
+@pytest.fixture()
+def no_job_left() -> Iterator[None]:
+    """After each test: kill what a failed test's run left, so it cannot disturb the next."""
+    yield
+    kill_all()
 
 
 class Job:

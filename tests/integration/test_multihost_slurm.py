@@ -10,21 +10,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from multihost_job import Job, _unavailable, kill_all
+from multihost_job import XID79, Job, _unavailable, no_job_left  # noqa: F401 (fixture)
 
 from trainguard.devcluster import SlurmHostCluster, missing_requirements
 from trainguard.devcluster.common import SLURM_PROGRAMS
 
-pytestmark = [pytest.mark.integration, pytest.mark.multihost]
+pytestmark = [pytest.mark.integration, pytest.mark.multihost,
+              pytest.mark.usefixtures("no_job_left")]
 
-
-@pytest.fixture(autouse=True)
-def _no_job_left() -> Iterator[None]:
-    yield
-    kill_all()  # a failed test's run must not disturb the next one
-
-XID79 = ("[ 8123.456789] NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, "
-         "GPU has fallen off the bus.")
 HOSTS = ("host1", "host2", "host3", "host4")
 
 
