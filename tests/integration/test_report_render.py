@@ -31,13 +31,20 @@ def chromium() -> str:
     pytest.skip("chromium is not installed (scripts/sysdeps.sh)")
 
 
+# The XID drill is delivered over the network (controller -> agent -> kernel log -> agent ->
+# controller) while the ranks keep training, so a run must not be able to finish before the
+# XID is read: the step right after it is held for 2 s. An XID read after the ranks have
+# exited successfully does not fail the run, and the report would then have no exclusion.
+XID_DRILL = ("xid:node=node2,step=12", "slow:step=13,delay=2")
+
+
 def test_report_renders_every_plot(tmp_path: Path) -> None:
     db = str(tmp_path / "tg.db")
-    for i, fault in enumerate(("kill:rank=1,step=12", "xid:node=node2,step=22")):
+    for i, faults in enumerate((("kill:rank=1,step=12", "slow:step=12,delay=0.3"), XID_DRILL)):
         r = subprocess.run(
             [*TG, "run", "-q", "--db", db, "--run-dir", str(tmp_path / f"run{i}"),
-             "--nodes", "node1,node2", "--spares", "node3", "--inject", fault,
-             "--inject", "slow:step=12,delay=0.3", "--", sys.executable, str(EXAMPLE),
+             "--nodes", "node1,node2", "--spares", "node3",
+             *(arg for f in faults for arg in ("--inject", f)), "--", sys.executable, str(EXAMPLE),
              "--steps", "30", "--ckpt-every", "10", "--ckpt-dir", str(tmp_path / f"ck{i}")],
             capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stderr
@@ -76,14 +83,14 @@ def test_report_numbers_match_an_independent_computation(tmp_path: Path) -> None
     from trainguard.store import Store
 
     db = str(tmp_path / "tg.db")
-    runs = [("kill:rank=1,step=12", "node1,node2", "node3"),
-            ("xid:node=node2,step=22", "node1,node2", "node3"),
-            ("exception:rank=0,step=5,attempt=*", "node1,node2", "")]
-    for i, (fault, nodes, spares) in enumerate(runs):
+    runs = [(("kill:rank=1,step=12", "slow:step=10,delay=0.3"), "node1,node2", "node3"),
+            (XID_DRILL, "node1,node2", "node3"),
+            (("exception:rank=0,step=5,attempt=*", "slow:step=10,delay=0.3"), "node1,node2", "")]
+    for i, (faults, nodes, spares) in enumerate(runs):
         subprocess.run(
             [*TG, "run", "-q", "--db", db, "--run-dir", str(tmp_path / f"run{i}"),
-             "--nodes", nodes, *(["--spares", spares] if spares else []), "--inject", fault,
-             "--inject", "slow:step=10,delay=0.3", "--", sys.executable, str(EXAMPLE),
+             "--nodes", nodes, *(["--spares", spares] if spares else []),
+             *(arg for f in faults for arg in ("--inject", f)), "--", sys.executable, str(EXAMPLE),
              "--steps", "25", "--ckpt-every", "10", "--ckpt-dir", str(tmp_path / f"ck{i}")],
             capture_output=True, text=True, timeout=300, check=False)
     with Store.open(db) as store:
@@ -103,6 +110,7 @@ def test_report_numbers_match_an_independent_computation(tmp_path: Path) -> None
     counts: dict[str, int] = {}
     for ex in exclusions:
         counts[ex.node] = counts.get(ex.node, 0) + 1
+    assert counts, "the XID drill excluded no node"
     top3 = sum(sorted(counts.values(), reverse=True)[:3]) / sum(counts.values())
     assert rep.exclusions.summary.top_k_share == pytest.approx(top3)
     # ETTR: productive time / wall time, from the raw records
