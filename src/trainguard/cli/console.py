@@ -37,8 +37,18 @@ def _one_line(message: str) -> str:
     return "; ".join(part.strip() for part in message.splitlines() if part.strip())
 
 
-def fail(message: str, code: int = 1) -> NoReturn:
-    """One clear line on stderr and a non-zero exit, never a traceback."""
+EXIT_FAILED = 1
+"""The command did its work and the outcome is a failure (a job failed, a round failed)."""
+EXIT_INPUT = 2
+"""The command could not do its work because of its input: usage, a bad value, a path or
+address that is missing, unreadable, unwritable or not what it should be, a command that does
+not exist. Click's own usage errors exit 2 as well."""
+
+
+def fail(message: str, code: int = EXIT_INPUT) -> NoReturn:
+    """One clear line on stderr and a non-zero exit, never a traceback. ``code``: 2
+    (:data:`EXIT_INPUT`) for input the user can fix, 1 (:data:`EXIT_FAILED`) for a failed
+    outcome."""
     err.print(Text.assemble(("error: ", "bold red"), _one_line(message)))
     raise typer.Exit(code)
 

@@ -25,7 +25,7 @@ from trainguard.cli import (
     watch,
     xid,
 )
-from trainguard.cli.console import fail
+from trainguard.cli.console import EXIT_INPUT, fail
 from trainguard.errors import TrainguardError
 
 app = typer.Typer(
@@ -72,12 +72,17 @@ def _root(
 
 
 def main() -> None:
-    """Console-script entry point: user errors become one line, never a traceback."""
+    """Console-script entry point: user errors become one line, never a traceback.
+
+    Exit status, for every command: 0 success; 1 the work was done and its outcome is a
+    failure; 2 the input (arguments, files, addresses, the command to run) is wrong or unusable;
+    130 interrupted. A :class:`TrainguardError` that reaches here is an input error.
+    """
     try:
         app()
     except TrainguardError as exc:
         try:
-            fail(str(exc))
+            fail(str(exc), EXIT_INPUT)
         except typer.Exit as done:  # raised outside click's handling: exit here
             sys.exit(done.exit_code)
     except KeyboardInterrupt:

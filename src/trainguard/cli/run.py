@@ -22,8 +22,10 @@ from trainguard.faultspec import parse_faults
 from trainguard.recover import JobSpec, RetryPolicy, RunResult, Supervisor
 from trainguard.recover.backend import Closeable
 from trainguard.recover.inject import append_line, xid_line
+from trainguard.recover.narrate import final_line
 from trainguard.recover.registry import BackendOptions, backends_help, get_entry
 from trainguard.recover.runlock import RunDirLock
+from trainguard.recover.spec import job_name
 from trainguard.store import Store
 
 run_help = """Supervise a multi-node training job: every rank gets the torch.distributed
@@ -115,7 +117,8 @@ def run(
         "substituted. Default: {run_dir}/nodes/{node}/kern.log.")] = None,
     alerts: Annotated[Path | None, typer.Option(
         "--alerts", help="Follow this JSON-lines file of detector alerts "
-        "(trainguard detect --alerts-out).")] = None,
+        "(`trainguard detect --out`, `trainguard backtest --alerts-out`, or `trainguard watch`'s "
+        "--supervisor-alerts).")] = None,
     alerts_replay: Annotated[Path | None, typer.Option(
         "--alerts-replay", help="--inject alert:node=X replays X's first alert from this "
         "detector alerts file (demos, fire drills).")] = None,
@@ -135,8 +138,14 @@ def run(
         min=1)] = None,
     master_port: Annotated[int | None, typer.Option(
         "--master-port", help="Rendezvous port (default: a free port per launch).")] = None,
-    name: Annotated[str | None, typer.Option("--name", help="Session name in the store.")
+    name: Annotated[str | None, typer.Option(
+        "--name", help="The run's name in the store and the report [default: the script's "
+        "name, e.g. train_gpt for python train_gpt.py].")
                     ] = None,
+    all_output: Annotated[bool, typer.Option(
+        "--all-output", help="Echo every line of the ranks' output. By default the tracebacks "
+        "that follow a failure (peers reacting to the failed rank) are counted in one line per "
+        "rank; the per-rank logs keep every line either way.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not echo rank output.")
                      ] = False,
     json_out: Annotated[bool, typer.Option(
@@ -174,7 +183,7 @@ def run(
         spec = JobSpec(
             command=tuple(command or ()), nodes=node_names, spares=spare_names,
             nproc_per_node=nproc_per_node, run_dir=run_dir.absolute(), min_nodes=min_nodes,
-            name=name or Path((command or ["job"])[-1]).name, hang_timeout_s=hang_timeout,
+            name=name or job_name(command or ()), hang_timeout_s=hang_timeout,
             startup_timeout_s=startup_timeout, term_timeout_s=term_timeout,
             exit_grace_s=exit_grace, peer_exit_grace_s=peer_exit_grace,
             kernel_log=kernel_log or "{run_dir}/nodes/{node}/kern.log",
@@ -213,7 +222,7 @@ def run(
     except ConfigError as exc:
         fail(str(exc), code=2)
     sup = Supervisor(spec, launcher, store=store, on_status=on_status, on_output=on_output,
-                     overwrite=overwrite)
+                     overwrite=overwrite, echo_all=all_output)
     try:
         with _cancel_on_signals(sup):
             try:
@@ -233,10 +242,7 @@ def run(
 def _report(result: RunResult, json_out: bool) -> None:
     if json_out:
         sys.stdout.write(Path(result.run_dir / "summary.json").read_text())
-    n = len(result.attempts)
-    excluded = ", ".join(e.node for e in result.exclusions) or "none"
-    line = (f"{result.status}: {result.message} ({n} attempt{'s' if n != 1 else ''}; "
-            f"excluded: {excluded}; summary: {result.run_dir / 'summary.json'})")
+    line = final_line(result, result.run_dir / "summary.json")
     style = "bold green" if result.status == "succeeded" else "bold red"
     err.print(Text.assemble(("trainguard: ", "bold cyan"), (line, style)))
 

@@ -35,6 +35,7 @@ from trainguard.recover.cancel import CancelToken
 from trainguard.recover.chain import Chain, NodeEvidence
 from trainguard.recover.diagnosis import HangDiagnoser, StragglerWatch, hang_for, stuck_at_exit
 from trainguard.recover.drills import AttemptDrills
+from trainguard.recover.echo import RankEcho, after_what
 from trainguard.recover.failure import (
     AttemptFacts,
     Failure,
@@ -76,6 +77,10 @@ class AttemptContext:
     sleep: Callable[[float], None]
     status: Callable[[str], None]
     output: Callable[[int, str, str], None] | None = None
+    fold_hold_s: float | None = 5.0
+    """Echo: how long a traceback of a healthy attempt is held before it is shown (None: echo
+    every line as it comes, consequential tracebacks included); see
+    :mod:`trainguard.recover.echo`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +163,8 @@ class Attempt:
         self._stragglers = StragglerWatch(self.index, ctx.spec.run_dir, ctx.status, launched)
         self._hang: HangDiagnosis | None = None
         self._on_pids = on_pids
+        self._echo = None if ctx.output is None or ctx.fold_hold_s is None \
+            else RankEcho(ctx.output, hold_s=ctx.fold_hold_s)
         self._pids_known = -1
 
     # -- RUNNING ------------------------------------------------------------------------------
@@ -184,6 +191,9 @@ class Attempt:
             self._pids_known = len(pids)
             self._on_pids(pids)
         self._poll_ranks(p.seen_ckpts, now)
+        if self._echo is not None:
+            trouble = p.trigger is not None or any(c not in (None, 0) for c in p.codes.values())
+            self._echo.release(now, trouble=trouble)
         trigger = self.ctx.evidence.poll(self.chain.nodes, self.chain, p.node_events, now,
                                          remote_events(handle))
         p.fired += self._drills(now, {r: w.last_step for r, w in self.watches.items()}, handle)
@@ -233,7 +243,9 @@ class Attempt:
         output = self.ctx.output
         for rank, w in self.watches.items():
             for line in w.poll(now):
-                if output is not None:
+                if self._echo is not None:
+                    self._echo.feed(rank, w.node, terminal_safe(line), now)
+                elif output is not None:
                     output(rank, w.node, terminal_safe(line))
             for rec in w.checkpoints[seen.get(rank, 0):]:
                 step = rec.get("step")
@@ -291,6 +303,7 @@ class Attempt:
                        if p.codes[r] not in (None, 0) and r in p.exited_at}
         facts = self._facts(trigger, rank_events)
         failure = analyze(facts)
+        self._settle_echo(failure)
         teardown = teardown_crash(facts) if failure is None else ()
         result = self._result(trigger, failure, teardown)
         first = watches[min(watches)]
@@ -306,6 +319,19 @@ class Attempt:
         elif failure is None:
             ctx.status(f"attempt {self.index}: succeeded")
         return Outcome(result, failure, events, teardown)
+
+    def _settle_echo(self, failure: Failure | None) -> None:
+        """The held tracebacks: the culprit's shown in full, the consequences counted."""
+        if self._echo is None:
+            return
+        here = Path.cwd()
+        logs = {r: str(w.output.relative_to(here) if w.output.is_relative_to(here)
+                       else w.output) for r, w in self.watches.items()}
+        if failure is None:
+            self._echo.settle(culprits=None, logs=logs, why="")
+        else:
+            culprits = () if failure.culprit_rank is None else (failure.culprit_rank,)
+            self._echo.settle(culprits=culprits, logs=logs, why=after_what(failure))
 
     def _facts(self, trigger: Trigger,
                rank_events: Mapping[int, tuple[FailureEvent, ...]]) -> AttemptFacts:

@@ -108,7 +108,7 @@ class NodeEvidence:
             if node in nodes:
                 found.setdefault(node, []).append(ev)
                 if is_node_fault(ev):
-                    self._status(f"{node}: {ev.summary}: stopping the attempt")
+                    self._status(f"{node}: stopping the attempt: {ev.summary}")
                     trigger = Trigger.NODE_EVIDENCE
             elif node in chain.spares and is_node_fault(ev):
                 self._lose_spare(node, ev, chain, now)

@@ -134,6 +134,9 @@ class Failure:
     """Training step at which it happened, when known (non-finite loss)."""
     storage_exhausted: bool = False
     """The storage is full, over quota or read-only: a relaunch cannot help."""
+    cause: str = ""
+    """A crash: what the culprit's evidence says (its root event described); empty when
+    nothing in its output or its node's log explains it."""
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -351,7 +354,7 @@ def _crash_failure(facts: AttemptFacts) -> Failure:
     exhausted = root is not None and root.signature in STORAGE_EXHAUSTED_SIGNATURES
     return Failure(FailureKind.CRASH, category, summary, culprit_nodes=(culprit.node,),
                    culprit_rank=culprit.rank, evidence=evidence_lines(events), events=events,
-                   storage_exhausted=exhausted)
+                   storage_exhausted=exhausted, cause="" if root is None else describe(root))
 
 
 __all__ = [

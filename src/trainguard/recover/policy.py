@@ -129,8 +129,8 @@ def _cancelled(failure: Failure, state: ChainState, policy: RetryPolicy) -> Deci
 
 def _budget(failure: Failure, state: ChainState, policy: RetryPolicy) -> Decision | None:
     if state.retries_used >= policy.max_retries:
-        return Decision(Verdict.STOP, f"retry budget of {policy.max_retries} relaunch(es) is "
-                        f"spent; last failure: {failure.summary}")
+        return Decision(Verdict.STOP, f"stop: the retry budget ({policy.max_retries} "
+                        f"relaunch{'es' if policy.max_retries != 1 else ''}) is spent")
     return None
 
 
@@ -152,8 +152,8 @@ def _exclude(failure: Failure, state: ChainState, policy: RetryPolicy) -> Decisi
         f"implicated in {policy.implicated_limit} failures"
     names = ", ".join(bad)
     if len(nodes) < state.required_nodes:
-        return Decision(Verdict.STOP, f"{names} excluded ({why}) and no spare left: the job "
-                        f"needs {state.required_nodes} node(s), {len(nodes)} remain",
+        return Decision(Verdict.STOP, f"stop: {names} excluded ({why}) and no spare left: "
+                        f"the job needs {state.required_nodes} node(s), {len(nodes)} remain",
                         excluded=tuple(bad))
     replaced = [n for n in nodes if n not in state.nodes]
     where = f"on spare(s) {', '.join(replaced)}" if replaced else f"on {len(nodes)} node(s)"
@@ -165,15 +165,15 @@ def _storage(failure: Failure, state: ChainState, policy: RetryPolicy) -> Decisi
     if failure.category is not Category.STORAGE_IO:
         return None
     if failure.storage_exhausted:
-        return Decision(Verdict.STOP, f"storage full or read-only, a relaunch cannot help: "
-                        f"{failure.summary}; free space (or fix the mount) and run again "
-                        "(no node excluded)")
+        return Decision(Verdict.STOP, "stop: the storage is full or read-only, a relaunch "
+                        "cannot help; free space (or fix the mount) and run again (no node "
+                        "excluded)")
     seen = sum(1 for f in state.history if f.category is Category.STORAGE_IO)
     if seen >= policy.confirm_retries:
-        return Decision(Verdict.STOP, f"storage error on {seen + 1} attempt(s), check the "
-                        f"storage: {failure.summary} (no node excluded)")
+        return Decision(Verdict.STOP, f"stop: a storage error on {seen + 1} attempts: check "
+                        "the storage (no node excluded)")
     return _retry(state, policy, Verdict.RETRY,
-                  "storage_io: relaunching on the same nodes to confirm (the storage, not the "
+                  "relaunch on the same nodes to confirm the storage error (the storage, not a "
                   "node, is suspect)")
 
 
@@ -182,18 +182,19 @@ def _code_error(failure: Failure, state: ChainState, policy: RetryPolicy) -> Dec
         return None
     seen = sum(1 for f in state.history if f.category is failure.category)
     if seen >= policy.confirm_retries:
-        return Decision(Verdict.STOP, f"{failure.category.value} on {seen + 1} attempt(s), "
-                        f"not retrying a bug: {failure.summary}")
+        return Decision(Verdict.STOP, f"stop: a {label(failure.category)} on {seen + 1} "
+                        "attempts is a bug, not retried")
     return _retry(state, policy, Verdict.RETRY,
-                  f"{failure.category.value}: relaunching once to confirm")
+                  f"relaunch once on the same nodes to confirm the {label(failure.category)} "
+                  "(a second one stops the job)")
 
 
 def _rollback(failure: Failure, state: ChainState, policy: RetryPolicy) -> Decision | None:
     if failure.category not in ROLLBACK_CATEGORIES:
         return None
     if state.rollbacks_used >= policy.max_rollbacks:
-        return Decision(Verdict.STOP, f"{failure.category.value} again after "
-                        f"{state.rollbacks_used} rollback(s): {failure.summary}")
+        return Decision(Verdict.STOP, f"stop: a {label(failure.category)} again after "
+                        f"{state.rollbacks_used} rollback(s)")
     limit = state.resume_max_step
     steps = [s for s in state.checkpoint_steps
              if (limit is None or s <= limit)
@@ -202,12 +203,19 @@ def _rollback(failure: Failure, state: ChainState, policy: RetryPolicy) -> Decis
     target = steps[-2] if len(steps) >= 2 else 0
     where = f"checkpoint of step {target}" if target else "the start"
     return _retry(state, policy, Verdict.ROLLBACK,
-                  f"{failure.category.value}: roll back to {where}", resume_max_step=target)
+                  f"roll back to {where} ({label(failure.category)})", resume_max_step=target)
 
 
 def _same_nodes(failure: Failure, state: ChainState, policy: RetryPolicy) -> Decision | None:
-    return _retry(state, policy, Verdict.RETRY, f"{failure.category.value}: relaunch on the "
-                  "same nodes")
+    why = "the cause is unknown" if failure.category is Category.UNKNOWN \
+        else label(failure.category)
+    return _retry(state, policy, Verdict.RETRY,
+                  f"relaunch on the same nodes ({why}; no node is implicated)")
+
+
+def label(category: Category) -> str:
+    """A category as words, e.g. ``user code error``."""
+    return category.value.replace("_", " ")
 
 
 RULES: tuple[Rule, ...] = (_cancelled, _budget, _exclude, _storage, _code_error, _rollback,
@@ -235,4 +243,5 @@ __all__ = [
     "Verdict",
     "decide",
     "implicated_after",
+    "label",
 ]

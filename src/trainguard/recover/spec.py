@@ -11,8 +11,10 @@ is launched.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from trainguard.errors import ConfigError
 from trainguard.faultspec import FaultKind, FaultSpec
@@ -150,4 +152,30 @@ class JobSpec:
                     .replace("{node}", node))
 
 
-__all__ = ["JobSpec", "RetryPolicy"]
+_SCRIPT_SUFFIXES = (".py", ".sh", ".bash")
+_RUNNERS = re.compile(r"^(?:python[0-9.]*|pypy[0-9.]*|env|torchrun|uv|uvx|poetry|pipenv|conda|"
+                      r"run|exec|bash|sh|nice|ionice|numactl|taskset|time|stdbuf)$")
+
+
+def job_name(command: Sequence[str]) -> str:
+    """A run's default name from its command: the script's stem (``train_gpt`` for ``python
+    examples/train_gpt.py --loss-log loss.txt``), the module of ``python -m pkg.mod`` (``mod``),
+    else the program's name; ``job`` for an empty command."""
+    args = list(command)
+    for i, arg in enumerate(args):
+        if arg == "-m" and i + 1 < len(args):
+            return args[i + 1].rsplit(".", 1)[-1] or "job"
+        if arg.startswith("-m") and len(arg) > 2 and i > 0:
+            return arg[2:].rsplit(".", 1)[-1]
+        if not arg.startswith("-") and "=" not in arg and arg.endswith(_SCRIPT_SUFFIXES):
+            return PurePath(arg).stem or "job"
+    for arg in args:
+        if arg.startswith("-") or ("=" in arg and not arg.startswith("/")):
+            continue  # options, environment assignments (env A=1 ...)
+        name = PurePath(arg).name
+        if not _RUNNERS.match(name):
+            return name
+    return PurePath(args[0]).name if args else "job"
+
+
+__all__ = ["JobSpec", "RetryPolicy", "job_name"]

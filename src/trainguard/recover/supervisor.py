@@ -38,6 +38,7 @@ from trainguard.recover.drills import Drills
 from trainguard.recover.failure import Failure, Trigger, teardown_note
 from trainguard.recover.launchplan import PlanInputs, build_plan
 from trainguard.recover.lifecycle import Lifecycle, State
+from trainguard.recover.narrate import attempts_text, decision_line, failed_line, stop_message
 from trainguard.recover.policy import Decision, Verdict
 from trainguard.recover.preflight import check_job, usable_nodes
 from trainguard.recover.records import (
@@ -70,7 +71,10 @@ class Supervisor:
                  sleep: Callable[[float], None] = time.sleep,
                  on_status: Callable[[str], None] | None = None,
                  on_output: Callable[[int, str, str], None] | None = None,
-                 overwrite: bool = False) -> None:
+                 overwrite: bool = False, echo_all: bool = False) -> None:
+        """``on_output(rank, node, line)``: the ranks' output to echo; tracebacks that follow a
+        failure are folded to one line per rank unless ``echo_all``
+        (:mod:`trainguard.recover.echo`)."""
         self.spec = spec
         self.backend = backend
         self.capabilities = capabilities_of(backend)
@@ -82,6 +86,7 @@ class Supervisor:
         # Status lines quote rank output (exception text, evidence): never a raw escape sequence.
         self._status: Callable[[str], None] = lambda msg: status(terminal_safe(msg))
         self._output = on_output
+        self._fold_hold_s = None if echo_all else 5.0
         self._overwrite = overwrite
         self._token = CancelToken()
         self._scan = scan_bytes
@@ -143,7 +148,7 @@ class Supervisor:
                                 self._status, self.store, recorder.session_id)
         self._ctx = AttemptContext(spec, self.capabilities, self.rules, self._scan, self._token,
                                    recorder, evidence, self.clock, self.sleep, self._status,
-                                   self._output)
+                                   self._output, self._fold_hold_s)
         self._chain = Chain(nodes, spares)
         for message in skipped:
             self._status(message)
@@ -202,7 +207,7 @@ class Supervisor:
         if decision.verdict is Verdict.STOP:
             final = "cancelled" if chain.attempts[-1].status == "cancelled" else "failed"
             self.lifecycle.to(State.CANCELLED if final == "cancelled" else State.FAILED)
-            self._finish(final, decision.reason)
+            self._finish(final, stop_message(decision, outcome.failure))
             return
         advance(chain, decision)
         self.lifecycle.to(State.BACKOFF)
@@ -243,7 +248,7 @@ class Supervisor:
         self.lifecycle.to(State.SUCCEEDED)
         ctx.recorder.finish_attempt(outcome.result, outcome.events, ())
         n = len(chain.attempts)
-        message = f"job succeeded after {n} attempt{'s' if n > 1 else ''}"
+        message = f"job succeeded after {attempts_text(n)}"
         if outcome.teardown:
             message = f"{teardown_note(outcome.teardown)}; {message}"
         self._finish("succeeded", message)
@@ -260,8 +265,8 @@ class Supervisor:
         ctx.recorder.finish_attempt(result, outcome.events, new_exclusions)
         for ex in new_exclusions:
             self._scheduler.exclude(ex.node, f"trainguard: {failure.summary}")
-        self._status(f"attempt {result.index}: {failure.summary}")
-        self._status(f"decision: {decision.verdict.value}: {decision.reason}")
+        self._status(failed_line(result.index, failure))
+        self._status(decision_line(decision))
         return decision
 
     def _wait(self, seconds: float) -> bool:

@@ -215,7 +215,7 @@ def test_node_evidence_a_handle_reports_stops_the_attempt(tmp_path: Path) -> Non
     first = result.attempts[0]
     assert first.failure is not None and first.failure.node_fault
     assert first.failure.culprit_nodes == ("n2",)
-    assert "n2: XID 79: stopping the attempt" in lines
+    assert "n2: stopping the attempt: XID 79" in lines
     assert result.attempts[1].nodes == ("n1", "n3")  # n2 excluded, the spare took its place
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from trainguard.recover.failure import Failure, FailureKind
+from trainguard.recover.narrate import stop_message
 from trainguard.recover.policy import ChainState, Verdict, decide, implicated_after
 from trainguard.recover.spec import RetryPolicy
 from trainguard.taxonomy import Category
@@ -154,8 +155,8 @@ def test_implicated_counts_only_node_suspect_failures() -> None:
 def test_a_storage_stop_names_the_storage_problem() -> None:
     full = crash(Category.STORAGE_IO, storage_exhausted=True)
     d = decide(full, ChainState(NODES, ("n4",), 3), POLICY)
-    assert "storage full or read-only" in d.reason and "no node excluded" in d.reason
-    assert full.summary in d.reason
+    assert "storage is full or read-only" in d.reason and "no node excluded" in d.reason
+    assert full.summary in stop_message(d, full)  # the final message keeps the failure
 
 
 def test_repeated_crashes_without_evidence_exclude_no_host_until_the_budget() -> None:

@@ -1,0 +1,68 @@
+"""What `trainguard run` echoes of a failure: the culprit's evidence, not its peers' tracebacks.
+
+A plain DDP script (no SDK, gloo) on three virtual nodes; rank 1 is killed at step 20, and the
+healthy peers raise "Connection reset/closed by peer" in their next collective. The terminal
+shows one line per such rank; the per-rank logs keep every line.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+pytest.importorskip("torch")
+
+SCRIPT = Path(__file__).parent / "scripts" / "plain_ddp.py"
+TG = [sys.executable, "-m", "trainguard.cli.main"]
+
+
+def run(tmp_path: Path, *opts: str) -> tuple[int, str, str]:
+    """The job, with rank 1 killed (`trainguard inject kill`) once training is under way."""
+    cmd = [*TG, "run", "--run-dir", str(tmp_path / "run"), "--no-db", "--backoff", "0",
+           "--nodes", "n1,n2,n3", "--max-retries", "1", *opts, "--", sys.executable,
+           str(SCRIPT), "--steps", "300", "--ckpt-every", "50", "--step-time", "0.02",
+           "--ckpt-dir", str(tmp_path / "ckpt")]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=tmp_path)
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        out = []
+        for line in proc.stdout:
+            out.append(line)
+            if line.startswith("[n1 r0] step 20 "):
+                subprocess.run([*TG, "inject", "kill", "--run-dir", str(tmp_path / "run"),
+                                "--rank", "1"], check=True, timeout=60, capture_output=True)
+                break
+        rest, err = proc.communicate(timeout=240)
+        return proc.returncode, "".join(out) + rest, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_peer_tracebacks_are_folded_on_the_terminal_and_kept_in_the_logs(tmp_path: Path) -> None:
+    code, out, err = run(tmp_path)
+    assert code == 0, err[-3000:]
+    assert "Traceback" not in out, out
+    folded = [line for line in out.splitlines()
+              if "traceback after rank 1 failed not shown" in line]
+    # rank 0 and rank 2 raised in their next collective; each is one line, naming its log
+    assert {line.split("]")[0] for line in folded} == {"[n1 r0", "[n3 r2"}, out
+    for line in folded:
+        log = Path(tmp_path / line.rsplit("full text in ", 1)[1].rstrip(")"))
+        assert "Traceback (most recent call last)" in log.read_text()
+    assert "attempt 0 failed: rank 1 on n2, cause unknown" in err
+    assert "job succeeded after 2 attempts; excluded: none" in err
+
+
+def test_all_output_echoes_every_line(tmp_path: Path) -> None:
+    code, out, err = run(tmp_path, "--all-output")
+    assert code == 0, err[-3000:]
+    assert out.count("Traceback (most recent call last)") >= 2
+    assert "not shown" not in out
