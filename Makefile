@@ -29,6 +29,7 @@ sysdeps:
 DEMO_DIR ?= demo-data/cluster
 DEMO_RUN ?= demo-data/run
 demo: install
+	mkdir -p $(DEMO_DIR)  # simulate creates --out itself but no missing directory above it
 	$(BIN)/trainguard simulate --nodes 16 --gpus-per-node 8 --days 2 --seed 8 \
 		--failures-per-day 3 --gzip --overwrite --out $(DEMO_DIR)
 	$(BIN)/trainguard backtest $(DEMO_DIR) --baseline static --baseline ecod \

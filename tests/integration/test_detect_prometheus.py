@@ -158,7 +158,7 @@ def test_cli_detect_unreachable_prometheus_is_one_error_line() -> None:
     # Port 9 (discard) refuses connections; the client retries 4 times with backoff (~7.5 s).
     result = runner.invoke(app, ["detect", "--prometheus", "http://127.0.0.1:9",
                                  "--start", str(START), "--end", str(START + 3600)])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "Traceback" not in result.output
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, result.stderr

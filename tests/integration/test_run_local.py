@@ -196,8 +196,8 @@ def test_killing_the_supervisor_leaves_no_orphans(
 
 
 @pytest.mark.parametrize(("opts", "message", "code"), [
-    (["--nodes", "a", "--", "/nonexistent/train"], "command not found", 1),
-    (["--nodes", "a", "--", "no-such-program-xyz"], "command not found on PATH", 1),
+    (["--nodes", "a", "--", "/nonexistent/train"], "command not found", 2),
+    (["--nodes", "a", "--", "no-such-program-xyz"], "command not found on PATH", 2),
     (["--nodes", " , ", "--", "true"], "--nodes", 2),
     (["--", "true"], "--nodes is empty", 2),
     (["--nodes", "a"], "no command", 2),
@@ -220,7 +220,7 @@ def test_unwritable_run_dir(tmp_path: Path) -> None:
     blocker.write_text("not a directory")
     r = subprocess.run([*TG, "run", "--run-dir", str(blocker / "run"), "--no-db", "--nodes", "a",
                         "--", "true"], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 1 and "not writable" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 2 and "not writable" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_a_run_dir_is_not_reused_by_accident(tmp_path: Path) -> None:

@@ -79,7 +79,7 @@ def test_a_sigkill_mid_training_is_retried_on_the_same_nodes(tmp_path: Path) -> 
 def test_enospc_on_the_checkpoint_stops_the_chain_and_excludes_no_host(tmp_path: Path) -> None:
     r = tg_run(tmp_path, "enospc_raise")
     assert r.returncode == 1
-    assert "storage full or read-only" in r.stderr.splitlines()[-1]
+    assert "storage is full or read-only" in r.stderr.splitlines()[-1]
     assert "Traceback" not in r.stderr.splitlines()[-1]
     s = summary(tmp_path)
     (attempt,) = s["attempts"]  # retrying cannot free the disk

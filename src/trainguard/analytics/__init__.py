@@ -9,6 +9,7 @@
 - :mod:`.leadtime`: how long before a failure the detector flagged its culprit node;
 - :mod:`.checkpoint_io`: checkpoint throughput against the link bandwidth;
 - :mod:`.model`: the ETTR model and the optimum checkpoint interval;
+- :mod:`.exposure`: when a measured rate or a derived interval rests on enough data to show;
 - :mod:`.report`: all of it for a store in one value (:func:`build_report`).
 
     >>> from trainguard.store import Store
@@ -33,9 +34,22 @@ from trainguard.analytics.concentration import (
     lemon_candidates,
     lorenz,
 )
+from trainguard.analytics.exposure import (
+    ExposurePolicy,
+    Support,
+    interval_support,
+    rate_support,
+)
 from trainguard.analytics.failures import FailureStats, Resume, failure_stats
 from trainguard.analytics.goodput import AttemptTime, Badput, Goodput, fleet_goodput, goodput
-from trainguard.analytics.leadtime import LeadTime, LeadTimeSummary, lead_time_summary, lead_times
+from trainguard.analytics.leadtime import (
+    AlertMark,
+    LeadTime,
+    LeadTimeSummary,
+    alert_marks,
+    lead_time_summary,
+    lead_times,
+)
 from trainguard.analytics.model import (
     CheckpointAdvice,
     MeasuredInputs,
@@ -48,10 +62,11 @@ from trainguard.analytics.model import (
     young_daly_interval,
 )
 from trainguard.analytics.report import AnalyticsReport, RunSummary, build_report
-from trainguard.analytics.runs import RunView, load_runs
+from trainguard.analytics.runs import RunView, load_runs, without_sdk
 
 __all__ = [
     "DEFAULT_BANDWIDTH_BPS",
+    "AlertMark",
     "AnalyticsReport",
     "AttemptTime",
     "Badput",
@@ -61,6 +76,7 @@ __all__ = [
     "CheckpointIOSummary",
     "CheckpointThroughput",
     "ExclusionConcentration",
+    "ExposurePolicy",
     "FailureStats",
     "Goodput",
     "LeadTime",
@@ -71,7 +87,9 @@ __all__ = [
     "Resume",
     "RunSummary",
     "RunView",
+    "Support",
     "advise",
+    "alert_marks",
     "build_report",
     "chain_stats",
     "checkpoint_io",
@@ -81,6 +99,7 @@ __all__ = [
     "failure_stats",
     "fleet_goodput",
     "goodput",
+    "interval_support",
     "lead_time_summary",
     "lead_times",
     "lemon_candidates",
@@ -88,6 +107,8 @@ __all__ = [
     "lorenz",
     "measured_inputs",
     "optimal_checkpoint_interval",
+    "rate_support",
     "retry_chains",
+    "without_sdk",
     "young_daly_interval",
 ]

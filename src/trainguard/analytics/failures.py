@@ -12,8 +12,11 @@ Definitions (finished attempts only; an attempt still running is left out):
 4. time to resume, for each failed attempt followed by another attempt of the same session:
    ``next.started + startup(next) - failure_time(failed)``, i.e. from the failure (``failed_at``,
    else ``ended``) until the next attempt finished its first step. An attempt without startup
-   phases (Slurm history) counts its startup as 0, so its resume time is only the relaunch gap;
-5. MTTR = the mean of the resume times (None when no failure was followed by a relaunch).
+   phases (Slurm history) counts its startup as 0, so its resume time is only the relaunch gap.
+   When the next attempt ran without the SDK (:func:`trainguard.analytics.runs.without_sdk`) its
+   first step is unknown, and so is the resume time (None): it is not the launch time;
+5. MTTR = the mean of the known resume times (None when there is none); ``resumes_unknown``
+   counts the recoveries left out.
 
     >>> stats = failure_stats(runs)             # doctest: +SKIP
     >>> stats.failures, stats.mttr_s            # doctest: +SKIP
@@ -27,7 +30,14 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from trainguard.analytics.runs import FAILED, RunView, failure_time, mean, startup_s
+from trainguard.analytics.runs import (
+    FAILED,
+    RunView,
+    failure_time,
+    mean,
+    startup_s,
+    without_sdk,
+)
 from trainguard.store import RUNNING
 
 SECONDS_PER_DAY = 86400.0
@@ -41,7 +51,8 @@ class Resume:
     failed_attempt_id: int
     next_attempt_id: int
     category: str
-    resume_s: float
+    resume_s: float | None
+    """None when the next attempt ran without the SDK (its first step is unknown)."""
     automatic: bool
     """The next attempt was launched automatically."""
 
@@ -61,16 +72,25 @@ class FailureStats:
     mttf_s: float | None
     mttr_s: float | None
     resume_s: tuple[float, ...]
-    """Time to resume after each failed attempt that was followed by another, in run order."""
+    """Known times to resume after each failed attempt followed by another, in run order."""
     training_s: float = 0.0
     """Sum of the finished attempts' wall durations (MTTF's numerator)."""
     resumes: tuple[Resume, ...] = field(default=())
+
+    @property
+    def resumes_unknown(self) -> int:
+        """Recoveries whose resume time is unknown (the relaunch ran without the SDK)."""
+        return sum(r.resume_s is None for r in self.resumes)
+
+    @property
+    def node_s(self) -> float:
+        return self.node_days * SECONDS_PER_DAY
 
     def to_dict(self) -> dict[str, object]:
         return {"failures": self.failures, "by_category": dict(self.by_category),
                 "node_days": self.node_days, "per_node_day": self.per_node_day,
                 "mttf_s": self.mttf_s, "mttr_s": self.mttr_s, "resume_s": list(self.resume_s),
-                "training_s": self.training_s}
+                "resumes_unknown": self.resumes_unknown, "training_s": self.training_s}
 
 
 def resumes(run: RunView) -> list[Resume]:
@@ -83,7 +103,8 @@ def resumes(run: RunView) -> list[Resume]:
         out.append(Resume(
             session_id=run.session_id, failed_attempt_id=failed.id, next_attempt_id=nxt.id,
             category=failed.failure_category or "unknown",
-            resume_s=nxt.started + startup_s(nxt) - failed_t, automatic=nxt.automatic))
+            resume_s=None if without_sdk(nxt) else nxt.started + startup_s(nxt) - failed_t,
+            automatic=nxt.automatic))
     return out
 
 
@@ -104,7 +125,7 @@ def failure_stats(runs: Iterable[RunView]) -> FailureStats:
     failures = sum(categories.values())
     node_days = node_seconds / SECONDS_PER_DAY
     recoveries = tuple(r for run in runs for r in resumes(run))
-    resume_s = tuple(r.resume_s for r in recoveries)
+    resume_s = tuple(r.resume_s for r in recoveries if r.resume_s is not None)
     return FailureStats(
         failures=failures,
         by_category=dict(sorted(categories.items(), key=lambda kv: (-kv[1], kv[0]))),

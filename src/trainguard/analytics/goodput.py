@@ -28,8 +28,16 @@ for one run (a session and its attempts):
    and is clamped at 0: attempts that overlap in time (only possible in imported history) would
    make it negative, and then productive + badput exceeds wall by the overlap.
 
-So ``productive_s + badput.total_s == wall_s`` up to float rounding whenever attempts do not
-overlap, and ``ettr = productive_s / wall_s`` (None for a zero wall).
+So ``productive_s + badput.total_s + unknown_s == wall_s`` up to float rounding whenever
+attempts do not overlap, and ``ettr = productive_s / wall_s`` (None for a zero wall).
+
+A script that does not use the SDK (:func:`trainguard.analytics.runs.without_sdk`) reports no
+startup phase and no step: after the supervisor's ``launch`` phase, its imports, rendezvous and
+first step cannot be told from training. That part of its window (after detection and hang,
+which the supervisor measures) is ``unknown_s``, not productive, and no lost progress or
+checkpoint stall is assigned to it. A run with unknown time has no ETTR (None); the ETTR of
+several runs (:func:`combine`) covers only the runs whose time is fully known, and
+``ettr_wall_s`` says how much wall time that is.
 
     >>> g = goodput(run)                        # doctest: +SKIP
     >>> round(g.ettr, 3), g.badput.lost_progress_s    # doctest: +SKIP
@@ -50,6 +58,7 @@ from trainguard.analytics.runs import (
     failure_time,
     stall_s,
     startup_phases,
+    without_sdk,
 )
 from trainguard.store import AttemptRecord
 
@@ -98,19 +107,35 @@ class Goodput:
     """Productive time of one run (or a fleet of runs) against its wall time.
 
         >>> g = Goodput(wall_s=100.0, productive_s=90.0, ettr=0.9, badput=Badput(other_s=10.0))
-        >>> g.productive_s + g.badput.total_s == g.wall_s
+        >>> g.productive_s + g.badput.total_s + g.unknown_s == g.wall_s
         True
     """
 
     wall_s: float
     productive_s: float
     ettr: float | None
-    """productive / wall; None when the wall is 0 (nothing finished yet)."""
+    """productive / wall over the runs whose time is fully known; None when that wall is 0
+    (nothing finished yet, or every run ran without the SDK)."""
     badput: Badput
+    unknown_s: float = 0.0
+    """Wall time that cannot be split without the SDK (see the module docstring)."""
+    ettr_wall_s: float | None = None
+    """Wall time of the runs the ETTR covers; None: all of ``wall_s``."""
+    ettr_productive_s: float | None = None
+    """Productive time of the runs the ETTR covers; None: all of ``productive_s``."""
+
+    @property
+    def covered_wall_s(self) -> float:
+        return self.wall_s if self.ettr_wall_s is None else self.ettr_wall_s
+
+    @property
+    def covered_productive_s(self) -> float:
+        return self.productive_s if self.ettr_productive_s is None else self.ettr_productive_s
 
     def to_dict(self) -> dict[str, object]:
         return {"wall_s": self.wall_s, "productive_s": self.productive_s, "ettr": self.ettr,
-                "badput": self.badput.to_dict()}
+                "badput": self.badput.to_dict(), "unknown_s": self.unknown_s,
+                "ettr_wall_s": self.covered_wall_s}
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +151,8 @@ class AttemptTime:
     detection_s: float
     hang_s: float
     teardown_s: float
+    unknown_s: float = 0.0
+    """The window's time that cannot be split without the SDK."""
 
 
 def attempt_time(run: RunView, attempt: AttemptRecord, now: float | None = None) -> AttemptTime:
@@ -145,13 +172,11 @@ def attempt_time(run: RunView, attempt: AttemptRecord, now: float | None = None)
     window_start, window = f - left, left
     detection = hang = lost = 0.0
     ckpts = run.checkpoints_of(attempt)
+    if without_sdk(attempt):
+        return _without_sdk(attempt, startup, window, left, failed, end - f)
     if failed:
         # 4. carve the tail of the window: detection, hang, lost progress
-        detection = min(max(0.0, detail_number(attempt, "detection_s") or 0.0), left)
-        left = max(0.0, left - detection)
-        if failure_info(attempt).get("kind") == "hang":
-            hang = min(max(0.0, detail_number(attempt, "hang_for_s") or 0.0), left)
-            left = max(0.0, left - hang)
+        detection, hang, left = _detection_and_hang(attempt, left)
         lost_end = window_start + left
         saved = [c.created for c in ckpts if c.ok and c.created <= lost_end]
         last_saved = max(window_start, max(saved, default=window_start))
@@ -165,6 +190,29 @@ def attempt_time(run: RunView, attempt: AttemptRecord, now: float | None = None)
         attempt_id=attempt.id, startup=startup, window_s=window, productive_s=left,
         checkpoint_blocking_s=blocking, lost_progress_s=lost, detection_s=detection,
         hang_s=hang, teardown_s=end - f)
+
+
+def _detection_and_hang(attempt: AttemptRecord, left: float) -> tuple[float, float, float]:
+    """A failed attempt's detection time and hang, carved off the end of what is ``left``:
+    ``(detection, hang, left after both)``."""
+    detection = min(max(0.0, detail_number(attempt, "detection_s") or 0.0), left)
+    left = max(0.0, left - detection)
+    hang = 0.0
+    if failure_info(attempt).get("kind") == "hang":
+        hang = min(max(0.0, detail_number(attempt, "hang_for_s") or 0.0), left)
+        left = max(0.0, left - hang)
+    return detection, hang, left
+
+
+def _without_sdk(attempt: AttemptRecord, startup: dict[str, float], window: float, left: float,
+                 failed: bool, teardown: float) -> AttemptTime:
+    """Without the SDK only what the supervisor saw is known: detection and hang come off the
+    end of the window as usual; the rest is unknown (neither productive nor lost)."""
+    detection, hang, left = _detection_and_hang(attempt, left) if failed else (0.0, 0.0, left)
+    return AttemptTime(
+        attempt_id=attempt.id, startup=startup, window_s=window, productive_s=0.0,
+        checkpoint_blocking_s=0.0, lost_progress_s=0.0, detection_s=detection, hang_s=hang,
+        teardown_s=teardown, unknown_s=left)
 
 
 def goodput(run: RunView, *, include_queue: bool = False, now: float | None = None) -> Goodput:
@@ -187,6 +235,7 @@ def goodput(run: RunView, *, include_queue: bool = False, now: float | None = No
         for name, seconds in t.startup.items():
             startup[name] = startup.get(name, 0.0) + seconds
     productive = sum(t.productive_s for t in times)
+    unknown = sum(t.unknown_s for t in times)
     badput = Badput(
         startup=startup,
         checkpoint_blocking_s=sum(t.checkpoint_blocking_s for t in times),
@@ -197,9 +246,11 @@ def goodput(run: RunView, *, include_queue: bool = False, now: float | None = No
         hang_s=sum(t.hang_s for t in times),
         queue_s=queue,
     )
-    other = max(0.0, wall - productive - badput.total_s)  # 8.
-    return Goodput(wall, productive, productive / wall if wall > 0 else None,
-                   _with_other(badput, other))
+    other = max(0.0, wall - productive - unknown - badput.total_s)  # 8.
+    known = unknown == 0
+    return Goodput(wall, productive, productive / wall if wall > 0 and known else None,
+                   _with_other(badput, other), unknown_s=unknown,
+                   ettr_wall_s=None if known else 0.0, ettr_productive_s=None if known else 0.0)
 
 
 def _with_other(b: Badput, other: float) -> Badput:
@@ -214,20 +265,26 @@ def fleet_goodput(runs: Iterable[RunView], *, include_queue: bool = False,
 
 
 def combine(parts: Iterable[Goodput]) -> Goodput:
-    """Sum goodputs field by field (walls add up: runs are counted side by side)."""
-    wall = productive = 0.0
+    """Sum goodputs field by field (walls add up: runs are counted side by side); the ETTR is
+    over the covered parts (the runs whose time is fully known)."""
+    wall = productive = unknown = covered_wall = covered_productive = 0.0
     startup: dict[str, float] = {}
     sums = dict.fromkeys(("checkpoint_blocking_s", "lost_progress_s", "detection_s",
                           "teardown_s", "relaunch_wait_s", "hang_s", "other_s", "queue_s"), 0.0)
     for g in parts:
         wall += g.wall_s
         productive += g.productive_s
+        unknown += g.unknown_s
+        covered_wall += g.covered_wall_s
+        covered_productive += g.covered_productive_s
         for name, seconds in g.badput.startup.items():
             startup[name] = startup.get(name, 0.0) + seconds
         for key in sums:
             sums[key] += getattr(g.badput, key)
-    return Goodput(wall, productive, productive / wall if wall > 0 else None,
-                   Badput(startup=startup, **sums))
+    return Goodput(wall, productive,
+                   covered_productive / covered_wall if covered_wall > 0 else None,
+                   Badput(startup=startup, **sums), unknown_s=unknown,
+                   ettr_wall_s=covered_wall, ettr_productive_s=covered_productive)
 
 
 __all__ = ["AttemptTime", "Badput", "Goodput", "attempt_time", "combine", "fleet_goodput",

@@ -1,15 +1,27 @@
 """Detection lead time: how long before a failure the detector flagged the node that caused it.
 
+Alerts come from two places in the store: the alert episodes a detector wrote (``trainguard
+watch``; :meth:`Store.alerts`) and the alerts a supervisor read from its alert feed, which it
+records as classified events of the attempt they reached (signature ``detector_alert``, the
+alert's start as the event time; :func:`alert_marks`). Both become :class:`AlertMark`.
+
 Outline of :func:`lead_times`:
 
 1. take each failed attempt whose failure names culprit nodes (``detail["failure"]
    ["culprit_nodes"]``); its failure time ``t`` is ``failed_at``, else ``ended``;
 2. for each culprit node, look for alerts on it that started in ``[t - window_s, t)`` (default
    24 h): an alert after the failure cannot have warned of it, and one older than the window is
-   taken as unrelated;
+   taken as unrelated. An alert that made the supervisor stop this attempt (a fatal
+   ``detector_alert`` event of the attempt: a hard alert, or a predictive one with
+   ``--stop-on-predictive``) counts even when it is dated ``t`` itself;
 3. the earliest such alert over the culprit nodes gives the lead: ``lead = t - alert.start``, the
    most warning there was. A failure without such an alert has no lead time (it was not predicted)
    and is counted in :class:`LeadTimeSummary` as missed.
+
+A predictive stop is the detector doing its job: the attempt was stopped and the node excluded
+*before* the failure the alert foretold, so the store holds no later failure to measure the lead
+against. Such a lead (``stopped``) is the alert -> stop reaction time; it is counted as predicted
+and kept out of the lead quantiles, which describe warnings before failures that happened.
 
 Both ``predictive`` and ``hard`` alerts count; the kind is kept so that a report can tell an early
 warning from a hard fault seen seconds before the crash.
@@ -22,14 +34,61 @@ warning from a hard fault seen seconds before the crash.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from trainguard.analytics.runs import FAILED, RunView, failure_info, failure_time, median, quantile
 from trainguard.errors import ConfigError
+from trainguard.evidence.events import FailureEvent, TimeKind
 from trainguard.store import AlertRecord
+from trainguard.taxonomy import Severity
 
 DEFAULT_WINDOW_S = 24 * 3600.0
+DETECTOR_ALERT = "detector_alert"
+"""Signature of the events a supervisor records for the alerts it reads
+(:meth:`trainguard.recover.watch.NodeWatch`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AlertMark:
+    """A detector alert on a node, from the store's alerts or from a supervisor's event."""
+
+    node: str
+    start: float
+    kind: str
+    alert_id: int | None
+    """The store's alert id; None for an alert known from an event only."""
+    source: str
+    stopped: bool = False
+    """A supervisor stopped an attempt on it (a fatal ``detector_alert`` event)."""
+
+    @classmethod
+    def of(cls, alert: AlertRecord) -> AlertMark:
+        return cls(alert.node, alert.start, alert.kind, alert.id, alert.source)
+
+
+def alert_marks(events: Iterable[FailureEvent]) -> list[AlertMark]:
+    """The detector alerts among ``events`` (absolute time and a host needed)."""
+    return [AlertMark(ev.host, float(ev.time), ev.field_value("alert_kind") or "predictive",
+                      None, ev.field_value("source") or "supervisor",
+                      stopped=ev.severity is Severity.FATAL)
+            for ev in events
+            if ev.signature == DETECTOR_ALERT and ev.host and ev.time is not None
+            and ev.time_kind is TimeKind.ABSOLUTE]
+
+
+def merge_alerts(*groups: Iterable[AlertRecord | AlertMark]) -> list[AlertMark]:
+    """One mark per (node, start, kind): an alert in the store and the event a supervisor made
+    of it are one alert (the store's id is kept)."""
+    out: dict[tuple[str, float, str], AlertMark] = {}
+    for group in groups:
+        for item in group:
+            mark = AlertMark.of(item) if isinstance(item, AlertRecord) else item
+            key = (mark.node, mark.start, mark.kind)
+            old = out.get(key)
+            if old is None or (old.alert_id is None and mark.alert_id is not None):
+                out[key] = mark
+    return sorted(out.values(), key=lambda m: (m.start, m.node))
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,14 +100,17 @@ class LeadTime:
     node: str
     category: str
     failure_time: float
-    alert_id: int
+    alert_id: int | None
     alert_kind: str
     lead_s: float
+    stopped: bool = False
+    """The alert made the supervisor stop the attempt (a predictive stop; outline step 2)."""
 
     def to_dict(self) -> dict[str, object]:
         return {"session_id": self.session_id, "attempt_id": self.attempt_id, "node": self.node,
                 "category": self.category, "failure_time": self.failure_time,
-                "alert_id": self.alert_id, "alert_kind": self.alert_kind, "lead_s": self.lead_s}
+                "alert_id": self.alert_id, "alert_kind": self.alert_kind, "lead_s": self.lead_s,
+                "stopped": self.stopped}
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +122,7 @@ class LeadTimeSummary:
     predicted: int
     """Those with an alert on a culprit node in the window before the failure."""
     lead_median_s: float | None
+    """Over the predicted failures that were not stopped on their alert."""
     lead_p90_s: float | None
     leads: tuple[LeadTime, ...]
 
@@ -67,10 +130,21 @@ class LeadTimeSummary:
     def missed(self) -> int:
         return self.with_culprit - self.predicted
 
+    @property
+    def stopped(self) -> int:
+        """Predicted failures the supervisor stopped on their alert (predictive stops)."""
+        return sum(x.stopped for x in self.leads)
+
     def to_dict(self) -> dict[str, object]:
         return {"with_culprit": self.with_culprit, "predicted": self.predicted,
-                "missed": self.missed, "lead_median_s": self.lead_median_s,
-                "lead_p90_s": self.lead_p90_s, "leads": [x.to_dict() for x in self.leads]}
+                "stopped": self.stopped, "missed": self.missed,
+                "lead_median_s": self.lead_median_s, "lead_p90_s": self.lead_p90_s,
+                "leads": [x.to_dict() for x in self.leads]}
+
+
+Alerts = Sequence[AlertRecord | AlertMark]
+Stops = Mapping[int, Sequence[AlertMark]]
+"""Attempt id -> the alerts its supervisor recorded for it (:func:`alert_marks` of its events)."""
 
 
 def _culprits(failure: object) -> list[str]:
@@ -78,27 +152,28 @@ def _culprits(failure: object) -> list[str]:
     return [str(n) for n in nodes if n]
 
 
-def lead_times(runs: Iterable[RunView], alerts: Sequence[AlertRecord],
-               window_s: float = DEFAULT_WINDOW_S) -> list[LeadTime]:
+def lead_times(runs: Iterable[RunView], alerts: Alerts, window_s: float = DEFAULT_WINDOW_S,
+               stops: Stops | None = None) -> list[LeadTime]:
     """One :class:`LeadTime` per predicted failure (see the module outline), in run order."""
-    return list(_scan(runs, alerts, window_s)[1])
+    return list(_scan(runs, alerts, window_s, stops or {})[1])
 
 
-def lead_time_summary(runs: Iterable[RunView], alerts: Sequence[AlertRecord],
-                      window_s: float = DEFAULT_WINDOW_S) -> LeadTimeSummary:
-    with_culprit, leads = _scan(runs, alerts, window_s)
-    values = [x.lead_s for x in leads]
+def lead_time_summary(runs: Iterable[RunView], alerts: Alerts,
+                      window_s: float = DEFAULT_WINDOW_S,
+                      stops: Stops | None = None) -> LeadTimeSummary:
+    with_culprit, leads = _scan(runs, alerts, window_s, stops or {})
+    values = [x.lead_s for x in leads if not x.stopped]
     return LeadTimeSummary(with_culprit, len(leads), median(values), quantile(values, 0.9),
                            tuple(leads))
 
 
-def _scan(runs: Iterable[RunView], alerts: Sequence[AlertRecord],
-          window_s: float) -> tuple[int, list[LeadTime]]:
+def _scan(runs: Iterable[RunView], alerts: Alerts, window_s: float,
+          stops: Stops) -> tuple[int, list[LeadTime]]:
     if window_s <= 0:
         raise ConfigError(f"window_s must be > 0, got {window_s}")
-    by_node: dict[str, list[AlertRecord]] = defaultdict(list)
-    for al in alerts:
-        by_node[al.node].append(al)
+    by_node: dict[str, list[AlertMark]] = defaultdict(list)
+    for mark in merge_alerts(alerts, (m for marks in stops.values() for m in marks)):
+        by_node[mark.node].append(mark)
     with_culprit = 0
     out: list[LeadTime] = []
     for run in runs:
@@ -109,15 +184,19 @@ def _scan(runs: Iterable[RunView], alerts: Sequence[AlertRecord],
             if a.status != FAILED or t is None or not nodes:
                 continue
             with_culprit += 1
-            candidates = [(al.start, al.id, node, al) for node in nodes
-                          for al in by_node.get(node, ()) if t - window_s <= al.start < t]
+            cause = {(m.node, m.start, m.kind) for m in stops.get(a.id, ()) if m.stopped}
+            candidates = [(m.start, n, m) for n in nodes for m in by_node.get(n, ())
+                          if t - window_s <= m.start < t
+                          or (m.start <= t and (m.node, m.start, m.kind) in cause)]
             if not candidates:
                 continue
-            start, _, node, alert = min(candidates)
+            start, node, mark = min(candidates, key=lambda c: (c[0], c[1]))
             category = a.failure_category or str(failure.get("category") or "unknown")
-            out.append(LeadTime(run.session_id, a.id, node, category, t, alert.id, alert.kind,
-                                t - start))
+            stopped = any((m.node, m.start, m.kind) in cause for _, _, m in candidates)
+            out.append(LeadTime(run.session_id, a.id, node, category, t, mark.alert_id,
+                                mark.kind, t - start, stopped=stopped))
     return with_culprit, out
 
 
-__all__ = ["DEFAULT_WINDOW_S", "LeadTime", "LeadTimeSummary", "lead_time_summary", "lead_times"]
+__all__ = ["DEFAULT_WINDOW_S", "DETECTOR_ALERT", "AlertMark", "LeadTime", "LeadTimeSummary",
+           "alert_marks", "lead_time_summary", "lead_times", "merge_alerts"]

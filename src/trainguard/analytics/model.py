@@ -37,6 +37,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from trainguard.analytics.exposure import (
+    DEFAULT_POLICY,
+    ExposurePolicy,
+    Support,
+    interval_support,
+    rate_support,
+)
 from trainguard.analytics.failures import SECONDS_PER_DAY, FailureStats
 from trainguard.analytics.runs import RunView, median, stall_s
 from trainguard.errors import ConfigError
@@ -231,12 +238,29 @@ class MeasuredInputs:
     restart_s: Measurement | None
     interval_s: Measurement | None = None
     """The checkpoint interval the runs used (training seconds between saves)."""
+    failures: int = 0
+    """Failures observed (the exposure behind ``failures_per_node_day``)."""
+    node_s: float = 0.0
+    """Node-seconds observed."""
+    training_s: float = 0.0
+    """Wall seconds of the finished attempts."""
+
+    def rate_support(self, policy: ExposurePolicy = DEFAULT_POLICY) -> Support:
+        """Whether the measured failure rate rests on enough exposure (:mod:`.exposure`)."""
+        return rate_support(self.failures, self.node_s, self.training_s, policy)
+
+    def interval_support(self, interval_s: float,
+                         policy: ExposurePolicy = DEFAULT_POLICY) -> Support:
+        """Whether an interval derived from the measured failure rate rests on enough data."""
+        return interval_support(self.failures, self.node_s, self.training_s, interval_s, policy)
 
     def to_dict(self) -> dict[str, object]:
-        return {k: None if v is None else v.to_dict() for k, v in (
+        doc: dict[str, object] = {k: None if v is None else v.to_dict() for k, v in (
             ("nodes", self.nodes), ("failures_per_node_day", self.failures_per_node_day),
             ("write_s", self.write_s), ("restart_s", self.restart_s),
             ("interval_s", self.interval_s))}
+        doc["rate_support"] = self.rate_support().to_dict()
+        return doc
 
 
 def measured_inputs(runs: Sequence[RunView], failure_stats: FailureStats) -> MeasuredInputs:
@@ -246,7 +270,7 @@ def measured_inputs(runs: Sequence[RunView], failure_stats: FailureStats) -> Mea
     2. failures per node-day: ``failure_stats.per_node_day``, only when there was at least one
        failure (zero failures over a short history says little: give the rate explicitly);
     3. write: median stall (``blocking_s``, else ``save_s``) of the good checkpoints;
-    4. restart: median time to resume (:mod:`.failures`, definition 4);
+    4. restart: median of the known times to resume (:mod:`.failures`, definition 4);
     5. interval: median over consecutive good checkpoints of one attempt of
        ``created[i+1] - created[i] - stall[i+1]``.
     """
@@ -269,6 +293,7 @@ def measured_inputs(runs: Sequence[RunView], failure_stats: FailureStats) -> Mea
         write_s=_measure(stalls, "median checkpoint stall (blocking_s, else save_s)"),
         restart_s=_measure(list(fs.resume_s), "median failure -> first step of the relaunch"),
         interval_s=_measure(gaps, "median training time between checkpoints"),
+        failures=fs.failures, node_s=fs.node_s, training_s=fs.training_s,
     )
 
 

@@ -7,6 +7,10 @@ goodput/ETTR (:mod:`.goodput`), retry chains (:mod:`.chains`), failure rates, MT
 checkpoint-interval advice (:mod:`.model`). :meth:`AnalyticsReport.to_dict` is the JSON edge:
 floats rounded to 4 decimals, infinities and NaN as null.
 
+The failure rate and the advised interval carry their :class:`~.exposure.Support`: a figure
+measured from too little exposure keeps its raw value in the JSON, next to the exposure, a
+``supported`` flag and the caveat that the terminal and the HTML show instead of the figure.
+
 Selection: ``session_id`` keeps one session, ``since`` the sessions still running or ended at/after
 it. Exclusions follow the selection (those the selected sessions made; without ``session_id``, the
 operator's too); lemon candidates are the fleet's, whatever the selection, since a node's record
@@ -22,7 +26,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,9 +44,17 @@ from trainguard.analytics.concentration import (
     run_nodes,
     select_exclusions,
 )
+from trainguard.analytics.exposure import Support
 from trainguard.analytics.failures import FailureStats, failure_stats
 from trainguard.analytics.goodput import Goodput, combine, goodput
-from trainguard.analytics.leadtime import DEFAULT_WINDOW_S, LeadTimeSummary, lead_time_summary
+from trainguard.analytics.leadtime import (
+    DEFAULT_WINDOW_S,
+    AlertMark,
+    LeadTimeSummary,
+    alert_marks,
+    lead_time_summary,
+    merge_alerts,
+)
 from trainguard.analytics.model import (
     CheckpointAdvice,
     MeasuredInputs,
@@ -50,7 +62,7 @@ from trainguard.analytics.model import (
     advise,
     measured_inputs,
 )
-from trainguard.analytics.runs import load_runs
+from trainguard.analytics.runs import FAILED, RunView, failure_info, load_runs
 from trainguard.nodehealth import NodeHealth
 from trainguard.store import Store
 
@@ -99,6 +111,10 @@ class AnalyticsReport:
     model_inputs: MeasuredInputs
     advice: CheckpointAdvice | None
     """None unless every model input could be measured."""
+    rate_support: Support | None = None
+    """Whether ``failures.per_node_day`` rests on enough exposure (:mod:`.exposure`)."""
+    advice_support: Support | None = None
+    """Whether ``advice``'s optimum rests on enough data; None without advice."""
 
     def to_dict(self) -> dict[str, Any]:
         doc = {
@@ -109,13 +125,16 @@ class AnalyticsReport:
             "goodput": self.goodput.to_dict(),
             "chains": [c.to_dict() for c in self.chains],
             "chain_stats": {k: v.to_dict() for k, v in self.chain_stats.items()},
-            "failures": self.failures.to_dict(),
+            "failures": {**self.failures.to_dict(), "rate_support": None
+                         if self.rate_support is None else self.rate_support.to_dict()},
             "exclusions": self.exclusions.to_dict(),
             "lemons": [h.to_dict() for h in self.lemons],
             "lead_times": self.lead_times.to_dict(),
             "checkpoint_io": self.checkpoint_io.to_dict(),
             "model_inputs": self.model_inputs.to_dict(),
             "advice": None if self.advice is None else self.advice.to_dict(),
+            "advice_support": None if self.advice_support is None
+            else self.advice_support.to_dict(),
         }
         result: dict[str, Any] = json_safe(doc)
         return result
@@ -160,6 +179,8 @@ def build_report(
         session_ids=None if session_id is None else {r.session_id for r in runs},
         since=since)
     measured = measured_inputs(runs, failures)
+    advice = _advice(measured)
+    marks, stops = _alert_events(store, runs)
     return AnalyticsReport(
         session_id=session_id,
         since=since,
@@ -171,11 +192,29 @@ def build_report(
         failures=failures,
         exclusions=exclusion_concentration(exclusion_counts(records), run_nodes(runs), top_k),
         lemons=tuple(lemon_candidates(store, now)),
-        lead_times=lead_time_summary(runs, store.alerts(), lead_window_s),
+        lead_times=lead_time_summary(runs, merge_alerts(store.alerts(), marks), lead_window_s,
+                                     stops),
         checkpoint_io=checkpoint_io((c for r in runs for c in r.checkpoints), bandwidth_bps),
         model_inputs=measured,
-        advice=_advice(measured),
+        advice=advice,
+        rate_support=measured.rate_support(),
+        advice_support=None if advice is None
+        else measured.interval_support(advice.optimal_interval_s),
     )
+
+
+def _alert_events(store: Store, runs: Sequence[RunView]
+                  ) -> tuple[list[AlertMark], dict[int, list[AlertMark]]]:
+    """The alerts the selected runs' supervisors recorded as events: all of them, and per failed
+    attempt that names a culprit, those recorded for that attempt (what may have stopped it)."""
+    marks: list[AlertMark] = []
+    stops: dict[int, list[AlertMark]] = {}
+    for run in runs:
+        marks += alert_marks(store.events(session_id=run.session_id))
+        for a in run.attempts:
+            if a.status == FAILED and failure_info(a).get("culprit_nodes"):
+                stops[a.id] = alert_marks(store.events(attempt_id=a.id))
+    return marks, stops
 
 
 def _advice(m: MeasuredInputs) -> CheckpointAdvice | None:

@@ -18,7 +18,9 @@ Conventions shared by the analytics (each metric module documents its own formul
    before it stopped the other ranks) clamped to ``[started, ended]``, else ``ended``;
 3. the startup of an attempt is the sum of its ``startup_phases`` (``launch``, ``imports``,
    ``dist_init``, ``ckpt_load``, ``first_step``...); attempts without phases (Slurm imports) have
-   a startup of 0;
+   a startup of 0. A supervised attempt whose script did not use the SDK has only the
+   supervisor's ``launch`` phase and no step (:func:`without_sdk`): when its training started,
+   and so its productive time and time to resume, is unknown, not the wall time after launch;
 4. the time a checkpoint stalled training is ``blocking_s``, else ``save_s`` (a save without a
    separate blocking time was synchronous), else 0;
 5. quantiles use numpy's default (``method="linear"``): the q-quantile of sorted ``x[0..n-1]`` is
@@ -145,6 +147,23 @@ def startup_phases(attempt: AttemptRecord) -> dict[str, float]:
     return out
 
 
+SUPERVISOR_PHASES = frozenset({"launch"})
+"""Startup phases the supervisor measures itself; every other phase comes from the SDK."""
+
+
+def without_sdk(attempt: AttemptRecord) -> bool:
+    """A supervised attempt whose script reported nothing through the SDK (convention 3).
+
+    The supervisor recorded its startup (it has phases) but every phase is the supervisor's own
+    and no step was reported (``detail["last_step"]`` is None). Imported history without phases
+    is not flagged: it follows the startup-0 convention.
+    """
+    phases = startup_phases(attempt)
+    if not phases or any(name not in SUPERVISOR_PHASES for name in phases):
+        return False
+    return (attempt.detail or {}).get("last_step") is None
+
+
 def startup_s(attempt: AttemptRecord) -> float:
     """Launch to the end of the first training step (convention 3)."""
     return sum(startup_phases(attempt).values())
@@ -177,6 +196,7 @@ __all__ = [
     "CANCELLED",
     "FAILED",
     "SUCCEEDED",
+    "SUPERVISOR_PHASES",
     "RunView",
     "detail_number",
     "failure_info",
@@ -188,4 +208,5 @@ __all__ = [
     "stall_s",
     "startup_phases",
     "startup_s",
+    "without_sdk",
 ]

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import math
 from typing import Annotated
 
 import typer
@@ -21,8 +20,10 @@ from trainguard.analytics.model import (
 from trainguard.analytics.report import json_safe
 from trainguard.analytics.runs import load_runs
 from trainguard.cli.console import err, fail, out
+from trainguard.cli.helptext import reflowed_doc
+from trainguard.cli.storeopen import open_store
+from trainguard.durations import format_duration as _duration
 from trainguard.errors import TrainguardError
-from trainguard.store import Store
 
 app = typer.Typer(help="Advice from the store's history.", no_args_is_help=True)
 
@@ -39,23 +40,14 @@ def _advise() -> None:
     """Advice from the store's history."""
 
 
-def _duration(seconds: float) -> str:
-    if math.isinf(seconds):
-        return "never"
-    if seconds < 120:
-        return f"{seconds:.1f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.2f} h"
-
-
 def _measure(db: str | None) -> MeasuredInputs:
-    with Store.open(db, readonly=True) as store:
+    with open_store(db, readonly=True) as store:
         runs = load_runs(store)
     return measured_inputs(runs, failure_stats(runs))
 
 
 @app.command("checkpoint-interval")
+@reflowed_doc  # typer's rich help keeps the line breaks of every paragraph after the first
 def checkpoint_interval(
     db: DbOpt = None,
     nodes: Annotated[int | None, typer.Option(
@@ -73,7 +65,9 @@ def checkpoint_interval(
 ) -> None:
     """The checkpoint interval that maximizes expected ETTR, with Young/Daly for comparison.
 
-    Values not given are measured from the store.
+    Values not given are measured from the store. A failure rate measured from too little
+    exposure gives "too little data" instead of an interval (--json keeps the raw figures with
+    "supported": false).
     """
     given: dict[str, float | None] = {"nodes": None if nodes is None else float(nodes),
                                       "failures_per_node_day": failures_per_node_day,
@@ -95,13 +89,18 @@ def checkpoint_interval(
                 unknown.append(key)
         if unknown:
             fail("cannot measure " + ", ".join(unknown) + " from the store (no data); give "
-                 + ", ".join(_FLAGS[k] for k in unknown))
+                 + ", ".join(_FLAGS[k] for k in unknown), 2)
         current = measured.interval_s if measured is not None else None
         advice = advise(ModelInputs(**values), None if current is None else current.value)
     except TrainguardError as exc:
-        fail(str(exc))
+        fail(str(exc), 2)
+    # an interval derived from a measured failure rate needs enough data behind that rate
+    support = measured.interval_support(advice.optimal_interval_s) \
+        if measured is not None and sources.get("failures_per_node_day") is not None else None
     if json_out:
         doc = {**advice.to_dict(),
+               "supported": support is None or support.supported,
+               "support": None if support is None else support.to_dict(),
                "inputs": {k: {"value": values[k], "source": "given" if m is None else "measured",
                               "samples": None if m is None else m.samples,
                               "what": None if m is None else m.source}
@@ -110,7 +109,13 @@ def checkpoint_interval(
         return
     for key, m in sources.items():
         how = "given" if m is None else f"measured: {m.source}, {m.samples} sample(s)"
-        err.print(f"{key} = {values[key]:.4g} ({how})")
+        if key == "failures_per_node_day" and support is not None and not support.supported:
+            how += "; too little data"
+        err.print(f"{key} = {values[key]:.4g} ({how})", markup=False)
+    if support is not None and not support.supported:
+        out.print(f"optimum: {support.caveat}; give --failures-per-node-day to use a known "
+                  "rate", markup=False)
+        return
     table = Table(title="expected ETTR by checkpoint interval", title_justify="left")
     for col in ("interval", "which", "expected ETTR"):
         table.add_column(col)

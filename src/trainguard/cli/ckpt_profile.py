@@ -23,6 +23,7 @@ from trainguard.ckpt.profile import (
     run_profile,
 )
 from trainguard.cli.console import err, fail, out, stderr_is_tty, warn
+from trainguard.cli.tables import print_table
 from trainguard.errors import ConfigError, TrainguardError
 from trainguard.sizes import format_size, parse_size
 
@@ -193,8 +194,8 @@ def _print(result: ProfileResult) -> None:
         f"in {cfg.dir} ({result.filesystem}); O_DIRECT {'yes' if result.direct_io else 'no'}; "
         f"stripe {format_size(cfg.stripe_bytes)}; checksum {cfg.checksum}; "
         f"{cfg.repetitions} repetition(s), medians; took {result.wall_s:.0f} s"))
-    out.print(_streams_table(result))
-    out.print(_baselines_table(result))
+    print_table(out, _streams_table(result))
+    print_table(out, _baselines_table(result))
     for line in _where(result):
         out.print(escape(line))
     out.print(escape(_best_line(result)), style="bold")
@@ -241,15 +242,25 @@ def profile(
     free space in --dir and about 3 x --size of free memory. See docs/ckpt-profile.md.
     """
     cfg = _config(directory, size, streams, stripe, repeat, checksum, device)
+    measuring: list[str] = []  # the checks passed once the first method reports progress
+
+    def progress_of(bar: Callable[[str, int, int], None]) -> Callable[[str, int, int], None]:
+        def report(label: str, done: int, total: int) -> None:
+            measuring.append(label)
+            bar(label, done, total)
+        return report
+
     try:
-        with _progress(enabled=not quiet) as progress:
-            result = run_profile(cfg, progress=progress)
+        with _progress(enabled=not quiet) as bar:
+            result = run_profile(cfg, progress=progress_of(bar))
     except ConfigError as exc:  # --device cuda without CUDA, or no PyTorch
         if _FIELD.match(str(exc)):
             _option_error(exc)
-        fail(str(exc))
+        fail(str(exc), 2)
     except TrainguardError as exc:
-        fail(str(exc))
+        # Before measuring: --dir unusable, too small, or too little memory for --size (the
+        # input, 2); while measuring: an I/O error on the filesystem (a failed profile, 1).
+        fail(str(exc), 1 if measuring else 2)
     if json_out:
         typer.echo(json.dumps(result.to_json(), indent=2, allow_nan=False))
     elif quiet:

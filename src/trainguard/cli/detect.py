@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -16,7 +16,8 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, T
 from rich.table import Table
 
 from trainguard.cli.console import err, fail, out, stderr_is_tty, warn
-from trainguard.detect.alerts import AlertEpisode
+from trainguard.cli.helptext import reflowed_doc
+from trainguard.detect.alerts import AlertEpisode, AlertKind, Signal
 from trainguard.detect.backtest import BASELINES, run_backtest
 from trainguard.detect.config import DetectorConfig
 from trainguard.detect.detector import detect as run_detect
@@ -31,6 +32,10 @@ from trainguard.errors import ConfigError, TrainguardError
 from trainguard.sizes import parse_size
 from trainguard.telemetry.frame import Telemetry
 from trainguard.timeparse import parse_timestamp
+from trainguard.valueorigin import InvalidValue, named
+
+if TYPE_CHECKING:
+    from trainguard.telemetry import PrometheusClient
 
 Sources = Annotated[list[str] | None, typer.Argument(
     help="OpenMetrics/Prometheus text files (.om/.prom/.txt, .gz), directories of them, or "
@@ -94,12 +99,7 @@ def load_telemetry(sources: list[str] | None, prometheus: str | None, start: str
     """Files and/or a Prometheus range into one Telemetry; warnings go to stderr.
 
     `max_memory` bounds the aligned matrices (None: the default limit, 0: none)."""
-    from trainguard.telemetry import (
-        PrometheusClient,
-        TelemetryBuilder,
-        load_sources,
-        read_prometheus,
-    )
+    from trainguard.telemetry import TelemetryBuilder, load_sources, read_prometheus
     from trainguard.telemetry.limits import DEFAULT_MAX_MEMORY_BYTES
 
     if not sources and not prometheus:
@@ -121,19 +121,7 @@ def load_telemetry(sources: list[str] | None, prometheus: str | None, start: str
         raise ConfigError("--start is required with --prometheus (unix seconds or ISO-8601)")
     if t_start >= t_end:
         raise ConfigError("--start must be before --end")
-    token = None
-    if token_file is not None:
-        try:
-            token = token_file.read_text().strip()
-        except OSError as exc:
-            raise ConfigError(f"cannot read {token_file}: {exc.strerror}") from exc
-    auth = None
-    if basic_auth:
-        user, sep, password = basic_auth.partition(":")
-        if not sep:
-            raise ConfigError("--basic-auth must be USER:PASSWORD")
-        auth = (user, password)
-    client = PrometheusClient(prometheus, bearer_token=token, basic_auth=auth)
+    client = _client(prometheus, token_file, basic_auth)
     builder = TelemetryBuilder(step_s=step or 30, max_memory_bytes=limit)
     with _progress("querying Prometheus") as prog:
         read_prometheus(client, builder, metrics=metrics, start=t_start, end=t_end,
@@ -141,8 +129,40 @@ def load_telemetry(sources: list[str] | None, prometheus: str | None, start: str
     return builder.build()
 
 
+_CLIENT_FLAGS = {"telemetry.prometheus.url": "--prometheus"}
+"""PrometheusClient's keys -> the flags that set them here (named in its messages)."""
+
+
+def _client(url: str, token_file: Path | None, basic_auth: str | None) -> PrometheusClient:
+    from trainguard.telemetry import PrometheusClient
+    from trainguard.watch.config import read_secret
+
+    if token_file is not None and basic_auth:
+        raise ConfigError("give --bearer-token-file or --basic-auth, not both")
+    token = None if token_file is None else read_secret(token_file, "--bearer-token-file")
+    auth = None
+    if basic_auth:
+        user, sep, password = basic_auth.partition(":")
+        if not sep:
+            raise ConfigError("--basic-auth must be USER:PASSWORD")
+        auth = (user, password)
+    try:
+        return PrometheusClient(url, bearer_token=token, basic_auth=auth)
+    except InvalidValue as exc:
+        raise named(exc, _CLIENT_FLAGS) from None
+
+
 def _fmt_t(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M")
+
+
+def _signal_text(s: Signal, *, hard: bool) -> str:
+    """One signal in the table: a predictive one's deviation in σ, a hard one's evidence
+    (its detail, e.g. "XID 79", else the value that tripped the rule)."""
+    where = s.metric if s.gpu is None else f"{s.metric} gpu{s.gpu}"
+    if not hard:
+        return f"{where} {s.deviation:+.1f}σ"
+    return f"{where}: {s.detail or f'{s.deviation:g}'}"
 
 
 def _alerts_table(alerts: list[AlertEpisode], limit: int) -> Table:
@@ -151,10 +171,7 @@ def _alerts_table(alerts: list[AlertEpisode], limit: int) -> Table:
         table.add_column(col)
     shown = alerts if limit == 0 else alerts[:limit]
     for a in shown:
-        sig = ", ".join(
-            f"{s.metric}{'' if s.gpu is None else f' gpu{s.gpu}'} "
-            f"{'' if a.kind.value == 'hard' else f'{s.deviation:+.1f}σ'}".strip()
-            for s in a.signals[:3])
+        sig = ", ".join(_signal_text(s, hard=a.kind is AlertKind.HARD) for s in a.signals[:3])
         table.add_row(a.node, _fmt_t(a.start), f"{(a.end - a.start) / 60:.0f}", a.kind.value,
                       f"{a.peak_score:.1f}", escape(sig))
     if len(shown) < len(alerts):
@@ -162,6 +179,7 @@ def _alerts_table(alerts: list[AlertEpisode], limit: int) -> Table:
     return table
 
 
+@reflowed_doc
 def detect(
     ctx: typer.Context,
     sources: Sources = None,
@@ -180,7 +198,12 @@ def detect(
     limit: Annotated[int, typer.Option(help="Rows in the terminal table (0 = all).", min=0)] = 30,
     max_memory: MaxMemory = _DEFAULT_MAX_MEMORY,
 ) -> None:
-    """Find failing nodes and GPUs in telemetry: predictive and hard alert episodes."""
+    """Find failing nodes and GPUs in telemetry: predictive and hard alert episodes.
+
+    Exit status: 0 when the telemetry was read and scored (alerts or none), 2 when it could
+    not be (a missing or malformed source, a --prometheus URL that is unreachable or not a
+    Prometheus, a bad option).
+    """
     _need_input(ctx, sources, prometheus)
     mem = max_memory_bytes(max_memory)
     try:
@@ -191,13 +214,13 @@ def detect(
         with _progress("detecting") as prog:
             alerts = run_detect(tel, DetectorConfig(max_memory_bytes=mem), progress=prog)
     except TrainguardError as exc:
-        fail(str(exc))
+        fail(str(exc), 2)
     lines = [json.dumps(a.to_dict()) for a in alerts]
     if out_file is not None:
         try:
             out_file.write_text("".join(line + "\n" for line in lines))
         except OSError as exc:
-            fail(f"cannot write {out_file}: {exc.strerror}")
+            fail(f"cannot write {out_file}: {exc.strerror}", 2)
     if json_out:
         for line in lines:
             typer.echo(line)
@@ -253,6 +276,7 @@ def _print_cards(cards: tuple[Scorecard, ...]) -> None:
     out.print(t)
 
 
+@reflowed_doc
 def backtest(
     ctx: typer.Context,
     sources: Sources = None,
@@ -279,15 +303,20 @@ def backtest(
     ] = None,
     max_memory: MaxMemory = _DEFAULT_MAX_MEMORY,
 ) -> None:
-    """Score trainguard and the baselines against known failures (the report's Analysis 1)."""
+    """Score trainguard and the baselines against known failures (the report's Analysis 1).
+
+    Exit status: 0 when the scorecards were computed, 2 when the telemetry or the failures
+    could not be read (a missing or malformed source, a --prometheus URL that is unreachable
+    or not a Prometheus, a bad option).
+    """
     _need_input(ctx, sources, prometheus)
     chosen = ["static", "ecod"] if baseline is None else [b for b in baseline if b != "none"]
     mem = max_memory_bytes(max_memory)
     if failures is not None and not failures.is_file():
-        fail(f"--failures: no such file: {failures}")
+        fail(f"--failures: no such file: {failures}", 2)
     for p in kernel_logs or []:
         if not p.exists():
-            fail(f"--kernel-logs: no such file or directory: {p}")
+            fail(f"--kernel-logs: no such file or directory: {p}", 2)
     try:
         tel = load_telemetry(sources, prometheus, start, end, step, metric, bearer_token_file,
                              basic_auth, max_memory=mem)
@@ -297,7 +326,7 @@ def backtest(
                                   cfg=DetectorConfig(max_memory_bytes=mem),
                                   progress=lambda _name, done, total: prog(done, total))
     except TrainguardError as exc:
-        fail(str(exc))
+        fail(str(exc), 2)
     for s in result.skipped:
         warn(f"baseline skipped: {s}")
     if alerts_out is not None:
@@ -307,7 +336,7 @@ def backtest(
                     for a in alerts:
                         fh.write(json.dumps({**a.to_dict(), "detector": name}) + "\n")
         except OSError as exc:
-            fail(f"cannot write {alerts_out}: {exc.strerror}")
+            fail(f"cannot write {alerts_out}: {exc.strerror}", 2)
     if json_out:
         typer.echo(json.dumps({"truth": truth_from, "n_failures": len(truth.failures),
                                "cards": [c.to_dict() for c in result.cards]}, indent=2))

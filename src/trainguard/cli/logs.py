@@ -12,6 +12,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, Trans
 from rich.table import Table
 
 from trainguard.cli.console import err, fail, out, stderr_is_tty, warn
+from trainguard.cli.tables import print_table
 from trainguard.errors import TrainguardError
 from trainguard.evidence import (
     FailureEvent,
@@ -60,9 +61,10 @@ def classify(
 ) -> None:
     """Classify failure logs into incidents (root cause, culprit, action), most important first.
 
-    Exit status: 0 when input was read (incidents found or not), 1 when no input could be read,
-    2 on usage errors. Directories are walked for regular files only (FIFOs, sockets and devices
-    in them are skipped with a warning); a pipe named explicitly is read, a device is refused.
+    Exit status: 0 when input was read (incidents found or not), 2 when no input could be read
+    (missing, unreadable or binary paths) and on usage errors. Directories are walked for
+    regular files only (FIFOs, sockets and devices in them are skipped with a warning); a pipe
+    named explicitly is read, a device is refused.
     Repeats of one event are folded into one row with a count.
     """
     try:
@@ -87,7 +89,7 @@ def classify(
     for w in stats.warnings:
         warn(terminal_safe(f"{w.path}: {w.message}"))
     if stats.files_read == 0:
-        fail("no input could be read", 1)
+        fail("no input could be read", 2)
     incidents = correlate(events, ruleset, window_s=window, include_info=show_all)
     if db is not None:
         _record(db, events)
@@ -119,8 +121,8 @@ def _record(db: str, events: list[FailureEvent]) -> None:
                 store.upsert_node(host, seen=last_seen[host])
             n = store.add_events(events)
             err.print(f"recorded {n} event(s) in {store.url}", highlight=False)
-    except TrainguardError as exc:
-        fail(str(exc), 1)
+    except TrainguardError as exc:  # --db unreachable or unwritable
+        fail(str(exc), 2)
 
 
 def _safe(text: str) -> str:
@@ -154,6 +156,6 @@ def _print_table(incidents: list[Incident], limit: int) -> None:
                       _safe(where), root,
                       f"{inc.related_count:,} events, {len(inc.hosts)} hosts, "
                       f"{len(inc.ranks)} ranks")
-    out.print(table)
+    print_table(out, table)
     if len(shown) < len(incidents):
         out.print(f"... {len(incidents) - len(shown)} more (use --limit 0 or --json)")

@@ -26,6 +26,7 @@ from trainguard.cli import (
     xid,
 )
 from trainguard.cli.console import EXIT_INPUT, fail
+from trainguard.cli.helptext import reflow
 from trainguard.errors import TrainguardError
 
 app = typer.Typer(
@@ -53,6 +54,27 @@ app.add_typer(nfs.app, name="nfs")
 app.add_typer(trace.app, name="trace")
 app.add_typer(trace.diagnose_app, name="diagnose")
 app.command("watch")(watch.watch)
+
+
+def _reflow_help(typer_app: typer.Typer) -> None:
+    """Every command's and group's help as paragraphs the terminal wraps (typer's rich mode
+    keeps the source's line breaks after the first paragraph: :mod:`trainguard.cli.helptext`)."""
+    for command in typer_app.registered_commands:
+        if command.help:
+            command.help = reflow(command.help)
+        elif command.callback is not None and command.callback.__doc__:
+            command.callback.__doc__ = reflow(command.callback.__doc__)
+    for group in typer_app.registered_groups:
+        sub = group.typer_instance
+        if sub is None:
+            continue
+        info = sub.info
+        if isinstance(info.help, str):
+            info.help = reflow(info.help)
+        _reflow_help(sub)
+
+
+_reflow_help(app)
 
 
 def _version(value: bool) -> None:

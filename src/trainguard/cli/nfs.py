@@ -19,6 +19,7 @@ from trainguard.nfs import (
     Attribution,
     Environment,
     MountDiagnosis,
+    MountstatsSnapshot,
     MountWindow,
     TransportGroup,
     cumulative,
@@ -39,14 +40,14 @@ from trainguard.textsafe import terminal_safe
 
 app = typer.Typer(help="Diagnose the NFS client path (mountstats).", no_args_is_help=True)
 
-EXIT_NO_NFS = 3
-"""Exit status when the input holds no NFS mount (nothing to diagnose)."""
+EXIT_NO_NFS = 2
+"""Exit status when the input holds no NFS mount (nothing to diagnose): an input error."""
 _DEFAULT_INTERVAL_S = 5.0
 _MAX_OTHER_OPS = 6
 _STYLE = {Attribution.CLIENT_QUEUE: "bold red", Attribution.NETWORK: "bold red",
           Attribution.SERVER: "bold red", Attribution.CLIENT_OTHER: "bold red",
           Attribution.UNDERUTILIZED: "bold yellow", Attribution.HEALTHY: "bold green",
-          Attribution.IDLE: "dim"}
+          Attribution.IDLE: "dim", Attribution.UNDETERMINED: "bold yellow"}
 
 
 @app.callback()
@@ -96,8 +97,22 @@ def _safe(text: str) -> str:
     return escape(terminal_safe(text))
 
 
-def _windows(paths: list[Path], interval: float | None) -> tuple[list[MountWindow], list[str],
-                                                                 str, bool, int]:
+def _wanted(mount: str) -> str:
+    return mount.rstrip("/") or "/"
+
+
+def _require_nfs(snap: MountstatsSnapshot, what: str, mount: str | None) -> None:
+    """Refuse input with nothing to diagnose (no NFS mount, or not the --mount asked for):
+    checked on the first read, before any wait."""
+    points = sorted({m.mountpoint for m in snap.mounts})
+    if not points:
+        fail(f"no NFS mount in {what} ({snap.non_nfs} other mounts): nothing to diagnose", 2)
+    if mount is not None and _wanted(mount) not in points:
+        fail(f"no NFS mount at {mount} in {what} (NFS mounts: {', '.join(points)})", 2)
+
+
+def _windows(paths: list[Path], interval: float | None,
+             mount: str | None = None) -> tuple[list[MountWindow], list[str], str, bool, int]:
     """(windows, notes, what was read, live?, non-NFS mounts skipped)."""
     if len(paths) > 2:
         fail("give --mountstats once (one capture: since mount; a /proc path: sampled twice) "
@@ -108,11 +123,17 @@ def _windows(paths: list[Path], interval: float | None) -> tuple[list[MountWindo
         seconds = _DEFAULT_INTERVAL_S if interval is None else interval
         if seconds <= 0:
             snap = parse_mountstats(read_mountstats(path), str(path))
+            _require_nfs(snap, str(path), mount)
             return ([cumulative(m) for m in snap.mounts], list(snap.notes), str(path), True,
                     snap.non_nfs)
-        sample = sample_twice(path, seconds, wait=_wait, clock=_clock)
+
+        def check(text: str) -> None:
+            _require_nfs(parse_mountstats(text, f"{path} (first read)"), str(path), mount)
+
+        sample = sample_twice(path, seconds, wait=_wait, clock=_clock, check=check)
         before = parse_mountstats(sample.before, f"{path} (first read)")
         after = parse_mountstats(sample.after, f"{path} (second read)")
+        _require_nfs(after, f"{path} (second read)", mount)
         ws = diff(before, after, interval_s=sample.interval_s)
         return (list(ws.windows), [*after.notes, *ws.notes],
                 f"{path}, sampled {sample.interval_s:.1f} s apart", True, after.non_nfs)
@@ -120,10 +141,12 @@ def _windows(paths: list[Path], interval: float | None) -> tuple[list[MountWindo
         if interval is not None:
             warn("--interval is ignored for one capture file: its counters are since mount")
         snap = parse_mountstats(read_mountstats(paths[0]), str(paths[0]))
+        _require_nfs(snap, str(paths[0]), mount)
         return ([cumulative(m) for m in snap.mounts], list(snap.notes), str(paths[0]), False,
                 snap.non_nfs)
     before = parse_mountstats(read_mountstats(paths[0]), str(paths[0]))
     after = parse_mountstats(read_mountstats(paths[1]), str(paths[1]))
+    _require_nfs(after, str(paths[1]), mount)
     ws = diff(before, after, interval_s=interval)
     return (list(ws.windows), [*after.notes, *ws.notes], f"{paths[0]} -> {paths[1]}", False,
             after.non_nfs)
@@ -188,6 +211,8 @@ def _print_mount(d: MountDiagnosis, env: Environment, group: TransportGroup | No
         table.add_column(col, justify="right" if right else "left")
     others = [s for s in d.ops if s.name not in DATA_OPS and s.ops > 0]
     shown = [s for s in d.ops if s.name in DATA_OPS] + others[:_MAX_OTHER_OPS]
+    if not d.per_op:
+        table.add_row("(missing)", *["-"] * 8)
     for s in shown:
         volume = (s.mb_per_s if rate else s.payload_bytes / 1e6)
         table.add_row(s.name, _num(s.ops_per_s, 1) if rate else f"{s.ops:,}", _num(volume),
@@ -254,31 +279,25 @@ def diagnose_cmd(
     """Attribute NFS RPC latency to client queueing (RPC or session slots, the socket), the
     network, the server, or the client after the reply, and recommend fixes.
 
-    Exit status: 0 diagnosed, 1 unreadable or malformed input, 2 usage, 3 no NFS mount.
+    A capture without per-op statistics (a partial paste ending after the xprt: lines) is
+    judged from its transport counters (RPC-slot saturation), its per-op figures shown as
+    missing.
+
+    Exit status: 0 diagnosed; 2 when the input cannot be diagnosed (unreadable or malformed,
+    no NFS mount, no such --mount: checked before the live wait) or on a usage error.
     """
     paths = list(mountstats or [])
     try:
-        windows, notes, what, live, non_nfs = _windows(paths, interval)
+        windows, notes, what, live, non_nfs = _windows(paths, interval, mount)
         env = environment(slot_limit, link_gbps, live)
-        nfs_points = sorted({w.mount.mountpoint for w in windows})
         if mount is not None:
-            wanted = mount.rstrip("/") or "/"
-            windows = [w for w in windows if w.mount.mountpoint == wanted]
-            if not windows and nfs_points:
-                fail(terminal_safe(f"no NFS mount at {mount} in {what} (NFS mounts: "
-                                   f"{', '.join(nfs_points)})"))
+            windows = [w for w in windows if w.mount.mountpoint == _wanted(mount)]
         groups = transport_groups(windows)
         diags = [diagnose(w, env) for w in shared_transports(windows)]
     except TrainguardError as exc:
-        fail(terminal_safe(str(exc)))  # it may quote mount paths from the input
-    if not diags:
-        message = f"no NFS mount in {what} ({non_nfs} other mounts): nothing to diagnose"
-        if json_out:
-            out.print_json(json.dumps({**_doc([], env, what, notes, non_nfs),
-                                       "message": message}))
-        else:
-            err.print(message)
-        raise typer.Exit(EXIT_NO_NFS)
+        fail(str(exc), 2)  # fail() makes it terminal-safe: it may quote mount paths
+    if not diags:  # _windows refused input without an NFS mount; kept as a guard
+        fail(f"no NFS mount in {what} ({non_nfs} other mounts): nothing to diagnose", EXIT_NO_NFS)
     if json_out:
         # Plain json.dumps: Rich's print_json re-lexes the document, slow for thousands of mounts.
         typer.echo(json.dumps(_doc(diags, env, what, notes, non_nfs, groups), indent=2,

@@ -10,9 +10,9 @@ import typer
 from rich.table import Table
 
 from trainguard.cli.console import err, fail, out
-from trainguard.errors import TrainguardError
+from trainguard.cli.storeopen import open_store
+from trainguard.errors import ConfigError, TrainguardError
 from trainguard.nodehealth import exclusion_concentration, node_health
-from trainguard.store import Store
 
 app = typer.Typer(
     help="Node-health memory: exclusions, XIDs, alerts, jobs taken down, lemon scores. "
@@ -38,11 +38,11 @@ def nodes(
     if ctx.invoked_subcommand is not None:
         return
     try:
-        with Store.open(db, readonly=True) as store:
+        with open_store(db, readonly=True) as store:
             health = node_health(store, now=time.time())
             conc = exclusion_concentration(store)
     except TrainguardError as exc:
-        fail(str(exc))
+        fail(str(exc), 1)
     if json_out:
         out.print_json(json.dumps({"nodes": [h.to_dict() for h in health],
                                    "exclusion_concentration": conc.to_dict()}))
@@ -94,14 +94,17 @@ def exclude(
     """Exclude a node: no trainguard run uses it until `trainguard nodes release`."""
     if not node.strip() or not reason.strip():
         fail("node and --reason must not be empty", code=2)
-    try:
-        if slurm:
-            _slurm("drain", node, reason)
-        with Store.open(db) as store:
+    # The store first: a mistyped --db must fail before Slurm is told anything.
+    with open_store(db) as store:
+        try:
+            if slurm:
+                _slurm("drain", node, reason)
             store.add_exclusion(node, reason=reason, created=time.time(), source="operator")
             store.upsert_node(node, state="excluded", seen=time.time())
-    except TrainguardError as exc:
-        fail(str(exc))
+        except ConfigError as exc:  # a node name Slurm would not take
+            fail(str(exc), 2)
+        except TrainguardError as exc:
+            fail(str(exc), 1)
     err.print(f"{node} excluded: {reason}")
 
 
@@ -112,15 +115,17 @@ def release(
     slurm: SlurmOpt = False,
 ) -> None:
     """Release a node after repair: later runs may use it again."""
-    try:
-        if slurm:
-            _slurm("resume", node)
-        with Store.open(db) as store:
+    with open_store(db) as store:
+        try:
+            if slurm:
+                _slurm("resume", node)
             n = store.release_exclusion(node, released=time.time())
             if n:
                 store.upsert_node(node, state="ok", seen=time.time())
-    except TrainguardError as exc:
-        fail(str(exc))
+        except ConfigError as exc:  # a node name Slurm would not take
+            fail(str(exc), 2)
+        except TrainguardError as exc:
+            fail(str(exc), 1)
     if not n and not slurm:
         fail(f"{node} has no active exclusion", code=1)
     err.print(f"{node} released ({n} exclusion{'s' if n > 1 else ''})")

@@ -17,6 +17,7 @@ from rich.text import Text
 
 from trainguard.agent.backend import with_agents
 from trainguard.cli.console import err, fail
+from trainguard.cli.helptext import reflow
 from trainguard.errors import ConfigError, LaunchError
 from trainguard.faultspec import parse_faults
 from trainguard.recover import JobSpec, RetryPolicy, RunResult, Supervisor
@@ -28,16 +29,20 @@ from trainguard.recover.runlock import RunDirLock
 from trainguard.recover.spec import job_name
 from trainguard.store import Store
 
-run_help = """Supervise a multi-node training job: every rank gets the torch.distributed
+run_help = reflow("""Supervise a multi-node training job: every rank gets the torch.distributed
 environment; failures are classified, culprit nodes excluded, and the job relaunched from its
 last checkpoint. Put the command after `--`:
 
     trainguard run --nodes node1,node2,node3 --spares node4 --nproc-per-node 2
     --run-dir runs/gpt -- python examples/train_gpt.py --ckpt-dir runs/gpt/ckpt
 
-Exit status: 0 when the job finally succeeded, 1 when the chain stopped, 2 on usage errors,
-130 when cancelled (Ctrl-C).
-"""
+The terminal shows a failure's culprit in full and folds the tracebacks of the ranks that failed
+in consequence to one line each (--all-output shows everything); the per-rank logs in the run
+dir keep every line.
+
+Exit status: 0 when the job finally succeeded, 1 when the chain stopped, 2 on bad input (an
+option, a run dir that cannot be written, a command not on PATH), 130 when cancelled (Ctrl-C).
+""")
 
 
 def _names(value: str, option: str) -> tuple[str, ...]:

@@ -8,7 +8,7 @@ import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -17,7 +17,10 @@ from trainguard.cli.console import err, fail, out, stderr_is_tty
 from trainguard.errors import ConfigError, TrainguardError
 from trainguard.simulate import SimConfig, SimSummary, parse_start, simulate_to_dir
 from trainguard.simulate.config import DEFAULT_START_S
+from trainguard.simulate.run import OutDirNotEmpty
 from trainguard.simulate.serve import ExporterServer, LiveExporter, parse_listen
+from trainguard.simulate.space import SPACE_MARGIN, NotEnoughSpace, SpaceCheck
+from trainguard.valueorigin import InvalidValue, named
 
 _STATUS_EVERY_S = 10.0
 
@@ -35,7 +38,8 @@ def simulate(
         help="Start time: unix seconds or ISO-8601 (naive = UTC). "
              "Default: 2024-11-18T00:00:00Z.")] = None,
     gzip: Annotated[bool, typer.Option(
-        "--gzip", help="Write metrics-<start>.om.gz (about 20x smaller).")] = False,
+        "--gzip/--no-gzip", help="Write metrics-<start>.om.gz, about 25x smaller (default); "
+        "--no-gzip writes plain .om text (e.g. for promtool's backfill).")] = True,
     failures_per_day: Annotated[float, typer.Option(
         help="Mean hardware failures per day (whole cluster).")] = 1.5,
     app_xids_per_day: Annotated[float, typer.Option(
@@ -56,13 +60,17 @@ def simulate(
 
     Writes OUT/metrics/metrics-<start>.om[.gz], OUT/kernel/<node>.log, OUT/labels.jsonl and
     OUT/manifest.json; or, with --serve, serves the dcgm/node-exporter metrics over HTTP as
-    they evolve, sped up by --speed. Exit status: 0 on success (130 on Ctrl-C while serving),
-    1 when writing failed, 2 on bad options.
+    they evolve, sped up by --speed. Before writing, the output's size is estimated and
+    checked against the free space there.
+
+    Exit status: 0 on success (130 on Ctrl-C while serving), 1 when writing failed, 2 on bad
+    options or an output that cannot be written (a missing parent directory, too little
+    space).
     """
     if out_dir is not None and serve is not None:
         fail("simulate: --out (write files) and --serve (serve live) exclude each other", 2)
     if speed is not None and serve is None:
-        fail("simulate.speed: --speed needs --serve", 2)
+        fail("--speed needs --serve", 2)
     try:
         cfg = SimConfig(
             nodes=nodes, gpus_per_node=gpus_per_node, days=days, seed=seed, interval_s=interval,
@@ -70,7 +78,7 @@ def simulate(
             failures_per_day=failures_per_day, app_xids_per_day=app_xids_per_day,
             job_label=job_label)
     except ConfigError as exc:
-        fail(str(exc), 2)
+        _input_error(exc)
     if serve is not None:
         _serve(cfg, serve, 60.0 if speed is None else speed)
         return
@@ -88,10 +96,42 @@ def simulate(
         else:
             summary = simulate_to_dir(cfg, out_dir, compress=gzip, overwrite=overwrite)
     except ConfigError as exc:
-        fail(str(exc), 2)
+        _input_error(exc)
     except (TrainguardError, OSError) as exc:
         fail(f"simulate: {exc}", 1)
     _report(summary, json_out)
+
+
+_ORIGINS = {f"simulate.{key}": flag for key, flag in (
+    ("nodes", "--nodes"), ("gpus_per_node", "--gpus-per-node"), ("days", "--days"),
+    ("seed", "--seed"), ("interval_s", "--interval"), ("start", "--start"),
+    ("start_s", "--start"), ("failures_per_day", "--failures-per-day"),
+    ("app_xids_per_day", "--app-xids-per-day"), ("out", "--out"), ("speed", "--speed"),
+    ("serve", "--serve"))}
+"""Where each simulate value comes from: every one is a flag (simulate reads no config file),
+so an error names the flag the user typed, not the `SimConfig` key."""
+
+
+def _input_error(exc: ConfigError) -> NoReturn:
+    """One line naming the flag, exit 2."""
+    if isinstance(exc, NotEnoughSpace):
+        fail(_space_message(exc.check), 2)
+    if isinstance(exc, OutDirNotEmpty):
+        fail(f"--out {exc.out} is not empty (--overwrite replaces a previous simulation)", 2)
+    fail(str(named(exc, _ORIGINS) if isinstance(exc, InvalidValue) else exc), 2)
+
+
+def _space_message(check: SpaceCheck) -> str:
+    room = check.free_bytes + check.reclaimed_bytes
+    fixes = ("use fewer --days, --nodes or --gpus-per-node, a longer --interval, or an --out "
+             "on a larger filesystem" if check.compress
+             else "drop --no-gzip (about 25x smaller), or use fewer --days or --nodes")
+    return (f"--out needs ~{_size(check.needed_bytes)} (plus a {SPACE_MARGIN:.0%} margin), "
+            f"{_size(room)} free on {check.filesystem}; {fixes}")
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e9:.1f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
 
 
 def _report(s: SimSummary, json_out: bool) -> None:
@@ -111,7 +151,7 @@ def _serve(cfg: SimConfig, listen: str, speed: float) -> None:
         host, port = parse_listen(listen)
         server = ExporterServer(LiveExporter.from_config(cfg, speed), host, port)
     except ConfigError as exc:
-        fail(str(exc), 2)
+        _input_error(exc)
     stop = threading.Event()
     reporter = threading.Thread(target=_report_clock, args=(server, stop), daemon=True)
     err.print(f"serving {cfg.nodes} node(s) x {cfg.gpus_per_node} GPU(s) at "

@@ -13,11 +13,20 @@ from rich.markup import escape
 from rich.table import Table
 
 from trainguard.cli.console import err, fail, out, warn
-from trainguard.errors import TrainguardError
+from trainguard.cli.tables import print_table
+from trainguard.errors import TraceError, TrainguardError
 from trainguard.trace.collect import process_state, read_states
 from trainguard.trace.hang import HangDiagnosis, RankPlace, localize_hang
 from trainguard.trace.model import RankState, TraceWindow
-from trainguard.trace.runfiles import RankFiles, rank_files, read_windows
+from trainguard.trace.runfiles import (
+    RankFiles,
+    attempts,
+    diagnosed_attempts,
+    hang_path,
+    rank_files,
+    read_hang,
+    read_windows,
+)
 
 app = typer.Typer(help="Per-rank tracing of a supervised run.", no_args_is_help=True)
 diagnose_app = typer.Typer(help="Localize a hang or find stragglers in a run.",
@@ -88,7 +97,7 @@ def show(run_dir: RunArg, attempt: AttemptOpt = None, json_out: JsonOpt = False)
         windows = _windows(files)
         states, notes = read_states({f.rank: f.trace for f in files})
     except TrainguardError as exc:
-        fail(str(exc))
+        fail(str(exc), 2)
     ranks = []
     for f in files:
         st = states.get(f.rank)
@@ -122,7 +131,7 @@ def show(run_dir: RunArg, attempt: AttemptOpt = None, json_out: JsonOpt = False)
         table.add_row(str(r["rank"]), escape(r["node"]), str(r["steps"]), _ms(r["step_s"]),
                       _ms(r["compute_s"]), _ms(r["collective_s"]), _ms(r["data_s"]),
                       _ms(r["checkpoint_s"]), escape(top_text), escape(now))
-    out.print(table)
+    print_table(out, table)
     if not any(r["steps"] for r in ranks):
         err.print("no trace windows yet (tracing writes one per rank every 5 s; "
                   "TRAINGUARD_TRACE=0 turns it off)")
@@ -132,24 +141,35 @@ def _print_hang(doc: Mapping[str, Any], origin: str) -> None:
     out.print(f"[bold]hang[/] ({escape(origin)}): {escape(str(doc['kind']))}")
     out.print(f"  {escape(str(doc['summary']))}")
     for c in doc.get("culprits", []):
-        out.print(f"  [bold red]rank {c['rank']}[/] host {escape(str(c['node']))} "
-                  f"local rank {c['local_rank']} GPU {c['gpu']} pid {c['pid']} "
-                  f"({escape(str(c['process']))}): {escape(str(c['reason']))}")
+        out.print(f"  [bold red]rank {c.get('rank')}[/] host {escape(str(c.get('node')))} "
+                  f"local rank {c.get('local_rank')} GPU {c.get('gpu')} pid {c.get('pid')} "
+                  f"({escape(str(c.get('process')))}): {escape(str(c.get('reason')))}")
         if c.get("last_completed"):
-            out.print(f"    last completed {escape(str(c['last_completed']))}, step {c['step']}"
-                      + (f", in {escape(str(c['span']))}" if c.get("span") else ""))
-        for line in c.get("stack_top", [])[:6]:
-            out.print(f"    [dim]{escape(line)}[/]")
-        for line in c.get("node_evidence", [])[:4]:
-            out.print(f"    node: {escape(line)}")
+            out.print(f"    last completed {escape(str(c['last_completed']))}, step "
+                      f"{c.get('step')}" + (f", in {escape(str(c['span']))}" if c.get("span")
+                                            else ""))
+        for line in list(c.get("stack_top") or [])[:6]:
+            out.print(f"    [dim]{escape(str(line))}[/]")
+        for line in list(c.get("node_evidence") or [])[:4]:
+            out.print(f"    node: {escape(str(line))}")
     for note in doc.get("notes", []):
         out.print(f"  [dim]note: {escape(str(note))}[/]")
+
+
+def _no_hang(run_dir: Path, attempt: int | None) -> str:
+    where = (f"attempt {attempt} has no hang diagnosis" if attempt is not None
+             else f"no attempt of {run_dir} has a hang diagnosis")
+    return (f"no hang: {where} (the supervisor writes attempts/<i>/hang.json "
+            f"when it declares a hang); for a job that is hung right now without a supervisor "
+            f"timeout, --now localizes from the ranks' state files")
 
 
 @diagnose_app.command("hang")
 def hang(
     run_dir: RunArg,
-    attempt: AttemptOpt = None,
+    attempt: Annotated[int | None, typer.Option(
+        "--attempt", min=0, help="Attempt number (default: the latest attempt with a hang "
+        "diagnosis; with --now or --flight, the last attempt).")] = None,
     json_out: JsonOpt = False,
     now: Annotated[bool, typer.Option(
         "--now", help="Read the ranks' state files now, even when the supervisor already "
@@ -159,26 +179,39 @@ def hang(
         "--flight", help="A directory of PyTorch flight-recorder dumps (one per rank) to "
         "localize from instead of trainguard's state files.")] = None,
 ) -> None:
-    """Which rank, host and collective a hang comes from: the supervisor's diagnosis of the
-    attempt (``hang.json``, made while the ranks were alive, with their stacks), else one made
-    now from the ranks' collective state files or flight-recorder dumps."""
+    """Which rank, host and collective a hang comes from: the supervisor's diagnosis
+    (attempts/<i>/hang.json, made while the ranks were alive, with their stacks; written for
+    runs with or without the SDK) of the latest attempt that hung, or of --attempt. A run
+    that never hung says "no hang". --now or --flight: a diagnosis made now from the ranks'
+    collective state files or flight-recorder dumps instead."""
     try:
-        files = rank_files(run_dir, attempt)
-        saved = files[0].directory.parent / "hang.json"
-        if saved.exists() and not now and flight is None:
-            try:
-                doc = json.loads(saved.read_text(encoding="utf-8"))
-            except (OSError, ValueError, RecursionError) as exc:
-                raise TrainguardError(f"{saved}: unreadable ({exc})") from exc
-            origin = f"the supervisor's, {saved}"
+        if now or flight is not None:
+            files = rank_files(run_dir, attempt)
+            doc = {"attempt": files[0].attempt, **_diagnose_now(files, flight).to_dict()}
+            origin = (f"attempt {files[0].attempt}, "
+                      + ("flight-recorder dumps" if flight is not None else "state files, now"))
         else:
-            diag = _diagnose_now(files, flight)
-            doc = diag.to_dict()
-            origin = "flight-recorder dumps" if flight is not None else "state files, now"
+            known = attempts(run_dir)
+            if attempt is not None and attempt not in known:
+                raise TraceError(f"{run_dir}: no attempt {attempt} (attempts: "
+                                 f"{', '.join(map(str, known))})")
+            hung = diagnosed_attempts(run_dir)
+            chosen = attempt if attempt is not None else (hung[-1] if hung else None)
+            if chosen is None or chosen not in hung:
+                summary = _no_hang(run_dir, attempt)
+                if json_out:
+                    out.print_json(json.dumps({"run_dir": str(run_dir), "attempt": attempt,
+                                               "hang": False, "summary": summary}))
+                else:
+                    out.print(escape(summary))
+                return
+            saved = hang_path(run_dir, chosen)
+            doc = {**read_hang(saved), "attempt": chosen}
+            origin = f"attempt {chosen}, the supervisor's, {saved}"
     except TrainguardError as exc:
-        fail(str(exc))
+        fail(str(exc), 2)
     if json_out:
-        out.print_json(json.dumps({"origin": origin, **doc}))
+        out.print_json(json.dumps({"origin": origin, "hang": True, **doc}))
         return
     _print_hang(doc, origin)
 
@@ -199,6 +232,8 @@ def _diagnose_now(files: Sequence[RankFiles], flight: Path | None) -> HangDiagno
     procs = {r: process_state(pid) if pid is not None else "exited" for r, pid in pids.items()}
     if all(p == "exited" for p in procs.values()):
         procs = dict.fromkeys(procs, "unknown")  # a post-mortem: nothing is running any more
+        notes.append("no rank's process is running: this is where the ranks last stood, "
+                     "not proof that they hung")
     places = {f.rank: RankPlace(f.rank, f.node, None, None, pids[f.rank], procs[f.rank])
               for f in files}
     return localize_hang(states, places, None, [f.rank for f in files], notes)
@@ -229,7 +264,7 @@ def stragglers(
         windows = _windows(files)
         report = detect_stragglers(windows, cfg, {f.rank: f.node for f in files})
     except TrainguardError as exc:
-        fail(str(exc))
+        fail(str(exc), 2)
     if json_out:
         out.print_json(json.dumps({"run_dir": str(run_dir), "attempt": files[0].attempt,
                                    **report.to_dict(timeline=timeline)}))
@@ -246,7 +281,7 @@ def stragglers(
                       _ms(b.data_s if b else None), _ms(b.collective_s if b else None),
                       "-" if r.slowdown is None else f"{r.slowdown:+.0%}",
                       "[bold red]yes[/]" if r.straggler else "")
-    out.print(table)
+    print_table(out, table)
     if report.note:
         err.print(escape(report.note))
     if not report.stragglers:

@@ -14,25 +14,60 @@ from typing import Annotated, Any
 
 import typer
 
-from trainguard.cli.console import err, fail, out, warn
+from trainguard.cli.console import err, fail, out
+from trainguard.cli.helptext import reflowed_doc
 from trainguard.errors import ConfigError, TrainguardError
+from trainguard.valueorigin import InvalidValue
 
 _ACTIONS = ("off", "dry-run", "on")
 
 
-def _replay_from(url: str) -> dict[str, Any]:
-    """The clock of a `trainguard simulate --serve` exporter (its /healthz)."""
+def _replay_from(url: str) -> tuple[Any, int]:
+    """The replay clock (a TimeMap) and the sample interval of a `trainguard simulate
+    --serve` exporter, from its /healthz."""
+    from trainguard.watch.config import TimeMap
+
     base = url.rstrip("/").removesuffix("/metrics").removesuffix("/healthz")
     try:
         with urllib.request.urlopen(f"{base}/healthz", timeout=10) as resp:
             doc = json.loads(resp.read())
-        return {"speed": float(doc["speed"]), "sim_start": float(doc["sim_start"]),
-                "wall_start": float(doc["wall_start"]), "interval_s": int(doc["interval_s"])}
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        speed, interval_s = float(doc["speed"]), int(doc["interval_s"])
+        # The phase puts each evaluation just before the simulator's next sample.
+        clock = TimeMap(speed, float(doc["sim_start"]), float(doc["wall_start"]),
+                        phase_s=0.9 * interval_s / speed)
+    except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError,
+            ConfigError) as exc:
         raise ConfigError(f"--simulator {url}: not a trainguard simulate --serve exporter "
                           f"({type(exc).__name__}: {exc})") from exc
+    return clock, interval_s
 
 
+def _overrides(flags: dict[str, Any]) -> dict[str, Any]:
+    """WatchConfig overrides from the flags that were given: a flag left out is absent, so
+    the config file's value (or the default) stays; ``--listen off`` is present, as None."""
+    from trainguard.timeparse import parse_duration
+    from trainguard.watch.config import FLAGS, read_secret
+
+    kw: dict[str, Any] = {}
+    for name, value in flags.items():
+        if value is None or value is False or value == []:
+            continue
+        flag = FLAGS[name]
+        if name in ("interval_s", "history_s", "lag_s"):
+            value = parse_duration(value, flag)
+        elif name == "step_s":
+            value = max(1, round(parse_duration(value, flag)))
+        elif name == "kernel_logs":
+            value = tuple(value)
+        elif name == "listen":
+            value = None if value.strip().lower() == "off" else value
+        elif name == "token":
+            value = read_secret(value, flag)
+        kw[name] = value
+    return kw
+
+
+@reflowed_doc
 def watch(
     prometheus: Annotated[str | None, typer.Option(
         "--prometheus", metavar="URL", help="Prometheus to read (scraping DCGM/node exporters).")
@@ -76,7 +111,7 @@ def watch(
     ] = False,
     supervisor_alerts: Annotated[Path | None, typer.Option(
         "--supervisor-alerts", help="A running supervisor's alerts file (trainguard run "
-        "--alerts-file): actions and webhook alerts are appended to it.")] = None,
+        "--alerts FILE): actions and webhook alerts are appended to it.")] = None,
     simulator: Annotated[str | None, typer.Option(
         "--simulator", metavar="URL", help="Replay: read the clock of a `trainguard simulate "
         "--serve` exporter and score in simulated time.")] = None,
@@ -90,35 +125,23 @@ def watch(
     interval, raise alerts (store, Alertmanager, /metrics), optionally act on them.
 
     The state is kept in --state-dir: a restart resumes where it stopped and raises the
-    alerts it missed. Ctrl-C or SIGTERM stop it cleanly. Exit status: 0 after a clean stop,
-    1 when it cannot start, 2 on bad options.
+    alerts it missed. Ctrl-C or SIGTERM stop it cleanly. Exit status: 0 after a clean stop
+    (with --once: a round without errors), 1 when it cannot start or the --once round
+    failed, 2 on bad options.
     """
-    from trainguard.timeparse import parse_duration
-    from trainguard.watch.config import TimeMap, load_config, read_secret
+    from trainguard.watch.config import load_config
 
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(message)s")
     try:
-        overrides: dict[str, Any] = {
+        overrides = _overrides({
             "prometheus": prometheus, "state_dir": state_dir, "alertmanager_url": alertmanager,
-            "supervisor_alerts": supervisor_alerts,
-            "interval_s": None if interval is None else parse_duration(interval, "--interval"),
-            "history_s": None if history is None else parse_duration(history, "--history"),
-            "lag_s": None if lag is None else parse_duration(lag, "--lag"),
-            "step_s": None if step is None else max(1, round(parse_duration(step, "--step"))),
-            "kernel_logs": tuple(kernel_log) if kernel_log else None,
-            "drain": drain or None}
-        if listen is not None:
-            overrides["listen"] = None if listen == "off" else listen
-        if token_file is not None:
-            overrides["token"] = read_secret(token_file, "--token-file")
+            "supervisor_alerts": supervisor_alerts, "interval_s": interval,
+            "history_s": history, "lag_s": lag, "step_s": step, "kernel_logs": kernel_log,
+            "drain": drain, "listen": listen, "token": token_file})
         if simulator is not None:
-            clock = _replay_from(simulator)
-            wall_step = clock["interval_s"] / clock["speed"]
-            overrides["replay"] = TimeMap(clock["speed"], clock["sim_start"],
-                                          clock["wall_start"], phase_s=0.9 * wall_step)
-            if overrides["step_s"] is None:
-                overrides["step_s"] = clock["interval_s"]
+            overrides["replay"], sim_step = _replay_from(simulator)
+            overrides.setdefault("step_s", sim_step)
         cfg = load_config(config, overrides)
         if actions is not None:
             if actions not in _ACTIONS:
@@ -129,14 +152,19 @@ def watch(
     except ConfigError as exc:
         fail(str(exc), 2)
     try:
-        _serve(cfg, db, once=once, json_out=json_out)
+        problems = _serve(cfg, db, once=once, json_out=json_out)
+    except InvalidValue as exc:
+        fail(str(cfg.named(exc)), 2)
     except ConfigError as exc:
         fail(str(exc), 2)
     except TrainguardError as exc:
         fail(f"watch: {exc}", 1)
+    if problems:
+        fail(f"watch: the round failed: {'; '.join(problems)}", 1)
 
 
-def _serve(cfg: Any, db: str | None, *, once: bool, json_out: bool) -> None:
+def _serve(cfg: Any, db: str | None, *, once: bool, json_out: bool) -> tuple[str, ...]:
+    """Run the service (one round with `once`); returns the --once round's errors."""
     from trainguard.evidence.rules import load_rules
     from trainguard.store import Store
     from trainguard.telemetry.prometheus import PrometheusClient
@@ -187,7 +215,8 @@ def _serve(cfg: Any, db: str | None, *, once: bool, json_out: bool) -> None:
             try:
                 server.start()
             except OSError as exc:
-                raise ConfigError(f"--listen {cfg.listen}: {exc.strerror or exc}") from exc
+                raise ConfigError(f"cannot serve HTTP on {cfg.listen} (--listen, or http.listen "
+                                  f"in the config file): {exc.strerror or exc}") from exc
             stack.callback(server.stop)
             where = f"; {server.url}/metrics, /status, /alertmanager/webhook"
         else:
@@ -195,10 +224,7 @@ def _serve(cfg: Any, db: str | None, *, once: bool, json_out: bool) -> None:
         err.print(f"watching {cfg.prometheus} every {cfg.interval_s:g}s, step {svc.step_s}s; "
                   f"state in {cfg.state_dir} ({note}){where}", highlight=False, markup=False)
         if once:
-            report = svc.round()
-            for e in report.errors:
-                warn(e)
-            return
+            return svc.round().errors
         stop = threading.Event()
 
         def on_signal(signum: int, _frame: FrameType | None) -> None:
@@ -211,3 +237,4 @@ def _serve(cfg: Any, db: str | None, *, once: bool, json_out: bool) -> None:
             for s, h in previous.items():
                 signal.signal(s, h)
         err.print("stopped; state saved", highlight=False)
+        return ()

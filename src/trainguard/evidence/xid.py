@@ -8,6 +8,11 @@ action in two steps:
    application-caused XIDs 13/31/43/45), from the catalog's notes and published operations;
 2. otherwise NVIDIA's immediate action decides (RESTART_BM -> reboot the node, RESET_GPU ->
    reset the GPU, RESTART_APP -> restart the job, IGNORE -> informational).
+
+An XID that is not in the catalog (a newer driver's, or a typo) is *unknown: investigate*: a GPU
+report of category ``gpu_hardware`` with severity ``non-fatal`` and action ``none``. Nothing
+says it is fatal, so on its own it neither drains a node nor stops a job; it shows in incidents
+for a person to look up (`xid_info(...).in_catalog` is False).
 """
 
 from __future__ import annotations
@@ -34,6 +39,13 @@ class XidInfo:
     action: Action
     severity: Severity
     advice: str
+    in_catalog: bool = True
+    """False for an XID the shipped catalog does not list (see the module docstring)."""
+
+
+CATALOG_SOURCE = ("NVIDIA's XID catalog as mirrored in NVIDIA/NVSentinel "
+                  "(gpu-health-monitor/xiderrorsmapping.csv)")
+"""Where ``data/xid_catalog.csv`` comes from (``data/XID_SOURCE.md``)."""
 
 
 _MEMORY_XIDS = frozenset({48, 63, 64, 92, 94, 95, 140, 156, 157})
@@ -123,14 +135,25 @@ def xid_catalog() -> dict[int, XidInfo]:
     return out
 
 
+def catalog_description() -> str:
+    """What the shipped catalog is: its source and the XIDs it covers."""
+    known = sorted(xid_catalog())
+    span = f"XIDs {known[0]}-{known[-1]}" if known else "no XIDs"
+    return f"{CATALOG_SOURCE}: {len(known)} entries, {span}"
+
+
 def xid_info(xid: int) -> XidInfo:
-    """Catalog entry for ``xid``; unknown numbers get a conservative hardware entry."""
+    """Catalog entry for ``xid``; an XID the catalog does not list is *unknown: investigate*
+    (non-fatal, no action of its own: nothing says what it means)."""
     info = xid_catalog().get(xid)
     if info is not None:
         return info
-    return XidInfo(xid, "UNKNOWN_XID", "UNKNOWN", True, Category.GPU_HARDWARE, Action.RESET_GPU,
-                   Severity.FATAL, "XID not in the shipped catalog: update trainguard, then "
-                   "treat it as a GPU fault (" + _ADVICE[Action.RESET_GPU] + ")")
+    return XidInfo(xid, "UNKNOWN_XID", "UNKNOWN", False, Category.GPU_HARDWARE, Action.NONE,
+                   Severity.NON_FATAL, f"XID {xid} is not in trainguard's XID catalog "
+                   f"({catalog_description()}). Unknown: investigate: look it up in NVIDIA's "
+                   "XID documentation for your driver version. Trainguard treats it as "
+                   "non-fatal: on its own it does not drain the node or stop the job.",
+                   in_catalog=False)
 
 
 # --- line parsing ------------------------------------------------------------------------------
@@ -240,9 +263,11 @@ def recovery_action_to_action(text: str) -> tuple[Action, Severity]:
 
 __all__ = [
     "APP_FAULT_XIDS",
+    "CATALOG_SOURCE",
     "CONSEQUENCE_XIDS",
     "XidInfo",
     "XidMatch",
+    "catalog_description",
     "is_consequence",
     "normalize_pci",
     "parse_xid_line",

@@ -31,6 +31,11 @@ the others that hold are listed as further findings):
 A mount with fewer than `min_data_ops` data operations in the window is idle (rules 1, 4 and
 7 still apply to its metadata traffic).
 
+A capture without per-op statistics (a partial paste that stops after the ``xprt:`` lines) is
+judged from the transport alone: client-queue / rpc-slots or transmit-queue by the same
+backlog, slot-limit and socket thresholds as rule 3; otherwise undetermined (no saturation,
+but nothing to attribute latency with); idle when nothing was sent.
+
     >>> d = diagnose(cumulative(parse_mountstats(text).mounts[0]))   # doctest: +SKIP
     >>> d.attribution, d.mechanism                                    # doctest: +SKIP
     (<Attribution.CLIENT_QUEUE: 'client-queue'>, 'rpc-slots')
@@ -38,10 +43,8 @@ A mount with fewer than `min_data_ops` data operations in the window is idle (ru
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 
-from trainguard.errors import ConfigError
 from trainguard.nfs.metrics import (
     DATA_OPS,
     LIGHT_OPS,
@@ -53,71 +56,10 @@ from trainguard.nfs.metrics import (
 from trainguard.nfs.model import Attribution, Environment, Finding, MountDiagnosis
 from trainguard.nfs.mountstats import EVENT_DELAY, OpStats
 from trainguard.nfs.recommend import recommend
+from trainguard.nfs.thresholds import Thresholds
 from trainguard.nfs.window import Basis, MountWindow
 
 __all__ = ["Thresholds", "diagnose"]
-
-
-@dataclass(frozen=True, slots=True)
-class Thresholds:
-    """The attribution thresholds (see the module docstring for how they combine).
-
-        >>> Thresholds(queue_share=0.6).queue_share
-        0.6
-    """
-
-    min_data_ops: int = 20
-    """Fewer data operations (WRITE/READ/COMMIT) than this in the window: too little to judge."""
-    min_light_ops: int = 10
-    """Metadata calls needed for a metadata RTT baseline."""
-    queue_min_ms: float = 1.0
-    """Average queue time below this never counts as client queueing."""
-    queue_share: float = 0.5
-    """Queue / execute share at or above which client queueing dominates an op's latency."""
-    queue_over_rtt: float = 2.0
-    """Queue >= this x RTT is client queueing even without transport evidence."""
-    backlog_min: float = 0.1
-    """Average requests waiting for an RPC slot per send at or above which slots ran out."""
-    sending_min: float = 1.0
-    """Average requests waiting to transmit per send at or above which the socket is the wait."""
-    delay_share: float = 0.5
-    """Share of queue time explained by server "try later" retries for a server attribution."""
-    light_rtt_high_ms: float = 5.0
-    """Metadata RTT at or above this: the round trip itself is slow (network path)."""
-    server_rtt_share: float = 0.5
-    """RTT / execute share at or above which the round trip dominates an op's latency."""
-    server_rtt_min_ms: float = 10.0
-    """Data-op RTT below this is not called slow."""
-    server_rtt_ratio: float = 4.0
-    """Data-op RTT must be at least this x the metadata RTT to blame the server."""
-    retrans_fraction: float = 0.01
-    """Retransmitted RPCs / RPCs at or above which the network (or server) drops requests."""
-    retrans_min: int = 3
-    """... and at least this many retransmissions."""
-    timeout_fraction: float = 0.001
-    """Major timeouts / RPCs at or above which requests time out."""
-    other_share: float = 0.5
-    """(execute - queue - RTT) / execute share at or above which the client after the reply
-    dominates."""
-    other_min_ms: float = 1.0
-    """... and at least this many ms per op."""
-    inflight_low: float = 4.0
-    """Fewer RPCs in flight than this: the workload does not push concurrency."""
-    link_saturated: float = 0.8
-    """Payload at or above this share of --link-gbps: the link is the limit."""
-    link_low: float = 0.5
-    """Under this share of --link-gbps (with few RPCs in flight) the mount is underutilized."""
-
-    def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if not math.isfinite(value) or value < 0:
-                raise ConfigError(f"nfs.thresholds.{f.name} must be a finite number >= 0 "
-                                  f"(got {value})")
-        for name in ("queue_share", "delay_share", "server_rtt_share", "retrans_fraction",
-                     "timeout_fraction", "other_share", "link_saturated", "link_low"):
-            if getattr(self, name) > 1:
-                raise ConfigError(f"nfs.thresholds.{name} must be between 0 and 1")
 
 
 @dataclass(slots=True)
@@ -392,6 +334,55 @@ def _client_other(c: _Ctx) -> Finding | None:
                     ("queue_ms", m.queue_ms), ("rtt_ms", m.rtt_ms)))
 
 
+_NO_PER_OP = ("the capture has no per-op statistics, so how much of each call's latency this "
+              "costs is unknown")
+
+
+def _transport_only(c: _Ctx) -> Finding:
+    """The verdict from the ``xprt:`` counters alone (a capture without per-op statistics).
+
+    Slot saturation is visible there (backlog per send, connections at the slot limit), and so
+    is a socket that cannot drain; queue, round-trip and server time are not.
+    """
+    tr, t = c.transport, c.t
+    if tr is None or tr.sends <= 0:
+        return Finding(Attribution.IDLE, "no-traffic",
+                       "no RPCs were sent on the transport in the window, and the capture has "
+                       "no per-op statistics: nothing to attribute",
+                       (("sends", 0 if tr is None else tr.sends), ("per_op", "missing")))
+    evidence: list[tuple[str, float | int | str | None]] = [
+        ("connections", tr.connections), ("sends", tr.sends),
+        ("inflight_per_send", tr.inflight), ("backlog_per_send", tr.backlog),
+        ("sending_per_send", tr.sending), ("max_slots", tr.max_slots), ("per_op", "missing")]
+    if c.env.slot_limit is not None:
+        evidence += [("slot_limit", c.env.slot_limit), ("connections_at_limit", c.at_limit)]
+    backlog = tr.backlog
+    if (backlog is not None and backlog >= t.backlog_min) or c.at_limit:
+        where = ""
+        if c.at_limit:
+            where = (f"; {c.at_limit} of {tr.connections} connection(s) reached the "
+                     f"{c.env.slot_limit}-slot limit")
+        elif tr.max_slots is not None:
+            where = f"; at most {tr.max_slots} slots were in use on a connection"
+        return Finding(Attribution.CLIENT_QUEUE, "rpc-slots",
+                       f"the RPC slot table is exhausted: on average {_fmt(backlog)} requests "
+                       f"wait for a slot at each send over {tr.connections} connection(s)"
+                       f"{where} ({_NO_PER_OP})", tuple(evidence))
+    if tr.sending is not None and tr.sending >= t.sending_min:
+        return Finding(Attribution.CLIENT_QUEUE, "transmit-queue",
+                       f"requests wait for the connection's socket: on average "
+                       f"{_fmt(tr.sending)} queued to transmit at each send over "
+                       f"{tr.connections} connection(s) ({_NO_PER_OP})", tuple(evidence))
+    session = (f"; NFSv{c.version} session-slot waits do not show in the transport counters"
+               if c.session_version else "")
+    return Finding(Attribution.UNDETERMINED, "transport-only",
+                   f"no RPC slot saturation: on average {_fmt(tr.inflight)} requests in flight "
+                   f"and {_fmt(backlog)} waiting for a slot at each send over "
+                   f"{tr.connections} connection(s); without per-op statistics the queue, "
+                   f"round-trip and server time cannot be attributed{session}",
+                   tuple(evidence))
+
+
 def _quiet(c: _Ctx) -> Finding:
     """No problem rule held: idle, underutilized or healthy."""
     m, t = c.main, c.t
@@ -463,12 +454,8 @@ def _secondary(c: _Ctx, found: list[Finding]) -> list[Finding]:
     return out
 
 
-def diagnose(window: MountWindow, env: Environment | None = None,
-             thresholds: Thresholds | None = None) -> MountDiagnosis:
-    """Attribute one mount's latency and recommend fixes (see the module docstring)."""
-    env = env or Environment()
-    t = thresholds or Thresholds()
-    c = _context(window, env, t)
+def _from_ops(c: _Ctx) -> list[Finding]:
+    """The rules over the per-op statistics, in order (see the module docstring)."""
     # Lost data RPCs outrank everything but a full link (a retransmission's wait also inflates
     # queue time); losses elsewhere (metadata) only explain the mount when nothing else does.
     data_loss = _retransmissions(c, data_only=True) if c.main is not None else None
@@ -477,9 +464,25 @@ def diagnose(window: MountWindow, env: Environment | None = None,
                             None if data_loss else _retransmissions(c, data_only=False))
                 if f is not None]
     findings = problems or [_quiet(c)]
-    findings += _secondary(c, findings)
+    return findings + _secondary(c, findings)
+
+
+def diagnose(window: MountWindow, env: Environment | None = None,
+             thresholds: Thresholds | None = None) -> MountDiagnosis:
+    """Attribute one mount's latency and recommend fixes (see the module docstring)."""
+    env = env or Environment()
+    t = thresholds or Thresholds()
+    c = _context(window, env, t)
+    if window.per_op:
+        findings = _from_ops(c)
+    else:
+        findings = [f for f in (_link_saturated(c),) if f is not None] + [_transport_only(c)]
     mount = window.mount
     notes = [*window.notes, *c.notes]
+    if not window.per_op:
+        notes.append("the capture has no per-op statistics (a partial paste?): per-op latency "
+                     "(queue, RTT, execute) is missing; only the transport's slot and backlog "
+                     "counters (xprt:) are judged")
     if window.basis is Basis.SINCE_MOUNT:
         notes.append("cumulative since mount: averages include every busy and idle period of "
                      "the mount's life; sample twice (--interval) to see the workload now")
@@ -503,5 +506,6 @@ def diagnose(window: MountWindow, env: Environment | None = None,
         rsize=mount.size_option("rsize"), sec=sec, basis=window.basis,
         duration_s=window.duration_s, age_s=mount.age_s, reset=window.reset, ops=tuple(ops),
         transport=c.transport, findings=tuple(findings), recommendations=(),
-        notes=tuple(notes), link_util=c.link_util, concurrency=c.concurrency)
+        notes=tuple(notes), link_util=c.link_util, concurrency=c.concurrency,
+        per_op=window.per_op)
     return replace(diag, recommendations=recommend(diag, env))

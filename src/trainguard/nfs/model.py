@@ -32,6 +32,9 @@ class Attribution(StrEnum):
     UNDERUTILIZED = "underutilized"
     HEALTHY = "healthy"
     IDLE = "idle"
+    UNDETERMINED = "undetermined"
+    """No slot saturation on the transport, but no per-op statistics (a partial capture) to
+    attribute the latency with."""
 
     @property
     def is_problem(self) -> bool:
@@ -121,6 +124,9 @@ class MountDiagnosis:
     """Payload share of --link-gbps over the window (busier direction), when known."""
     concurrency: float | None = None
     """RPCs of the data ops in flight on average (see `_concurrency`)."""
+    per_op: bool = True
+    """False when the capture had no per-op statistics: `ops` is empty, the verdict comes from
+    the transport (``xprt:``) counters alone."""
 
     @property
     def attribution(self) -> Attribution:
@@ -147,6 +153,7 @@ class MountDiagnosis:
                                 for i, r in enumerate(self.recommendations, start=1)],
             "link_util": None if self.link_util is None else round(self.link_util, 4),
             "concurrency": None if self.concurrency is None else round(self.concurrency, 2),
+            "per_op_missing": not self.per_op,
             "ops": [o.to_dict() for o in self.ops],
             "transport": None if self.transport is None else self.transport.to_dict(),
             "notes": list(self.notes),

@@ -16,7 +16,9 @@ of counters, all cumulative since the mount::
 
 Field positions follow the kernel (``net/sunrpc/xprtsock.c`` ``xs_*_print_stats``,
 ``net/sunrpc/stats.c`` ``rpc_count_iostats_metrics``). Non-NFS mounts are counted and skipped.
-Malformed or truncated input raises one `TelemetryError` naming the line.
+Malformed or truncated input raises one `TelemetryError` naming the line, except a block that
+stops after its ``xprt:`` lines (a common partial paste): it is kept with ``per_op=False``
+(the diagnosis says so), since the transport counters alone show RPC-slot saturation.
 
     >>> snap = parse_mountstats(open("/proc/self/mountstats").read())   # doctest: +SKIP
     >>> snap.mounts[0].op("WRITE").queue_ms                             # doctest: +SKIP
@@ -163,6 +165,9 @@ class NfsMount:
     ops: tuple[OpStats, ...]
     line: int
     """Line of the ``device`` header (1-based)."""
+    per_op: bool = True
+    """False when the block has ``xprt:`` lines but no (or an empty) ``per-op statistics``
+    section, as in a partial paste: `ops` is empty and only the transport can be judged."""
 
     def option(self, key: str) -> str | None:
         """The value of mount option `key` (``""`` for a flag), None when absent."""
@@ -346,11 +351,14 @@ class _Block:
 
     def finish(self, source: str, at_eof: bool) -> NfsMount:
         name = self.name
-        if not self.per_op_line:
-            raise _fail(source, self.line, f"{name} has no 'per-op statistics' section (its "
-                                           f"block ends at line {self.last_line}): the capture "
-                                           "is truncated or not from /proc/self/mountstats")
-        if not self.ops:
+        # A partial paste often stops after the xprt: lines: their slot and backlog sums are
+        # the saturation signal, so such a block is kept (per_op=False) rather than refused.
+        if not self.per_op_line and not self.xprts:
+            raise _fail(source, self.line, f"{name} has neither 'xprt:' lines nor a 'per-op "
+                                           f"statistics' section (its block ends at line "
+                                           f"{self.last_line}): the capture is truncated or not "
+                                           "from /proc/self/mountstats")
+        if self.per_op_line and not self.ops and not self.xprts:
             raise _fail(source, self.per_op_line, f"{name}: the 'per-op statistics' section is "
                                                   "empty (file truncated?)")
         if not self.opts_line:
@@ -365,7 +373,7 @@ class _Block:
             raise _fail(source, self.opts_line, f"{name}: unknown NFS version vers={version} "
                                                 "(this tool reads NFSv2, v3 and v4.0-4.2)")
         last = _LAST_OP.get(version)
-        if at_eof and last is not None and self.ops[-1].name != last[0]:
+        if at_eof and last is not None and self.ops and self.ops[-1].name != last[0]:
             # Only the last block of a file can have been cut off; a block followed by another
             # mount was trimmed by hand, which is allowed.
             raise _fail(source, self.op_line, f"{name}: the per-op statistics stop after "
@@ -380,7 +388,7 @@ class _Block:
                         statvers=self.statvers, nfs_version=version, opts=self.opts,
                         age_s=self.age_s, bytes=self.bytes_, events=self.events,
                         rpc_iostats_version=self.rpc_version, xprts=tuple(self.xprts or ()),
-                        ops=tuple(self.ops), line=self.line)
+                        ops=tuple(self.ops or ()), line=self.line, per_op=bool(self.ops))
 
 
 def _header(line: str, source: str, lineno: int) -> re.Match[str] | None:

@@ -129,6 +129,16 @@ def _parallel(d: MountDiagnosis) -> Recommendation:
         "O_SYNC stream.")
 
 
+def _full_capture(d: MountDiagnosis) -> Recommendation:
+    mp = shlex.quote(d.mountpoint)
+    return Recommendation(
+        "Capture the mount's whole mountstats block, per-op statistics included",
+        f"trainguard nfs diagnose --mount {mp} --interval 30",
+        "On the client, this samples /proc/self/mountstats twice; elsewhere, save the whole "
+        "file (cat /proc/self/mountstats > mountstats.txt) and give it with --mountstats. The "
+        "per-op lines split each call's time into queue, round trip and server.")
+
+
 def _for_finding(f: Finding, d: MountDiagnosis, env: Environment) -> list[Recommendation | None]:
     op = next((str(v) for k, v in f.evidence if k == "op"), "WRITE")
     if f.category is Attribution.CLIENT_QUEUE:
@@ -218,6 +228,8 @@ def recommend(d: MountDiagnosis, env: Environment) -> tuple[Recommendation, ...]
     for f in d.findings[1:]:
         if f.mechanism in ("retransmissions", "delay-replies"):
             recs += _for_finding(f, d, env)
+    if not d.per_op:
+        recs.append(_full_capture(d))
     out: list[Recommendation] = []
     for r in recs:
         if r is not None and r.action not in {x.action for x in out}:

@@ -95,9 +95,16 @@ class LiveSample:
 
 def sample_twice(path: Path, interval_s: float, *,
                  wait: Callable[[float], None] = time.sleep,
-                 clock: Callable[[], float] = time.monotonic) -> LiveSample:
-    """Read `path`, wait `interval_s`, read it again; the interval is measured, not assumed."""
+                 clock: Callable[[], float] = time.monotonic,
+                 check: Callable[[str], object] | None = None) -> LiveSample:
+    """Read `path`, wait `interval_s`, read it again; the interval is measured, not assumed.
+
+    `check` sees the first read before the wait and may raise: a file with nothing to
+    diagnose (no NFS mount) is refused at once instead of after the whole interval.
+    """
     before = read_mountstats(path)
+    if check is not None:
+        check(before)
     start = clock()
     wait(interval_s)
     after = read_mountstats(path)

@@ -56,6 +56,8 @@ class MountWindow:
     reset: bool = False
     """Counters went backwards between the samples; these are the later since-mount ones."""
     notes: tuple[str, ...] = ()
+    per_op: bool = True
+    """False when a sample had no per-op statistics (partial capture): `ops` is empty."""
 
     def op(self, name: str) -> OpStats | None:
         for op in self.ops:
@@ -76,7 +78,8 @@ def cumulative(mount: NfsMount) -> MountWindow:
     """A mount's since-mount counters as a window (duration = ``age:``)."""
     duration = float(mount.age_s) if mount.age_s else None
     return MountWindow(mount=mount, ops=mount.ops, xprts=mount.xprts, events=mount.events,
-                       bytes=mount.bytes, duration_s=duration, basis=Basis.SINCE_MOUNT)
+                       bytes=mount.bytes, duration_s=duration, basis=Basis.SINCE_MOUNT,
+                       per_op=mount.per_op)
 
 
 def _op_delta(a: OpStats, b: OpStats) -> OpStats:
@@ -121,7 +124,11 @@ def _window(a: NfsMount, b: NfsMount, interval_s: float | None) -> MountWindow:
             "given in the wrong order): using the second sample's since-mount counters",))
     notes: list[str] = []
     before = {op.name: op for op in a.ops}
-    ops = tuple(_op_delta(before[op.name], op) if op.name in before else op for op in b.ops)
+    per_op = a.per_op and b.per_op
+    # Without both samples' per-op lines there is no per-op difference to take (one sample's
+    # since-mount counters would pass for the interval's).
+    ops = (tuple(_op_delta(before[op.name], op) if op.name in before else op for op in b.ops)
+           if per_op else ())
     xprts = [_xprt_delta(x, y) for x, y in zip(a.xprts, b.xprts, strict=False)]
     if len(b.xprts) != len(a.xprts):
         notes.append(f"transport connections changed from {len(a.xprts)} to {len(b.xprts)} "
@@ -136,7 +143,8 @@ def _window(a: NfsMount, b: NfsMount, interval_s: float | None) -> MountWindow:
             notes.append("both samples have the same age: no interval, so no rates (give "
                          "--interval)")
     return MountWindow(mount=b, ops=ops, xprts=tuple(xprts), events=events, bytes=bytes_,
-                       duration_s=duration, basis=Basis.INTERVAL, notes=tuple(notes))
+                       duration_s=duration, basis=Basis.INTERVAL, notes=tuple(notes),
+                       per_op=per_op)
 
 
 def _keyed(snapshot: MountstatsSnapshot) -> dict[tuple[str, str, int], NfsMount]:

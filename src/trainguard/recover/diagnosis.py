@@ -32,7 +32,7 @@ from trainguard.trace.collect import (
 )
 from trainguard.trace.hang import HangDiagnosis, RankPlace, localize_hang
 from trainguard.trace.model import RankState
-from trainguard.trace.runfiles import stacks_path, trace_path
+from trainguard.trace.runfiles import hang_path, stacks_path, trace_path
 
 log = logging.getLogger(__name__)
 
@@ -205,7 +205,7 @@ class HangDiagnoser:
                                   notes)
         self._status(f"attempt {index}: hang localized in {self.clock() - t0:.1f} s: "
                      f"{diagnosis.summary}")
-        path = self.run_dir / "attempts" / str(index) / "hang.json"
+        path = hang_path(self.run_dir, index)
         try:
             write_json_atomic(path, {"attempt": index, "diagnosed_at": self.clock(),
                                      **diagnosis.to_dict(),

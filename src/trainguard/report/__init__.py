@@ -3,5 +3,6 @@
 from __future__ import annotations
 
 from trainguard.report.html import FIGURES, render_html
+from trainguard.report.summary import summary_rows
 
-__all__ = ["FIGURES", "render_html"]
+__all__ = ["FIGURES", "render_html", "summary_rows"]

@@ -14,7 +14,11 @@ from collections.abc import Callable
 from typing import Any
 
 from trainguard.analytics.report import AnalyticsReport
+from trainguard.analytics.runs import failure_info
+from trainguard.durations import format_duration
 from trainguard.errors import ConfigError
+from trainguard.report.summary import badput_parts, ettr_text, lead_text, summary_rows
+from trainguard.store import AttemptRecord
 
 _ERROR_HOOK = """<script>
 window.tgErrors = [];
@@ -56,14 +60,6 @@ def _empty(go: Any, title: str, why: str) -> Any:
     return fig
 
 
-def _dur(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.1f} s"
-    if seconds < 3 * 3600:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.2f} h"
-
-
 def _unit(wall_s: float) -> tuple[str, float]:
     """Seconds, minutes or hours, whichever reads best for a run of ``wall_s``."""
     if wall_s < 600:
@@ -77,24 +73,31 @@ def goodput_waterfall(go: Any, r: AnalyticsReport) -> Any:
     g = r.goodput
     if not g.wall_s:
         return _empty(go, "Goodput", "no finished attempts")
-    b = g.badput
-    parts = [("productive", g.productive_s)]
-    parts += [(f"startup: {name}", v) for name, v in b.startup.items() if v > 0]
-    parts += [(label, v) for label, v in (
-        ("checkpoint blocking", b.checkpoint_blocking_s), ("lost progress", b.lost_progress_s),
-        ("failure detection", b.detection_s), ("teardown", b.teardown_s),
-        ("relaunch wait", b.relaunch_wait_s), ("hang", b.hang_s), ("queue", b.queue_s),
-        ("other", b.other_s)) if v > 0]
+    parts = [("productive", g.productive_s), *badput_parts(g)]
     unit, div = _unit(g.wall_s)
     fig = go.Figure(go.Waterfall(
         x=[p[0] for p in parts] + ["wall time"],
         y=[p[1] / div for p in parts] + [0.0],
         measure=["relative"] * len(parts) + ["total"],
         text=[f"{p[1] / max(g.wall_s, 1e-9):.1%}" for p in parts] + ["100%"]))
-    ettr = f"{g.ettr:.1%}" if g.ettr is not None else "n/a"
-    fig.update_layout(title=f"Goodput: ETTR {ettr} ({unit})", yaxis_title=unit,
+    fig.update_layout(title=f"Goodput: ETTR {ettr_text(g)} ({unit})", yaxis_title=unit,
                       showlegend=False)
     return fig
+
+
+def _cause(a: AttemptRecord) -> str | None:
+    """The failure category, or the failure's kind (``crash``, ``hang``) when it is unknown."""
+    if a.failure_category not in (None, "unknown"):
+        return a.failure_category
+    kind = failure_info(a).get("kind")
+    return f"{kind} (cause unknown)" if isinstance(kind, str) and kind else a.failure_category
+
+
+def attempt_label(index: int, cause: str | None, decision: str | None, status: str) -> str:
+    """The label on an attempt's bar: ``#1 gpu_hardware -> exclude_and_retry``."""
+    if status == "succeeded":
+        return f"#{index} succeeded"
+    return f"#{index} {cause or status}" + (f" -> {decision}" if decision else "")
 
 
 def attempt_timeline(go: Any, r: AnalyticsReport) -> Any:
@@ -109,14 +112,20 @@ def attempt_timeline(go: Any, r: AnalyticsReport) -> Any:
             continue
         fig.add_trace(go.Bar(
             orientation="h", name=status, marker_color=color,
-            y=[f"session {s}" for s, _ in mine],
+            # one row per attempt, so that every bar has room for its label
+            y=[f"session {s} #{a.index}" for s, a in mine],
             base=[time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(a.started)) for _, a in mine],
             x=[(a.ended - a.started) * 1000.0 for _, a in mine if a.ended is not None],
+            text=[attempt_label(a.index, _cause(a), a.decision, status) for _, a in mine],
+            textposition="auto", insidetextanchor="start", cliponaxis=False,
             hovertext=[f"attempt {a.index} on {', '.join(a.nodes)}<br>"
                        f"{a.failure_category or status}; decision: {a.decision or '-'}"
                        for _, a in mine]))
+    order = [f"session {s} #{a.index}" for s, a in rows]
     fig.update_layout(title="Attempts (UTC): failures and decisions", barmode="overlay",
-                      xaxis={"type": "date"})
+                      xaxis={"type": "date"}, showlegend=True,
+                      yaxis={"categoryorder": "array", "categoryarray": order[::-1]},
+                      height=max(420, 140 + 30 * len(order)))
     return fig
 
 
@@ -130,7 +139,7 @@ def retry_chains(go: Any, r: AnalyticsReport) -> Any:
         hovertext=["succeeded" if c.succeeded else "gave up / running" for c in r.chains]))
     s = r.chain_stats.get("all")
     rate = f"{s.success_rate:.0%}" if s and s.success_rate is not None else "n/a"
-    med = f"{s.retry_interval_median_s / 60:.1f} min" \
+    med = format_duration(s.retry_interval_median_s) \
         if s and s.retry_interval_median_s is not None else "n/a"
     fig.update_layout(title=f"Retry chains: attempts per chain (success {rate}, median retry "
                       f"interval {med})", yaxis_title="attempts")
@@ -158,20 +167,35 @@ def failure_categories(go: Any, r: AnalyticsReport) -> Any:
         return _empty(go, "Failure categories", "no failures")
     items = sorted(cats.items(), key=lambda kv: -kv[1])
     fig = go.Figure(go.Bar(x=[k for k, _ in items], y=[v for _, v in items]))
-    per = r.failures.per_node_day
-    fig.update_layout(title="Failures by category" + (
-        f" ({per:.3f} per node-day)" if per is not None else ""), yaxis_title="failures")
+    per, support = r.failures.per_node_day, r.rate_support
+    # the caveat's details (the exposure) are in the summary table above the figures
+    rate = "" if per is None else f" ({per:.3g} per node-day)" \
+        if support is None or support.supported else " (rate per node-day: too little data)"
+    fig.update_layout(title="Failures by category" + rate, yaxis_title="failures")
     return fig
 
 
 def lead_times(go: Any, r: AnalyticsReport) -> Any:
-    leads = r.lead_times.leads
-    if not leads:
-        return _empty(go, "Detection lead time", "no detector alert preceded a failure")
-    fig = go.Figure(go.Box(x=[lt.category for lt in leads], y=[lt.lead_s / 60 for lt in leads],
-                           boxpoints="all"))
-    fig.update_layout(title="Detection lead time before failures (minutes)",
-                      yaxis_title="minutes")
+    lt = r.lead_times
+    if not lt.leads:
+        why = "no failure named a culprit node" if not lt.with_culprit else \
+            f"no detector alert preceded any of the {lt.with_culprit} failures with a culprit node"
+        return _empty(go, "Detection lead time", why)
+    unit, div = _unit(max(x.lead_s for x in lt.leads))
+    fig = go.Figure()
+    for stopped, name in ((False, "alert, then the failure"),
+                          (True, "predictive stop: alert, then the job stopped and moved")):
+        mine = [x for x in lt.leads if x.stopped is stopped]
+        if mine:
+            # one marker per failure: a box of one or two values says nothing
+            fig.add_trace(go.Scatter(
+                x=[x.category for x in mine], y=[x.lead_s / div for x in mine], name=name,
+                mode="markers", marker={"size": 10},
+                hovertext=[f"{x.node}: {x.alert_kind} alert {format_duration(x.lead_s)} before"
+                           for x in mine]))
+    fig.update_layout(title=f"Detection lead time ({unit}): {lead_text(lt)}", yaxis_title=unit,
+                      yaxis={"rangemode": "tozero"}, showlegend=True,
+                      legend={"orientation": "h", "y": -0.2})
     return fig
 
 
@@ -180,10 +204,15 @@ def checkpoint_bandwidth(go: Any, r: AnalyticsReport) -> Any:
     if not saves:
         return _empty(go, "Checkpoint bandwidth", "no checkpoint with size and save time")
     gbps = [s.bytes_per_s * 8 / 1e9 for s in saves]
-    fig = go.Figure([go.Scatter(x=[s.step for s in saves], y=gbps, mode="markers",
-                                name="save throughput")])
+    steps = [s.step for s in saves]
     link = r.checkpoint_io.bandwidth_bps / 1e9
-    fig.add_hline(y=link, line_dash="dot", annotation_text=f"link {link:g} Gbit/s")
+    # The link is a trace, not add_hline: on a log axis a shape's y is in log10 units, so
+    # y=200 would stretch the axis to 10^200; a trace is placed in data units and autoranged.
+    lo, hi = min(steps), max(steps)
+    fig = go.Figure([
+        go.Scatter(x=steps, y=gbps, mode="markers", name="save throughput"),
+        go.Scatter(x=[lo, hi] if hi > lo else [lo - 1, hi + 1], y=[link, link], mode="lines",
+                   line={"dash": "dot", "color": "#555"}, name=f"link {link:g} Gbit/s")])
     fig.update_layout(title="Checkpoint save throughput vs the link (Gbit/s)",
                       xaxis_title="step", yaxis_title="Gbit/s", yaxis_type="log")
     return fig
@@ -200,32 +229,6 @@ FIGURES: tuple[tuple[str, Callable[[Any, AnalyticsReport], Any]], ...] = (
 )
 
 
-def summary_rows(r: AnalyticsReport) -> list[tuple[str, str]]:
-    g, s, f = r.goodput, r.chain_stats.get("all"), r.failures
-    rows = [("runs", str(len(r.runs))),
-            ("ETTR", f"{g.ettr:.1%}" if g.ettr is not None else "n/a"),
-            ("productive / wall", f"{_dur(g.productive_s)} / {_dur(g.wall_s)}")]
-    if s is not None:
-        rows.append(("retry chains", f"{s.chains} ({s.success_rate:.0%} succeeded)"
-                     if s.success_rate is not None else str(s.chains)))
-        if s.retry_interval_median_s is not None:
-            rows.append(("median retry interval", _dur(s.retry_interval_median_s)))
-    rows.append(("failures", f"{f.failures}" + (f" ({f.per_node_day:.3f} per node-day)"
-                                                  if f.per_node_day is not None else "")))
-    if f.mttr_s is not None:
-        rows.append(("MTTR (failure to resume)", _dur(f.mttr_s)))
-    ex = r.exclusions.summary
-    if ex.total:
-        rows.append((f"top-{ex.top_k} exclusion share", f"{ex.top_k_share:.0%}"))
-    if r.lemons:
-        rows.append(("lemon nodes", ", ".join(n.node for n in r.lemons)))
-    if r.advice is not None:
-        rows.append(("best checkpoint interval (model)",
-                     f"{_dur(r.advice.optimal_interval_s)} -> ETTR "
-                     f"{r.advice.optimal_ettr:.1%}"))
-    return rows
-
-
 def render_html(report: AnalyticsReport, title: str = "trainguard report") -> str:
     """The whole report as one HTML document (no network access needed to view it)."""
     go = _plotly()
@@ -240,7 +243,7 @@ def render_html(report: AnalyticsReport, title: str = "trainguard report") -> st
     parts.append("</table>")
     for name, build in FIGURES:
         fig = build(go, report)
-        fig.update_layout(height=420, margin={"t": 60})
+        fig.update_layout(height=max(420, fig.layout.height or 0), margin={"t": 60})
         parts.append(f"<div class='plot' data-figure='{name}'>"
                      + fig.to_html(full_html=False, include_plotlyjs=False,
                                    div_id=f"fig-{name}", config={"displaylogo": False})

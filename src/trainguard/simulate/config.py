@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from trainguard.errors import ConfigError
+from trainguard.valueorigin import InvalidValue
 
 __all__ = ["DEFAULT_START_S", "WINDOW_S", "SimConfig", "parse_start"]
 
@@ -68,30 +68,31 @@ class SimConfig:
     """`DCGM_FI_DRIVER_VERSION` label of the GPU series."""
 
     def __post_init__(self) -> None:
-        _check(1 <= self.nodes <= _MAX_NODES, f"simulate.nodes must be 1..{_MAX_NODES}")
+        _check(1 <= self.nodes <= _MAX_NODES, "simulate.nodes", f"must be 1..{_MAX_NODES}")
         _check(1 <= self.gpus_per_node <= _MAX_GPUS,
-               f"simulate.gpus_per_node must be 1..{_MAX_GPUS}")
-        _check(0 < self.days <= _MAX_DAYS, f"simulate.days must be > 0 and <= {_MAX_DAYS:g}")
-        _check(self.seed >= 0, "simulate.seed must be >= 0")
+               "simulate.gpus_per_node", f"must be 1..{_MAX_GPUS}")
+        _check(0 < self.days <= _MAX_DAYS, "simulate.days", f"must be > 0 and <= {_MAX_DAYS:g}")
+        _check(self.seed >= 0, "simulate.seed", "must be >= 0")
         _check(self.interval_s >= 1 and WINDOW_S % self.interval_s == 0,
-               f"simulate.interval_s must be a whole divisor of {WINDOW_S} s (e.g. 15, 30, 60)")
+               "simulate.interval_s",
+               f"must be a whole divisor of {WINDOW_S} s (e.g. 15, 30, 60)")
         _check(self.interval_s * 2 <= self.span_s,
-               "simulate.days must cover at least two scrape intervals")
+               "simulate.days", "must cover at least two scrape intervals")
         _check(0 <= self.start_s < 4_102_444_800,
-               "simulate.start_s must be a unix time between 1970 and 2100")
+               "simulate.start_s", "must be a unix time between 1970 and 2100")
         for key in ("failures_per_day", "app_xids_per_day", "maintenances_per_day",
                     "benign_per_day", "scrape_gaps_per_day"):
             value = getattr(self, key)
-            _check(0 <= value <= 1000, f"simulate.{key} must be between 0 and 1000")
+            _check(0 <= value <= 1000, f"simulate.{key}", "must be between 0 and 1000")
         for key in ("missing_sample_prob", "no_precursor_fraction", "node_level_fraction"):
             value = getattr(self, key)
-            _check(0 <= value <= 1, f"simulate.{key} must be between 0 and 1")
+            _check(0 <= value <= 1, f"simulate.{key}", "must be between 0 and 1")
         _check(0.05 <= self.target_utilization <= 1,
-               "simulate.target_utilization must be between 0.05 and 1")
+               "simulate.target_utilization", "must be between 0.05 and 1")
         _check(bool(self.model_name) and '"' not in self.model_name,
-               "simulate.model_name must be non-empty and contain no quotes")
+               "simulate.model_name", "must be non-empty and contain no quotes")
         _check(bool(self.driver_version) and '"' not in self.driver_version,
-               "simulate.driver_version must be non-empty and contain no quotes")
+               "simulate.driver_version", "must be non-empty and contain no quotes")
 
     @property
     def span_s(self) -> int:
@@ -119,9 +120,9 @@ class SimConfig:
         return asdict(self)
 
 
-def _check(ok: bool, message: str) -> None:
+def _check(ok: bool, key: str, problem: str) -> None:
     if not ok:
-        raise ConfigError(message)
+        raise InvalidValue(key, problem)
 
 
 def parse_start(text: str) -> int:
@@ -132,8 +133,8 @@ def parse_start(text: str) -> int:
     try:
         dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError as exc:
-        raise ConfigError(
-            f"simulate.start: {text!r} is neither unix seconds nor an ISO-8601 time") from exc
+        raise InvalidValue("simulate.start",
+                           f"{text!r} is neither unix seconds nor an ISO-8601 time") from exc
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
     return int(dt.timestamp())

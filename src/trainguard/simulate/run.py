@@ -18,19 +18,21 @@ from pathlib import Path
 from typing import Any
 
 from trainguard import __version__
-from trainguard.errors import ConfigError
+from trainguard.outdirs import MAX_NEW_LEVELS, make_dir, missing_levels
 from trainguard.simulate.config import WINDOW_S, SimConfig
 from trainguard.simulate.metrics import ALL_METRICS, SimChunk
 from trainguard.simulate.model import WindowModel
 from trainguard.simulate.scenario import Scenario, build_scenario
+from trainguard.simulate.space import NotEnoughSpace, check_space
 from trainguard.simulate.writers import (
     OpenMetricsWriter,
     kernel_logs,
     label_records,
     write_jsonl,
 )
+from trainguard.valueorigin import InvalidValue
 
-__all__ = ["ProgressFn", "SimSummary", "generate", "simulate_to_dir"]
+__all__ = ["OutDirNotEmpty", "ProgressFn", "SimSummary", "generate", "simulate_to_dir"]
 
 log = logging.getLogger(__name__)
 
@@ -64,15 +66,23 @@ class SimSummary:
 
 
 def simulate_to_dir(cfg: SimConfig, out: str | Path, progress: ProgressFn | None = None, *,
-                    compress: bool = False, overwrite: bool = False) -> SimSummary:
+                    compress: bool = False, overwrite: bool = False,
+                    free_space: Callable[[Path], int] | None = None) -> SimSummary:
     """Write metrics/, kernel/, labels.jsonl and manifest.json for `cfg` under `out`.
 
-    `out` must be missing or empty unless `overwrite` (then the simulator's own outputs in it
-    are replaced).
+    `out` must be missing (its parent must exist: only `out` itself is created) or empty
+    unless `overwrite` (then the simulator's own outputs in it are replaced). Before anything
+    is written or deleted, the estimated size (`trainguard.simulate.space`) is checked against
+    the free space there: `NotEnoughSpace` when it would not fit with a margin. `free_space`
+    replaces the free-space probe (path -> bytes; tests).
     """
     t0 = time.perf_counter()
     out = Path(out)
-    _prepare(out, overwrite)
+    replaced = _check_out(out, overwrite)
+    space = check_space(cfg, out, compress=compress, replaced=replaced, free=free_space)
+    if not space.fits:
+        raise NotEnoughSpace(space)
+    _prepare(out, replaced)
     scenario = build_scenario(cfg)
     metrics_dir = out / "metrics"
     metrics_dir.mkdir()
@@ -124,20 +134,39 @@ def simulate_to_dir(cfg: SimConfig, out: str | Path, progress: ProgressFn | None
 _OWN = ("metrics", "kernel", "labels.jsonl", "manifest.json")
 
 
-def _prepare(out: Path, overwrite: bool) -> None:
+class OutDirNotEmpty(InvalidValue):
+    """`out` holds files and `overwrite` was not given."""
+
+    def __init__(self, out: Path) -> None:
+        super().__init__("simulate.out", f"{out} is not empty (overwrite replaces a previous "
+                                         "simulation)")
+        self.out = out
+
+
+def _check_out(out: Path, overwrite: bool) -> list[Path]:
+    """Refuse an unusable `out` before anything is touched; the own outputs `overwrite` replaces."""
     if out.exists() and not out.is_dir():
-        raise ConfigError(f"simulate.out: {out} exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()):
-        if not overwrite:
-            raise ConfigError(f"simulate.out: {out} is not empty (pass overwrite to replace "
-                              "a previous simulation)")
-        for name in _OWN:
-            p = out / name
-            if p.is_dir():
-                shutil.rmtree(p)
-            elif p.exists():
-                p.unlink()
+        raise InvalidValue("simulate.out", f"{out} exists and is not a directory")
+    missing = missing_levels(out)
+    if len(missing) > MAX_NEW_LEVELS:
+        raise InvalidValue("simulate.out", f"{out} cannot be created: {missing[0]} does not "
+                                           "exist (only the output directory itself is "
+                                           "created; a typo?)")
+    if not out.is_dir() or not any(out.iterdir()):
+        return []
+    if not overwrite:
+        raise OutDirNotEmpty(out)
+    return [out / name for name in _OWN if (out / name).exists()]
+
+
+def _prepare(out: Path, replaced: list[Path]) -> None:
+    for p in replaced:
+        if p.is_dir():
+            shutil.rmtree(p)
+        else:
+            p.unlink()
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        make_dir(out)
     except OSError as exc:
-        raise ConfigError(f"simulate.out: cannot create {out}: {exc}") from exc
+        raise InvalidValue("simulate.out", f"{out} cannot be created: "
+                                           f"{exc.strerror or exc}") from exc

@@ -36,12 +36,12 @@ from typing import Any
 
 import numpy as np
 
-from trainguard.errors import ConfigError
 from trainguard.simulate.config import WINDOW_S, SimConfig
 from trainguard.simulate.metrics import SimChunk
 from trainguard.simulate.model import WindowModel
 from trainguard.simulate.scenario import Scenario, build_scenario
 from trainguard.simulate.writers import label_records
+from trainguard.valueorigin import InvalidValue
 
 __all__ = ["CONTENT_TYPE", "ExporterServer", "LiveExporter", "SimClock", "parse_listen"]
 
@@ -74,7 +74,7 @@ class SimClock:
 
     def __post_init__(self) -> None:
         if not self.speed > 0 or not np.isfinite(self.speed):
-            raise ConfigError("simulate.speed must be a finite number > 0")
+            raise InvalidValue("simulate.speed", "must be a finite number > 0")
 
     def now(self) -> float:
         return self.to_sim(self.wall())
@@ -103,8 +103,8 @@ class LiveExporter:
         cfg = scenario.cfg
         sim_start = float(cfg.start_s if start_at_s is None else start_at_s)
         if not cfg.start_s <= sim_start < cfg.end_s:
-            raise ConfigError(f"simulate.start_at must lie in the simulated span "
-                              f"[{cfg.start_s}, {cfg.end_s})")
+            raise InvalidValue("simulate.start_at", f"must lie in the simulated span "
+                                                    f"[{cfg.start_s}, {cfg.end_s})")
         self.scenario = scenario
         self.clock = SimClock(speed, sim_start, clock(), clock)
         self._lock = threading.Lock()
@@ -291,8 +291,8 @@ class ExporterServer:
         try:
             self._httpd = _HTTPServer((host, port), exporter)
         except OSError as exc:
-            raise ConfigError(f"simulate.serve: cannot listen on {host}:{port}: "
-                              f"{exc.strerror or exc}") from exc
+            raise InvalidValue("simulate.serve", f"{host}:{port}: cannot listen there: "
+                                                 f"{exc.strerror or exc}") from exc
         self.exporter = exporter
         self.host = host
         self.port: int = self._httpd.server_address[1]
@@ -330,5 +330,5 @@ def parse_listen(text: str, default_host: str = "127.0.0.1") -> tuple[str, int]:
     host, sep, port_text = text.strip().rpartition(":")
     host = host.strip("[]") if sep else default_host
     if not port_text.isdigit() or not 0 <= int(port_text) <= 65535 or (sep and not host):
-        raise ConfigError(f"simulate.serve: {text!r} is not [HOST:]PORT (port 0..65535)")
+        raise InvalidValue("simulate.serve", f"{text!r} is not [HOST:]PORT (port 0..65535)")
     return host, int(port_text)

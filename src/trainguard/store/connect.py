@@ -11,7 +11,7 @@ Opening checks the database before anything is written to it (`open_engine`):
    refused for every command ("PATH is not a trainguard store (it has tables: a, b)"), before
    the SQLite file is switched to WAL or a table is created;
 2. a read-only open (``readonly=True``: report, nodes, advise) never creates a file, directory
-   or table: a missing SQLite file is "no store at PATH", and SQLite connections are
+   or table: a missing SQLite file is "no trainguard store at PATH", and SQLite connections are
    ``query_only`` (a write fails; SQLite still removes its -wal/-shm files on close, which a
    ``mode=ro`` connection would leave behind);
 3. a ``schema_version`` that is not an integer, or newer/older than this trainguard's, is a
@@ -25,6 +25,7 @@ import logging
 import os
 import sqlite3
 import time
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -33,6 +34,7 @@ from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 
 from trainguard.errors import SchemaVersionError, StoreError
+from trainguard.outdirs import MissingParent, make_dir
 from trainguard.store import schema
 
 log = logging.getLogger(__name__)
@@ -113,8 +115,10 @@ def store_name(url: str) -> str:
 def create_engine(url: str, *, readonly: bool = False) -> Engine:
     """An engine for ``url`` (as returned by :func:`resolve_db_url`); raises :class:`StoreError`.
 
-    ``readonly``: a SQLite file must exist ("no store at PATH"), no directory is created, and
-    every connection is ``query_only``.
+    ``readonly``: a SQLite file must exist ("no trainguard store at PATH"), no directory is
+    created, and every connection is ``query_only``; PostgreSQL sessions are read-only
+    (``default_transaction_read_only``). A writer creates the SQLite file's own directory
+    when missing, but no directory above it (`trainguard.outdirs`).
     """
     shown = display_url(url)
     parsed = _parse(url)
@@ -122,7 +126,7 @@ def create_engine(url: str, *, readonly: bool = False) -> Engine:
     if backend == "sqlite":
         return _sqlite_engine(parsed, shown, readonly)
     if backend == "postgresql":
-        return _postgres_engine(parsed, shown)
+        return _postgres_engine(parsed, shown, readonly)
     raise StoreError(f"unsupported database {shown}: trainguard stores in SQLite or PostgreSQL")
 
 
@@ -131,14 +135,16 @@ def _sqlite_engine(url: URL, shown: str, readonly: bool = False) -> Engine:
     if path is not None and readonly:
         # Connecting would create the file: a read-only command says there is none instead.
         if not os.path.exists(path):
-            raise StoreError(f"no store at {path}")
+            raise StoreError(f"no trainguard store at {path}")
         if not os.path.isfile(path):
-            raise StoreError(f"no store at {path}: not a file")
+            raise StoreError(f"no trainguard store at {path}: not a file")
     elif path is not None:
-        # A store path inside a directory that does not exist yet (a fresh run dir): create it.
-        parent = os.path.dirname(path)
+        # A store in a directory that does not exist yet (a fresh run dir) creates that one
+        # directory; a path missing more than that is a typo and creates nothing.
         try:
-            os.makedirs(parent or ".", exist_ok=True)
+            make_dir(Path(path).parent)
+        except MissingParent as exc:
+            raise StoreError(f"cannot create the store {path}: {exc}") from exc
         except OSError as exc:
             raise StoreError(f"cannot create the directory of {shown}: "
                              f"{exc.strerror or exc}") from exc
@@ -171,7 +177,7 @@ def _sqlite_engine(url: URL, shown: str, readonly: bool = False) -> Engine:
     return engine
 
 
-def _postgres_engine(url: URL, shown: str) -> Engine:
+def _postgres_engine(url: URL, shown: str, readonly: bool = False) -> Engine:
     if url.get_driver_name() == "psycopg":
         try:
             importlib.import_module("psycopg")
@@ -183,6 +189,10 @@ def _postgres_engine(url: URL, shown: str) -> Engine:
     connect_args: dict[str, Any] = {}
     if "connect_timeout" not in url.query:
         connect_args["connect_timeout"] = POSTGRES_CONNECT_TIMEOUT_S
+    if readonly and "options" not in url.query:
+        # The server refuses any write in these sessions, as query_only does for SQLite. (A URL
+        # that sets its own libpq options keeps them: merging option strings is not worth it.)
+        connect_args["options"] = "-c default_transaction_read_only=on"
     try:
         # pre_ping: a long-lived supervisor survives a database restart.
         return sa.create_engine(url, connect_args=connect_args, pool_pre_ping=True)
@@ -281,7 +291,7 @@ def _wal(engine: Engine) -> None:
 def check_schema(engine: Engine, *, where: str | None = None) -> int:
     """The schema version of an existing store, for a read-only open: nothing is created.
 
-    Raises :class:`StoreError` for an empty database ("no store at ...") or another
+    Raises :class:`StoreError` for an empty database ("no trainguard store at ...") or another
     application's, :class:`SchemaVersionError` for a version this trainguard cannot read.
     """
     shown = engine.url.render_as_string(hide_password=True)
@@ -292,8 +302,8 @@ def check_schema(engine: Engine, *, where: str | None = None) -> int:
     except SQLAlchemyError as exc:
         raise StoreError(f"cannot open store {where}: {one_line(exc)}") from exc
     if found is None:
-        raise StoreError(f"no store at {where}: the database is empty (a read-only command "
-                         "does not create one)")
+        raise StoreError(f"no trainguard store at {where}: the database is empty (a read-only "
+                         "command does not create one)")
     return found
 
 

@@ -26,9 +26,11 @@ class Store(RunsMixin, FleetMixin):
     def open(cls, db: str | None = None, *, readonly: bool = False) -> Store:
         """Open the store named by ``db`` (see :func:`resolve_db_url`), creating it if needed.
 
-        ``readonly=True`` (report, nodes, advise) never creates anything: a missing store is
-        "no store at PATH", and writes fail. Either way another application's database (tables
-        but no trainguard schema version) is refused untouched.
+        A new SQLite store creates its file's own directory when missing, but no directory
+        above it: ``/tmp/x/new.db`` works, ``/nonexistent/a/b.db`` is a `StoreError` and
+        creates nothing. ``readonly=True`` (report, nodes, advise) never creates anything: a
+        missing store is "no trainguard store at PATH", and writes fail. Either way another
+        application's database (tables but no trainguard schema version) is refused untouched.
         """
         engine = open_engine(db, readonly=readonly, written_by=f"trainguard {__version__}")
         return cls(engine, readonly=readonly)

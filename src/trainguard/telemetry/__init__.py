@@ -42,7 +42,12 @@ from trainguard.telemetry.parquet import (
     read_parquet,
     write_parquet,
 )
-from trainguard.telemetry.prometheus import PrometheusClient, read_prometheus
+from trainguard.telemetry.prometheus import (
+    NotPrometheus,
+    PrometheusClient,
+    PrometheusUnreachable,
+    read_prometheus,
+)
 from trainguard.telemetry.rates import detect_monotonic, to_rates
 
 __all__ = [
@@ -55,10 +60,12 @@ __all__ = [
     "MemoryLimitError",
     "MetricKind",
     "MetricSeries",
+    "NotPrometheus",
     "ParquetStats",
     "ParquetWriter",
     "ParseStats",
     "PrometheusClient",
+    "PrometheusUnreachable",
     "SourceStats",
     "Telemetry",
     "TelemetryBuilder",

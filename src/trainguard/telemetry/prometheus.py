@@ -3,7 +3,9 @@
 Range queries are split into windows of at most `MAX_POINTS` points per series (Prometheus
 refuses more than 11,000): each window starts one step after the previous one ended, so the
 samples are neither duplicated nor missing. Connection errors, 5xx and 429 are retried with
-exponential backoff; any other 4xx is not, and its Prometheus error message is shown.
+exponential backoff; any other 4xx is not, and its Prometheus error message is shown. An answer
+that is not the Prometheus API's JSON (an HTML page, a proxy's login form: a wrong URL) is a
+`NotPrometheus` error quoting a short excerpt (`telemetry.promanswer`), never the whole body.
 
     >>> client = PrometheusClient("http://prometheus:9090", bearer_token="...")  # doctest: +SKIP
     >>> read_prometheus(client, builder, metrics=["DCGM_FI_DEV_GPU_TEMP"],
@@ -14,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import http.client
-import json
 import logging
 import math
 import re
@@ -32,9 +33,11 @@ import numpy as np
 from trainguard.errors import ConfigError, TelemetryError
 from trainguard.telemetry.builder import TelemetryBuilder
 from trainguard.telemetry.frame import FloatArray, MetricKind
+from trainguard.telemetry.promanswer import Answer, classify
+from trainguard.valueorigin import InvalidValue
 
-__all__ = ["MAX_POINTS", "PrometheusClient", "PrometheusStats", "RangeSeries", "Transport",
-           "metric_kinds", "read_prometheus"]
+__all__ = ["MAX_POINTS", "NotPrometheus", "PrometheusClient", "PrometheusStats",
+           "PrometheusUnreachable", "RangeSeries", "Transport", "metric_kinds", "read_prometheus"]
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +66,15 @@ class _Unreachable(Exception):
     """Internal: a connection-level failure worth retrying."""
 
 
+class PrometheusUnreachable(TelemetryError):
+    """No connection to the Prometheus server, after every retry."""
+
+
+class NotPrometheus(TelemetryError):
+    """The server answered, but not as the Prometheus HTTP API does (a wrong URL, a proxy's or
+    a web server's page): what it answered is in the message, as a short excerpt."""
+
+
 class PrometheusClient:
     """A small Prometheus HTTP API client with retries; `transport`/`sleep` are injectable.
 
@@ -77,8 +89,8 @@ class PrometheusClient:
                  transport: Transport | None = None,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         if not url.startswith(("http://", "https://")):
-            raise ConfigError(f"telemetry.prometheus.url must start with http:// or https://: "
-                              f"{url!r}")
+            raise InvalidValue("telemetry.prometheus.url",
+                               f"must start with http:// or https://, got {url!r}")
         if bearer_token is not None and basic_auth is not None:
             raise ConfigError("telemetry.prometheus: give bearer_token or basic_auth, not both")
         if retries < 0 or timeout_s <= 0 or backoff_s < 0 or max_concurrency < 1:
@@ -101,10 +113,15 @@ class PrometheusClient:
 
     # -- HTTP -------------------------------------------------------------------------------
     def get(self, path: str, params: Mapping[str, Any] | None = None) -> Any:
-        """GET `path` (e.g. `/api/v1/query_range`) and return the response's `data` field."""
+        """GET `path` (e.g. `/api/v1/query_range`) and return the response's `data` field.
+
+        Raises PrometheusUnreachable (no connection, after the retries), NotPrometheus (the
+        answer is not the Prometheus API's: a wrong URL) or TelemetryError (Prometheus
+        refused or failed the request); each message is one short line.
+        """
         query = urllib.parse.urlencode(params or {}, doseq=True)
         url = f"{self.url}{path}" + (f"?{query}" if query else "")
-        problem = ""
+        problem: TelemetryError = TelemetryError(f"no request made to {self.url}")
         for attempt in range(self.retries + 1):
             if attempt:
                 self._sleep(self.backoff_s * 2 ** (attempt - 1))
@@ -112,20 +129,20 @@ class PrometheusClient:
             try:
                 status, body = self._send(request)
             except _Unreachable as exc:
-                problem = f"cannot reach Prometheus at {self.url}: {exc}"
+                problem = PrometheusUnreachable(f"cannot reach Prometheus at {self.url}: {exc}")
                 log.debug("attempt %d: %s", attempt + 1, problem)
                 continue
+            answer = classify(status, body)
             if status == 429 or status >= 500:
-                problem = (f"Prometheus at {self.url} answered HTTP {status} to {path} after "
-                           f"{attempt + 1} attempts: {_error_message(body)}")
+                # Retried whatever the body: a proxy in front of a restarting Prometheus
+                # answers 502/503 with its own page.
+                problem = TelemetryError(
+                    f"Prometheus at {self.url} answered HTTP {status} to {path} after "
+                    f"{attempt + 1} attempts: {answer.error}")
                 log.debug("attempt %d: %s", attempt + 1, problem)
                 continue
-            if status >= 400:
-                raise TelemetryError(
-                    f"Prometheus at {self.url} rejected {path} (HTTP {status}): "
-                    f"{_error_message(body)}")
-            return _data(body, self.url, path)
-        raise TelemetryError(problem)
+            return _data(answer, self.url, path)
+        raise problem
 
     def _send(self, request: urllib.request.Request) -> tuple[int, bytes]:
         try:
@@ -203,26 +220,20 @@ def _fmt(t: float) -> str:
     return f"{t:.3f}".rstrip("0").rstrip(".")
 
 
-def _error_message(body: bytes) -> str:
-    try:
-        doc = json.loads(body)
-    except ValueError:
-        return body[:200].decode("utf-8", "replace").strip() or "(empty body)"
-    if isinstance(doc, dict) and doc.get("error"):
-        kind = doc.get("errorType")
-        return f"{kind}: {doc['error']}" if kind else str(doc["error"])
-    return body[:200].decode("utf-8", "replace")
-
-
-def _data(body: bytes, url: str, path: str) -> Any:
-    try:
-        doc = json.loads(body)
-    except ValueError:
-        raise TelemetryError(
-            f"Prometheus at {url} answered {path} with non-JSON: {body[:80]!r}") from None
-    if not isinstance(doc, dict) or doc.get("status") != "success":
-        raise TelemetryError(f"Prometheus at {url} failed {path}: {_error_message(body)}")
-    return doc.get("data")
+def _data(answer: Answer, url: str, path: str) -> Any:
+    """The `data` of a successful answer; one short error line otherwise."""
+    status = answer.status
+    if not answer.is_prometheus:
+        if status in (401, 403, 407):
+            raise TelemetryError(f"{url} refused {path} (HTTP {status}: not authorised; check "
+                                 f"the bearer token or basic auth): {answer.what}")
+        raise NotPrometheus(f"{url} does not look like a Prometheus server: {path} answered "
+                            f"HTTP {status} with {answer.what} (give the server's base URL, "
+                            "e.g. http://prometheus:9090)")
+    if status >= 400 or answer.envelope is None or answer.envelope.get("status") != "success":
+        raise TelemetryError(f"Prometheus at {url} rejected {path} (HTTP {status}): "
+                             f"{answer.error}")
+    return answer.envelope.get("data")
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,11 +302,16 @@ def read_prometheus(client: PrometheusClient, builder: TelemetryBuilder, *,
 
 
 def metric_kinds(client: PrometheusClient) -> dict[str, MetricKind]:
-    """Declared metric types, or {} (with a log line) when the server cannot tell."""
+    """Declared metric types, or {} (with a log line) when the server cannot tell.
+
+    An unreachable server is an error; any other failure is not, here: a Prometheus older than
+    2.15 has no /api/v1/metadata (it answers a plain 404), and the next request, which every
+    Prometheus answers, says clearly when the URL is not a Prometheus at all.
+    """
     try:
         return client.metadata()
+    except PrometheusUnreachable:
+        raise
     except TelemetryError as exc:
-        if str(exc).startswith("cannot reach"):
-            raise
         log.info("no metric metadata from %s (%s); types from names only", client.url, exc)
         return {}

@@ -6,6 +6,10 @@
     RUN/attempts/A/N/rank{R}.log            the rank's output
     RUN/attempts/A/N/rank{R}.trace          the rank's collective state file (statefile.py)
     RUN/attempts/A/N/rank{R}.stacks.txt     Python stacks the rank dumped on request
+    RUN/attempts/A/hang.json                the supervisor's hang diagnosis, when it declared one
+
+Only the log is there for every rank: a script without the SDK writes no events or state file,
+and the hang diagnosis does not depend on either (it can come from py-spy stacks).
 """
 
 from __future__ import annotations
@@ -14,16 +18,19 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from trainguard.errors import TraceError
 from trainguard.trace.model import TraceWindow, window_from_record
 
-_RANK_FILE = re.compile(r"rank(\d+)\.events\.jsonl")
+_RANK_FILE = re.compile(r"rank(\d+)\.(?:events\.jsonl|log|trace)")
+HANG_FILE = "hang.json"
 
 
 @dataclass(frozen=True, slots=True)
 class RankFiles:
-    """The files of one rank in one attempt."""
+    """The files of one rank in one attempt (``events`` and ``trace`` need not exist: a
+    script without the SDK writes neither)."""
 
     attempt: int
     rank: int
@@ -79,16 +86,47 @@ def rank_files(run_dir: Path, attempt: int | None = None) -> list[RankFiles]:
     if index not in known:
         raise TraceError(f"{run_dir}: no attempt {index} (attempts: "
                          f"{', '.join(map(str, known))})")
-    out: list[RankFiles] = []
+    found: dict[int, RankFiles] = {}
     for node_dir in sorted(p for p in (run_dir / "attempts" / str(index)).iterdir()
                            if p.is_dir()):
-        for events in node_dir.iterdir():
-            m = _RANK_FILE.fullmatch(events.name)
+        for path in node_dir.iterdir():
+            m = _RANK_FILE.fullmatch(path.name)
             if m:
-                out.append(RankFiles(index, int(m.group(1)), node_dir.name, events))
-    if not out:
-        raise TraceError(f"{run_dir}: attempt {index} has no rank event files")
-    return sorted(out, key=lambda f: f.rank)
+                rank = int(m.group(1))
+                found.setdefault(rank, RankFiles(index, rank, node_dir.name,
+                                                 node_dir / f"rank{rank}.events.jsonl"))
+    if not found:
+        raise TraceError(f"{run_dir}: attempt {index} has no rank files (rank<R>.log, "
+                         f".events.jsonl or .trace under attempts/{index}/<node>/)")
+    return [found[r] for r in sorted(found)]
+
+
+def hang_path(run_dir: Path, attempt: int) -> Path:
+    """Where the supervisor writes its hang diagnosis of `attempt`."""
+    return run_dir / "attempts" / str(attempt) / HANG_FILE
+
+
+def diagnosed_attempts(run_dir: Path) -> list[int]:
+    """The attempts of a run that have a hang diagnosis, ascending (`TraceError` when
+    `run_dir` is not a run)."""
+    return [a for a in attempts(run_dir) if hang_path(run_dir, a).is_file()]
+
+
+def read_hang(path: Path) -> dict[str, Any]:
+    """A saved hang diagnosis (``hang.json``); `TraceError` when it is unreadable or not one."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise TraceError(f"{path}: unreadable ({exc})") from exc
+    if not isinstance(doc, dict) or not isinstance(doc.get("kind"), str) \
+            or not isinstance(doc.get("summary"), str):
+        raise TraceError(f"{path}: not a hang diagnosis (no kind and summary)")
+    for key in ("culprits", "notes"):
+        if not isinstance(doc.setdefault(key, []), list):
+            raise TraceError(f"{path}: not a hang diagnosis ({key} is not a list)")
+    if not all(isinstance(c, dict) for c in doc["culprits"]):
+        raise TraceError(f"{path}: not a hang diagnosis (a culprit is not an object)")
+    return doc
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +143,8 @@ def read_windows(events: Path) -> WindowRead:
     writing) is not an error, other malformed records are listed in ``bad_lines``."""
     try:
         lines = events.read_text(encoding="utf-8", errors="replace").split("\n")
+    except FileNotFoundError:  # the rank ran without the SDK: no windows
+        return WindowRead((), ())
     except OSError as exc:
         raise TraceError(f"cannot read {events}: {exc.strerror or exc}") from exc
     windows: list[TraceWindow] = []
@@ -128,5 +168,5 @@ def read_windows(events: Path) -> WindowRead:
     return WindowRead(tuple(windows), tuple(bad))
 
 
-__all__ = ["RankFiles", "WindowRead", "attempts", "rank_files", "read_windows", "stacks_path",
-           "trace_path"]
+__all__ = ["HANG_FILE", "RankFiles", "WindowRead", "attempts", "diagnosed_attempts", "hang_path",
+           "rank_files", "read_hang", "read_windows", "stacks_path", "trace_path"]

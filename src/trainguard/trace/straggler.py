@@ -23,6 +23,7 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -170,6 +171,14 @@ class Evaluation:
                 "flagged": list(self.flagged)}
 
 
+def local_time(t: float) -> str:
+    """A unix time as local ISO time to the second (``2026-11-26 01:03:12+01:00``)."""
+    try:
+        return datetime.fromtimestamp(t).astimezone().isoformat(sep=" ", timespec="seconds")
+    except (OverflowError, OSError, ValueError):  # out of the platform's range
+        return f"t={t:.0f}"
+
+
 @dataclass(frozen=True, slots=True)
 class Straggler:
     """One episode of one rank being the straggler, with where its time goes and the cost.
@@ -216,14 +225,20 @@ class Straggler:
                 "data": self.own.data_s - self.peers.data_s,
                 "collective": self.own.collective_s - self.peers.collective_s}
 
+    @property
+    def flagged_s(self) -> float:
+        """Seconds from the first flagged evaluation to the last one."""
+        return max(0.0, self.last_flagged - self.first_flagged)
+
     def describe(self) -> str:
-        """One line for a terminal or a log."""
+        """One line for a terminal or a log; times are the local wall-clock time."""
         extra = self.extra_s
         where = self.host or "unknown host"
         lost = ("" if self.steps_per_s_lost is None
                 else f", {self.steps_per_s_lost:.2f} steps/s lost")
         return (f"rank {self.rank} ({where}): {self.slowdown:+.0%} work per step vs its peers "
-                f"since t={self.first_flagged:.0f} ({self.status}); extra time in {self.cause}: "
+                f"since {local_time(self.first_flagged)} ({self.status}, flagged for "
+                f"{self.flagged_s:.0f} s); extra time in {self.cause}: "
                 f"compute {extra['compute'] * 1e3:+.1f} ms/step, data "
                 f"{extra['data'] * 1e3:+.1f} ms/step; peers wait "
                 f"{-extra['collective'] * 1e3:+.1f} ms/step more in collectives; costs "

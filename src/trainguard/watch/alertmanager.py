@@ -151,8 +151,9 @@ class AlertmanagerClient:
             if status < 500 and status != 429:
                 break
         self.errors += 1
-        log.warning("alertmanager: %d alert(s) not delivered to %s: %s", len(alerts), self.url,
-                    self.last_error)
+        # Debug only: the caller reports the failure (the watch service, once per round).
+        log.debug("alertmanager: %d alert(s) not delivered to %s: %s", len(alerts), self.url,
+                  self.last_error)
         return False
 
 

@@ -38,10 +38,11 @@ from trainguard.detect.config import DetectorConfig
 from trainguard.errors import ConfigError
 from trainguard.fileread import UnreadableFile, read_bounded
 from trainguard.timeparse import parse_duration
+from trainguard.valueorigin import InvalidValue, in_file, named
 from trainguard.watch.actions import ActionPolicy
 
-__all__ = ["MAX_CONFIG_BYTES", "MAX_SECRET_BYTES", "TimeMap", "WatchConfig", "load_config",
-           "read_limited", "read_secret"]
+__all__ = ["FLAGS", "KEYS", "MAX_CONFIG_BYTES", "MAX_SECRET_BYTES", "TimeMap", "WatchConfig",
+           "load_config", "read_limited", "read_secret"]
 
 MAX_SECRET_BYTES = 4096
 """Largest token file read: a bearer token is tens of bytes (a JWT a few hundred)."""
@@ -74,7 +75,7 @@ class TimeMap:
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.speed) and self.speed > 0):
-            raise ConfigError("watch.replay.speed must be a finite number > 0")
+            raise InvalidValue("replay.speed", "must be a finite number > 0")
 
     @property
     def identity(self) -> bool:
@@ -134,27 +135,64 @@ class WatchConfig:
     kernel_logs: tuple[str, ...] = ()
     """Kernel-log sources (see `watch.kernlog.parse_sources`)."""
     prometheus_token: str | None = None
+    origins: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+    """Key (KEYS) -> where its value came from, as messages name it: a flag, or the file and
+    the key (see `load_config`); a key not listed is named as itself."""
+
+    def named(self, exc: InvalidValue) -> ConfigError:
+        """`exc`, about one of these values, reworded to name where the value came from."""
+        return named(exc, self.origins)
 
     def __post_init__(self) -> None:
+        # Each message names the file's key (KEYS); load_config names the flag instead when
+        # the value came from one.
         if not self.prometheus.startswith(("http://", "https://")):
-            raise ConfigError(f"watch.prometheus must be an http(s):// URL, got "
-                              f"{self.prometheus!r}")
+            raise InvalidValue(KEYS["prometheus"], f"must be an http(s):// URL, got "
+                               f"{self.prometheus!r}")
         for name in ("interval_s", "history_s", "max_chunk_s", "discover_s", "resend_s"):
             v = getattr(self, name)
             if not (math.isfinite(v) and v > 0):
-                raise ConfigError(f"watch.{name.removesuffix('_s')} must be > 0")
+                raise InvalidValue(KEYS[name], "must be > 0")
         if self.step_s is not None and self.step_s <= 0:
-            raise ConfigError("watch.step must be > 0")
+            raise InvalidValue(KEYS["step_s"], "must be > 0")
         if self.lag_s is not None and not (math.isfinite(self.lag_s) and self.lag_s >= 0):
-            raise ConfigError("watch.lag must be >= 0")
+            raise InvalidValue(KEYS["lag_s"], "must be >= 0")
+        if self.listen is not None:
+            from trainguard.simulate.serve import parse_listen
+
+            try:
+                parse_listen(self.listen)
+            except ConfigError:
+                raise InvalidValue(KEYS["listen"], f"must be [HOST:]PORT (port 0..65535) or "
+                                   f"off, got {self.listen!r}") from None
         if self.alertmanager_url is not None and not self.alertmanager_url.startswith(
                 ("http://", "https://")):
-            raise ConfigError("alertmanager.url must be an http(s):// URL")
+            raise InvalidValue(KEYS["alertmanager_url"], f"must be an http(s):// URL, got "
+                               f"{self.alertmanager_url!r}")
 
 
 _DURATION_KEYS = {"interval": "interval_s", "history": "history_s", "lag": "lag_s",
                   "max_chunk": "max_chunk_s", "discover": "discover_s", "resend": "resend_s",
                   "step": "step_s"}
+
+KEYS: dict[str, str] = {
+    **{f: f"watch.{k}" for k, f in _DURATION_KEYS.items()},
+    "prometheus": "watch.prometheus", "state_dir": "watch.state_dir", "drain": "watch.drain",
+    "supervisor_alerts": "watch.supervisor_alerts", "metrics": "watch.metrics",
+    "exclude_prefixes": "watch.exclude_prefixes", "listen": "http.listen",
+    "token": "http.token_file", "alertmanager_url": "alertmanager.url",
+    "alertmanager_token": "alertmanager.token_file", "kernel_logs": "kernel_logs.sources",
+    "prometheus_token": "prometheus.token_file", "replay": "replay"}
+"""WatchConfig field -> the config file's key, the name its validation messages use."""
+
+FLAGS: dict[str, str] = {
+    "prometheus": "--prometheus", "interval_s": "--interval", "history_s": "--history",
+    "lag_s": "--lag", "step_s": "--step", "state_dir": "--state-dir", "listen": "--listen",
+    "token": "--token-file", "alertmanager_url": "--alertmanager", "drain": "--drain",
+    "supervisor_alerts": "--supervisor-alerts", "kernel_logs": "--kernel-log",
+    "replay": "--simulator"}
+"""WatchConfig field -> the `trainguard watch` flag that sets it (an override's name in
+messages)."""
 
 
 def _duration(value: Any, key: str) -> float:
@@ -219,41 +257,53 @@ def read_limited(path: Path, limit: int, key: str) -> bytes:
 
 
 def load_config(path: Path | None, overrides: Mapping[str, Any]) -> WatchConfig:
-    """The TOML file (if any) with `overrides` (WatchConfig field names, None = not given) on
-    top. Every mistake is a ConfigError naming the key."""
-    doc: dict[str, Any] = {}
+    """The TOML file (if any) with `overrides` on top.
+
+    `overrides` maps WatchConfig field names to the values given on the command line; a field
+    that is present is given, even as None (``listen=None``: the HTTP server switched off), a
+    field not given is absent. Every mistake is one ConfigError naming where the value came
+    from: the flag (FLAGS) for an override, the file and its key (KEYS) otherwise.
+    """
+    kw: dict[str, Any] = {}
     if path is not None:
-        raw = read_limited(path, MAX_CONFIG_BYTES, "--config")
+        doc = _read_doc(path)
         try:
-            doc = tomllib.loads(raw.decode("utf-8"))
-        except UnicodeDecodeError as exc:
-            raise ConfigError(f"{path}: not UTF-8 text") from exc
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
-        except RecursionError as exc:
-            raise ConfigError(f"{path}: not valid TOML: nested too deeply") from exc
+            kw = _from_doc(doc)
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+    # A default is named by the flag that changes it; then the file's keys, then the flags.
+    origins = {KEYS[f]: flag for f, flag in FLAGS.items()}
+    origins.update({KEYS[f]: in_file(KEYS[f], path) for f in kw if f in KEYS})
+    for name, value in overrides.items():
+        kw[name] = value
+        origins[KEYS.get(name, name)] = FLAGS.get(name, name)
+    if "prometheus" not in kw:
+        raise ConfigError("give --prometheus URL (or watch.prometheus in the config file)")
+    try:
+        return WatchConfig(**kw, origins=origins)
+    except InvalidValue as exc:
+        raise named(exc, origins) from None
+
+
+def _read_doc(path: Path) -> dict[str, Any]:
+    raw = read_limited(path, MAX_CONFIG_BYTES, "--config")
+    try:
+        return tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    except RecursionError as exc:
+        raise ConfigError(f"{path}: not valid TOML: nested too deeply") from exc
+
+
+def _from_doc(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """WatchConfig fields from a parsed config file (errors name the key, not the file)."""
     unknown = sorted(set(doc) - {"watch", "detect", "http", "alertmanager", "actions",
                                  "kernel_logs", "replay", "prometheus"})
     if unknown:
-        raise ConfigError(f"{path}: unknown section(s): {', '.join(unknown)}")
-    kw: dict[str, Any] = {}
-    for key, value in _table(doc, "watch").items():
-        if key in _DURATION_KEYS:
-            kw[_DURATION_KEYS[key]] = _duration(value, f"watch.{key}")
-        elif key == "state_dir":
-            kw["state_dir"] = Path(str(value))
-        elif key == "supervisor_alerts":
-            kw["supervisor_alerts"] = Path(str(value))
-        elif key in ("metrics", "exclude_prefixes"):
-            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                raise ConfigError(f"watch.{key} must be a list of strings")
-            kw[key] = tuple(value)
-        elif key in ("prometheus", "drain"):
-            kw[key] = value
-        else:
-            raise ConfigError(f"[watch] unknown key: {key}")
-    if "step_s" in kw:
-        kw["step_s"] = int(kw["step_s"])
+        raise ConfigError(f"unknown section(s): {', '.join(unknown)}")
+    kw = _watch_section(_table(doc, "watch"))
     prom = _table(doc, "prometheus")
     if "token_file" in prom:
         kw["prometheus_token"] = read_secret(prom.pop("token_file"), "prometheus.token_file")
@@ -263,11 +313,11 @@ def load_config(path: Path | None, overrides: Mapping[str, Any]) -> WatchConfig:
         kw["detect"] = DetectorConfig(**_fields(DetectorConfig, _table(doc, "detect"), "detect"))
         kw["actions"] = ActionPolicy(**_fields(ActionPolicy, _table(doc, "actions"), "actions"))
     except TypeError as exc:
-        raise ConfigError(f"{path}: {exc}") from exc
+        raise ConfigError(str(exc)) from exc
     http = _table(doc, "http")
     if "listen" in http:
-        kw["listen"] = None if http["listen"] in ("", "off", False) else str(http.pop("listen"))
-        http.pop("listen", None)
+        listen = http.pop("listen")
+        kw["listen"] = None if listen in ("", "off", False) else str(listen)
     if "token_file" in http:
         kw["token"] = read_secret(http.pop("token_file"), "http.token_file")
     if http:
@@ -285,16 +335,38 @@ def load_config(path: Path | None, overrides: Mapping[str, Any]) -> WatchConfig:
         raise ConfigError("kernel_logs.sources must be a list of strings")
     if logs:
         raise ConfigError(f"[kernel_logs] unknown key(s): {', '.join(sorted(logs))}")
-    kw["kernel_logs"] = tuple(sources)
+    if sources:
+        kw["kernel_logs"] = tuple(sources)
     replay = _table(doc, "replay")
     if replay:
         try:
             kw["replay"] = TimeMap(**_fields(TimeMap, replay, "replay"))
         except TypeError as exc:
             raise ConfigError(f"[replay]: {exc}") from exc
-    for key, value in overrides.items():
-        if value is not None:
+    return kw
+
+
+def _watch_section(table: Mapping[str, Any]) -> dict[str, Any]:
+    kw: dict[str, Any] = {}
+    for key, value in table.items():
+        if key in _DURATION_KEYS:
+            kw[_DURATION_KEYS[key]] = _duration(value, f"watch.{key}")
+        elif key in ("state_dir", "supervisor_alerts"):
+            kw[key] = Path(str(value))
+        elif key in ("metrics", "exclude_prefixes"):
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ConfigError(f"watch.{key} must be a list of strings")
+            kw[key] = tuple(value)
+        elif key == "prometheus":
+            if not isinstance(value, str):
+                raise ConfigError(f"watch.prometheus must be a URL string, got {value!r}")
             kw[key] = value
-    if "prometheus" not in kw:
-        raise ConfigError("give --prometheus URL (or watch.prometheus in the config file)")
-    return WatchConfig(**kw)
+        elif key == "drain":
+            if not isinstance(value, bool):
+                raise ConfigError(f"watch.drain must be true or false, got {value!r}")
+            kw[key] = value
+        else:
+            raise ConfigError(f"[watch] unknown key: {key}")
+    if "step_s" in kw:
+        kw["step_s"] = int(kw["step_s"])
+    return kw

@@ -74,6 +74,13 @@ class RoundReport:
     events: int
     """Kernel-log events stored."""
     errors: tuple[str, ...]
+    """What went wrong, one line each (``stage: problem``); not logged by the round itself."""
+
+    @property
+    def failed(self) -> bool:
+        """Something in the round went wrong (a query, scoring, the store, Alertmanager, the
+        state): ``watch --once`` exits 1."""
+        return bool(self.errors)
 
 
 class WatchService:
@@ -204,7 +211,6 @@ class WatchService:
             except TrainguardError as exc:
                 st.count_error("query")
                 errors.append(f"query: {exc}")
-                log.warning("watch: %s", exc)
                 break
             if tel is not None:
                 samples += tel.n_samples
@@ -213,7 +219,6 @@ class WatchService:
                 except TrainguardError as exc:  # defensive: the grid is ours, should not be
                     st.count_error("score")
                     errors.append(f"score: {exc}")
-                    log.error("watch: scoring failed: %s", exc)
             st.cursor = hi + step
             fetched_to = hi
             if st.first_t is None and tel is not None:
@@ -352,8 +357,7 @@ class WatchService:
                                         signals=alert.signals)
         except TrainguardError as exc:
             self.state.count_error("store")
-            errors.append(f"store: {exc}")
-            log.warning("watch: cannot write the alert to the store: %s", exc)
+            errors.append(f"store: cannot write the alert: {exc}")
             return alert
         return replace(alert, store_id=sid, stored=True)
 
@@ -372,7 +376,9 @@ class WatchService:
         ok = self.alertmanager.post([self._am_alert(a) for a in alerts])
         if not ok:
             self.state.count_error("alertmanager")
-            errors.append("alertmanager: post failed (retried next round)")
+            errors.append(f"alertmanager: {len(alerts)} alert(s) not delivered to "
+                          f"{self.alertmanager.url}: {self.alertmanager.last_error} "
+                          "(retried next round)")
         return ok
 
     def _act(self, alert: LiveAlert) -> None:
@@ -506,17 +512,21 @@ class WatchService:
             save_state(self.cfg.state_dir, self.state, self.detector)
         except OSError as exc:
             self.state.count_error("state")
-            errors.append(f"state: {exc}")
-            log.error("watch: cannot save the state in %s: %s", self.cfg.state_dir, exc)
+            errors.append(f"state: cannot save it in {self.cfg.state_dir}: {exc}")
 
     def run(self, stop: threading.Event,
             on_round: Callable[[RoundReport], None] | None = None) -> None:
         """Rounds every `interval_s` until `stop` is set. A failing round is logged and
-        counted; the loop goes on."""
+        counted; the loop goes on.
+
+        This loop is where a round's errors are logged (once each): `round` only reports them,
+        so a caller of one round (``watch --once``) shows them itself, not twice."""
         while not stop.is_set():
             started = self.clock()
             try:
                 report = self.round()
+                for problem in report.errors:
+                    log.warning("watch: %s", problem)
                 if on_round is not None:
                     on_round(report)
             except Exception:  # the service boundary: log, count, keep watching

@@ -31,8 +31,8 @@ from typing import Any
 
 from trainguard import __version__
 from trainguard.detect.detector import Detector
-from trainguard.errors import ConfigError
 from trainguard.fileread import UnreadableFile, read_bounded
+from trainguard.valueorigin import InvalidValue
 from trainguard.watch.statecodec import StateCodecError, decode, encode
 
 __all__ = ["FULL_NAME", "JSON_NAME", "STATE_VERSION", "LiveAlert", "LoadedState", "WatchState",
@@ -204,10 +204,10 @@ def prepare_dir(directory: Path) -> None:
     try:
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     except OSError as exc:
-        raise ConfigError(f"watch.state_dir {directory}: cannot create it "
-                          f"({exc.strerror or exc})") from exc
+        raise InvalidValue("watch.state_dir", f"{directory}: cannot create it "
+                           f"({exc.strerror or exc})") from exc
     if not directory.is_dir() or not os.access(directory, os.W_OK | os.X_OK):
-        raise ConfigError(f"watch.state_dir {directory} is not a writable directory")
+        raise InvalidValue("watch.state_dir", f"{directory} is not a writable directory")
 
 
 def save_state(directory: Path, state: WatchState, detector: Detector | None) -> None:

@@ -9,7 +9,7 @@ import pytest
 import trainguard.analytics as analytics
 
 MODULES = ["runs", "goodput", "chains", "failures", "concentration", "leadtime",
-           "checkpoint_io", "model", "report"]
+           "checkpoint_io", "model", "report", "exposure"]
 
 
 @pytest.mark.parametrize("member", analytics.__all__)

@@ -168,11 +168,11 @@ def test_badput_identity_random(seed: int) -> None:
     run = _random_run(random.Random(seed))
     g = goodput(run, include_queue=seed % 2 == 0)
     assert g.productive_s >= 0 and g.badput.other_s >= 0
-    assert g.productive_s + g.badput.total_s == pytest.approx(g.wall_s, abs=1e-6)
+    assert g.productive_s + g.badput.total_s + g.unknown_s == pytest.approx(g.wall_s, abs=1e-6)
     assert g.badput.other_s == pytest.approx(0.0, abs=1e-6)  # sequential attempts: nothing left
     for a in run.attempts:
         t = attempt_time(run, a)
         parts = (t.productive_s, t.checkpoint_blocking_s, t.lost_progress_s, t.detection_s,
-                 t.hang_s)
+                 t.hang_s, t.unknown_s)
         assert all(p >= 0 for p in parts)
         assert sum(parts) == pytest.approx(t.window_s, abs=1e-6)

@@ -206,7 +206,7 @@ def test_no_nfs_metrics_names_the_metrics_looked_for(tmp_path: Path) -> None:
                  '40 1731888000\nDCGM_FI_DEV_GPU_TEMP{Hostname="n1",gpu="0"} 41 1731888030\n'
                  '# EOF\n')
     result = invoke(str(f))
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     line = _one_error_line(result)
     assert "no NFS byte counters found" in line
     assert "node_mountstats_nfs_total_write_bytes_total" in line
@@ -215,13 +215,13 @@ def test_no_nfs_metrics_names_the_metrics_looked_for(tmp_path: Path) -> None:
 
 def test_unknown_node_and_bad_options(sim_dir: Path) -> None:
     result = invoke(str(sim_dir), "--node", "gpu7")
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "no node matches gpu7" in _one_error_line(result)
     result = invoke(str(sim_dir), "--link-gbps", "0")
     assert result.exit_code == 2
     assert "link_gbps must be > 0" in _one_error_line(result)
     result = invoke("/no/such/dir")
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "telemetry source not found" in _one_error_line(result)
 
 
@@ -233,7 +233,7 @@ def test_unknown_node_and_bad_options(sim_dir: Path) -> None:
 ])
 def test_bad_time_range(args: list[str], message: str) -> None:
     result = invoke("--prometheus", "http://127.0.0.1:9", *args)
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert message in _one_error_line(result)
 
 
@@ -242,7 +242,7 @@ def test_unreachable_prometheus(monkeypatch: pytest.MonkeyPatch) -> None:
                         functools.partial(trainguard.telemetry.PrometheusClient, retries=0))
     result = invoke("--prometheus", "http://127.0.0.1:9", "--start", str(CFG.start_s),
                     "--end", str(CFG.start_s + 3600))
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert _one_error_line(result).startswith("error: cannot reach Prometheus at http://127")
     assert result.stdout == ""
 

@@ -101,7 +101,7 @@ def test_quiet_prints_the_best_configuration(tmp_path: Path) -> None:
 def test_unusable_directory(tmp_path: Path, sub: str, message: str) -> None:
     (tmp_path / "afile").write_text("x")
     result = invoke(tmp_path / sub, *SMALL)
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # the input (--dir, --size) is at fault
     line = _one_error_line(result)
     assert message in line and "--dir" in line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
@@ -109,7 +109,7 @@ def test_unusable_directory(tmp_path: Path, sub: str, message: str) -> None:
 
 def test_larger_than_free_space(tmp_path: Path) -> None:
     result = invoke(tmp_path, "--size", "1PiB", "--device", "cpu")
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # the input (--dir, --size) is at fault
     line = _one_error_line(result)
     assert "not enough free space" in line and "use a smaller --size" in line
     assert list(tmp_path.iterdir()) == []
@@ -118,7 +118,7 @@ def test_larger_than_free_space(tmp_path: Path) -> None:
 def test_larger_than_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(profile_mod, "mem_available", lambda: 1 << 30)
     result = invoke(tmp_path, "--size", "1GiB", "--device", "cpu")
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # the input (--dir, --size) is at fault
     assert "not enough memory" in _one_error_line(result)
     assert list(tmp_path.iterdir()) == []
 
@@ -159,3 +159,22 @@ def test_missing_dir_option_is_a_usage_error() -> None:
     result = runner.invoke(app, ["ckpt", "profile"])
     assert result.exit_code == 2
     assert "--dir" in result.output
+
+
+@pytest.mark.parametrize(("measured", "code"), [(False, 2), (True, 1)])
+def test_an_error_while_measuring_is_a_failed_profile(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, measured: bool, code: int) -> None:
+    """Checks that fail before any measurement are the input's fault (2); an I/O error once
+    the profile is measuring is a failed outcome (1)."""
+    import trainguard.cli.ckpt_profile as cli_mod
+    from trainguard.errors import CheckpointError
+
+    def run_profile(cfg: object, progress: Any = None) -> None:
+        if measured:
+            progress("generating 2 MiB of state", 0, 10)
+        raise CheckpointError(f"profile failed in {tmp_path}: Input/output error")
+
+    monkeypatch.setattr(cli_mod, "run_profile", run_profile)
+    result = invoke(tmp_path, *SMALL)
+    assert result.exit_code == code
+    assert "Input/output error" in _one_error_line(result)

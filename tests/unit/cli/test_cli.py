@@ -184,7 +184,7 @@ def test_nothing_readable_exits_1(tmp_path: Path, kind: str) -> None:
 
     result = invoke("logs", "classify", str(target))
 
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # the input is at fault
     assert "Traceback" not in result.output
     assert "error: no input could be read" in result.stderr
     assert str(target) in " ".join(result.stderr.split())
@@ -311,12 +311,22 @@ def test_xid_explain_json() -> None:
 
 def test_xid_explain_unknown_xid() -> None:
     result = invoke("xid", "explain", "99999", "--json")
-    assert result.exit_code == 0
+    assert result.exit_code == 1  # the lookup found nothing
     data = json.loads(result.stdout)
     assert data["xid"] == 99999
     assert data["in_catalog"] is False
-    assert data["category"] == "gpu_hardware"
-    assert "not in the shipped catalog" in data["advice"]
+    assert data["severity"] == "non-fatal" and data["action"] == "none"
+    assert not data["nvidia_fatal"] and "XIDs 1-" in data["catalog"]
+    assert "not in trainguard's XID catalog" in data["advice"]
+    result = invoke("xid", "explain", "99999")
+    assert result.exit_code == 1 and "fatal" not in result.stdout.replace("non-fatal", "")
+    assert "not in trainguard's XID catalog" in " ".join(result.stdout.split())
+
+
+@pytest.mark.parametrize("arg", ["abc", "7.5", "-3"])
+def test_xid_explain_non_integer_is_a_usage_error(arg: str) -> None:
+    result = invoke("xid", "explain", "--", arg)
+    assert result.exit_code == 2
 
 
 def test_xid_explain_not_a_number_is_a_usage_error() -> None:

@@ -35,7 +35,7 @@ def _detect(*args: str, timeout_s: float = 60) -> Bounded:
     return result
 
 
-def _one_error(result: Bounded, code: int = 1) -> str:
+def _one_error(result: Bounded, code: int = 2) -> str:  # input it cannot use: 2
     assert result.returncode == code, result.stderr[-2000:]
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr[-2000:]
@@ -75,7 +75,7 @@ def test_many_nodes_with_a_step_hit_the_peer_comparison_limit(tmp_path: Path) ->
     line = _one_error(_detect(str(_write(tmp_path / "many.om", lines))))
     assert "comparing 20,000 nodes with each other" in line and "--max-memory" in line
     # and the limit is the user's to raise: a bad size is one error line too
-    line = _one_error(_detect(str(tmp_path / "many.om"), "--max-memory", "lots"), code=2)
+    line = _one_error(_detect(str(tmp_path / "many.om"), "--max-memory", "lots"))
     assert "bad size 'lots'" in line
 
 

@@ -128,7 +128,7 @@ def test_detect_without_telemetry_is_one_error_line(tmp_path: Path, kind: str) -
 
     result = invoke("detect", str(target))
 
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     line = _one_error_line(result)
     assert str(target) in line
     expected = "telemetry source not found" if kind == "missing" else "no metrics files"
@@ -171,7 +171,7 @@ def test_backtest_missing_failures_file_is_one_error_line(sim_dir: Path, tmp_pat
     missing = tmp_path / "nope.jsonl"
     result = invoke("backtest", str(sim_dir / "metrics"), "--failures", str(missing),
                     "--baseline", "none")
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     line = _one_error_line(result)
     assert "--failures" in line
     assert str(missing) in " ".join(result.stderr.split())

@@ -139,40 +139,41 @@ def test_mount_filter() -> None:
 
 def test_unknown_mount_is_an_error_listing_the_mounts() -> None:
     result = invoke("--mountstats", str(ISILON), "--mount", "/nope")
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     line = one_error_line(result)
     assert "no NFS mount at /nope" in line and "/ifs, /ifsfoo, /mnt/nfs41, /mnt/nfsv4" in line
 
 
-def test_truncated_capture_is_one_line_exit_1(tmp_path: Path) -> None:
+def test_truncated_capture_is_one_line_exit_2(tmp_path: Path) -> None:
     cut = tmp_path / "cut.mountstats"
     text = BLOG.read_text()
     cut.write_text(text[:text.index("WRITE:") + 12])
     result = invoke("--mountstats", str(cut))
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     line = one_error_line(result)
     assert f"{cut}:18: per-op line 'WRITE' has 3 counters" in line
 
 
-def test_unknown_version_is_one_line_exit_1(tmp_path: Path) -> None:
+def test_unknown_version_is_one_line_exit_2(tmp_path: Path) -> None:
     bad = tmp_path / "v5.mountstats"
     bad.write_text(BLOG.read_text().replace("vers=3,", "vers=5,"))
     result = invoke("--mountstats", str(bad), "--json")
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert result.stdout == ""
     assert "NFS mount /mnt (localhost:/tmp/s_test): unknown NFS version vers=5" in (
         one_error_line(result))
 
 
-def test_no_nfs_mount_exits_3(tmp_path: Path) -> None:
+@pytest.mark.parametrize("json_flag", [[], ["--json"]])
+def test_no_nfs_mount_is_one_line_exit_2(tmp_path: Path, json_flag: list[str]) -> None:
     local = tmp_path / "local.mountstats"
     local.write_text("device proc mounted on /proc with fstype proc\n"
                      "device /dev/sda1 mounted on / with fstype ext4\n")
-    result = invoke("--mountstats", str(local))
-    assert result.exit_code == nfs_cli.EXIT_NO_NFS == 3
-    assert "no NFS mount" in result.stderr and "2 other mounts" in result.stderr
-    doc = json.loads(invoke("--mountstats", str(local), "--json").stdout)
-    assert doc["mounts"] == [] and "no NFS mount" in doc["message"]
+    result = invoke("--mountstats", str(local), *json_flag)
+    assert result.exit_code == nfs_cli.EXIT_NO_NFS == 2
+    line = one_error_line(result)
+    assert f"no NFS mount in {local} (2 other mounts): nothing to diagnose" in line
+    assert result.stdout == ""
 
 
 def test_three_files_is_a_usage_error() -> None:
@@ -186,13 +187,13 @@ def test_three_files_is_a_usage_error() -> None:
 def test_unreadable_path_is_a_clear_error(tmp_path: Path, name: str) -> None:
     path = tmp_path / name  # a file that does not exist, or a directory
     result = invoke("--mountstats", str(path))
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert f"cannot read {path}" in one_error_line(result)
 
 
 def test_captures_of_different_clients_are_refused(tmp_path: Path) -> None:
     result = invoke("--mountstats", str(BLOG), "--mountstats", str(ISILON))
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "have no NFS mount in common" in one_error_line(result)
 
 
@@ -247,3 +248,58 @@ def test_interval_with_one_capture_warns() -> None:
     result = invoke("--mountstats", str(BLOG), "--interval", "5")
     assert result.exit_code == 0
     assert "warning: --interval is ignored for one capture file" in result.stderr
+
+
+# --- nothing to diagnose is refused before the live wait -----------------------------------------
+
+LOCAL_ONLY = ("device proc mounted on /proc with fstype proc\n"
+              "device /dev/sda1 mounted on / with fstype ext4\n")
+
+
+@pytest.mark.parametrize(("text", "args", "words"), [
+    (LOCAL_ONLY, [], "(2 other mounts): nothing to diagnose"),
+    (LOCAL_ONLY, ["--json"], "(2 other mounts): nothing to diagnose"),
+    (BEFORE, ["--mount", "/nope"], "no NFS mount at /nope in"),
+])
+def test_live_read_without_the_mount_fails_before_waiting(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, args: list[str],
+        words: str) -> None:
+    live = tmp_path / "mountstats"
+    live.write_text(text)
+    waited: list[float] = []
+    monkeypatch.setattr(nfs_cli, "LIVE_MOUNTSTATS", live)
+    monkeypatch.setattr(nfs_cli, "_wait", waited.append)
+    result = invoke("--interval", "60", *args)
+    assert result.exit_code == 2
+    assert words in one_error_line(result)
+    assert waited == []  # refused on the first read, not after the interval
+    assert result.stdout == ""
+
+
+# --- a partial paste: xprt: lines, no per-op section ---------------------------------------------
+
+def _no_per_op(text: str) -> str:
+    return text[:text.index("\tper-op statistics")]
+
+
+def test_partial_capture_is_diagnosed_from_the_transport(tmp_path: Path) -> None:
+    paste = tmp_path / "paste.txt"
+    paste.write_text(_no_per_op(AFTER))
+    result = invoke("--mountstats", str(paste))
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())
+    assert "(missing)" in text and "client-queue (rpc-slots)" in text
+    assert "no per-op statistics" in text
+    [m] = as_json(invoke("--mountstats", str(paste), "--json"))["mounts"]
+    assert (m["per_op_missing"], m["ops"], m["mechanism"]) == (True, [], "rpc-slots")
+    # AFTER's transport: 40000 * 44 + 0 backlog over 41000 sends
+    assert m["transport"]["backlog"] == pytest.approx(40000 * 44 / 41000, abs=1e-3)
+
+
+def test_partial_second_capture_gives_the_interval_transport(pair: tuple[Path, Path]) -> None:
+    before, after = pair
+    after.write_text(_no_per_op(AFTER))
+    [m] = as_json(invoke("--mountstats", str(before), "--mountstats", str(after),
+                         "--json"))["mounts"]
+    assert (m["basis"], m["per_op_missing"], m["mechanism"]) == ("interval", True, "rpc-slots")
+    assert m["transport"]["backlog"] == pytest.approx(44.0)  # the interval's: 40000*44 / 40000

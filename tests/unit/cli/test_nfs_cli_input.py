@@ -27,7 +27,7 @@ def invoke(*args: str) -> Result:
 
 def test_dev_zero_is_one_error_line() -> None:
     result = invoke("--mountstats", "/dev/zero", "--mountstats", "/dev/zero")
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     message = one_error_line(result)
     assert "cannot read /dev/zero: not a regular file (a character device)" in message
 
@@ -36,7 +36,7 @@ def test_giant_line_is_one_error_line(tmp_path: Path) -> None:
     capture = tmp_path / "one-line.mountstats"
     capture.write_text("x" * 200_000)
     result = invoke("--mountstats", str(capture))
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "one-line.mountstats:1: line of 200,000 characters" in one_error_line(result)
 
 

@@ -64,13 +64,13 @@ def test_trace_show_breaks_down_each_rank(tmp_path: Path) -> None:
 
 def test_diagnose_hang_names_the_rank_that_never_entered(tmp_path: Path) -> None:
     run = _run(tmp_path, hung=1)
-    r = runner.invoke(app, ["diagnose", "hang", str(run), "--json"])
+    r = runner.invoke(app, ["diagnose", "hang", str(run), "--json", "--now"])
     assert r.exit_code == 0, r.output
     doc = json.loads(r.output)
     assert doc["kind"] == "missing_ranks" and doc["seq"] == 101 and doc["waiting"] == [0, 2]
     assert [(c["rank"], c["node"]) for c in doc["culprits"]] == [(1, "node_a")]
-    assert doc["origin"] == "state files, now"
-    r = runner.invoke(app, ["diagnose", "hang", str(run)])
+    assert doc["origin"] == "attempt 0, state files, now" and doc["attempt"] == 0
+    r = runner.invoke(app, ["diagnose", "hang", str(run), "--now"])
     assert "rank 1 on node_a never entered all_gather #101" in r.output.replace("\n", " ")
 
 
@@ -101,13 +101,13 @@ def test_diagnose_stragglers_flags_the_slow_rank_only(tmp_path: Path) -> None:
 def test_a_directory_that_is_not_a_run_is_one_clear_error(tmp_path: Path,
                                                           argv: list[str]) -> None:
     r = runner.invoke(app, [*argv, str(tmp_path)])
-    assert r.exit_code == 1 and "not a trainguard run directory" in r.output
+    assert r.exit_code == 2 and "not a trainguard run directory" in r.output
     assert "Traceback" not in r.output
     r = runner.invoke(app, [*argv, str(tmp_path / "missing")])
-    assert r.exit_code == 1 and "no such run directory" in r.output
+    assert r.exit_code == 2 and "no such run directory" in r.output
     run = _run(tmp_path / "x")
     r = runner.invoke(app, [*argv, str(run), "--attempt", "7"])
-    assert r.exit_code == 1 and "no attempt 7" in r.output
+    assert r.exit_code == 2 and "no attempt 7" in r.output
 
 
 def test_a_malformed_trace_record_is_reported_not_dropped_silently(tmp_path: Path) -> None:
@@ -117,3 +117,100 @@ def test_a_malformed_trace_record_is_reported_not_dropped_silently(tmp_path: Pat
     r = runner.invoke(app, ["trace", "show", str(run)])
     assert r.exit_code == 0 and "malformed trace record" in r.output
     assert "steps must be an integer" in r.output
+
+
+def _attempt_without_sdk(run: Path, attempt: int, hang: dict[str, object] | None) -> None:
+    """An attempt of a script without the SDK: only rank logs (no events, no state files),
+    and the supervisor's diagnosis when `hang` is given."""
+    for rank, node in ((0, "n1"), (1, "n2")):
+        d = run / "attempts" / str(attempt) / node
+        d.mkdir(parents=True)
+        (d / f"rank{rank}.log").write_text(f"step 3 loss 0.5 (rank {rank})\n")
+    if hang is not None:
+        (run / "attempts" / str(attempt) / "hang.json").write_text(json.dumps(hang))
+
+
+_SAVED = {"attempt": 1, "kind": "unknown", "summary": "rank 1 on n2 is stopped",
+          "culprits": [{"rank": 1, "node": "n2", "local_rank": 0, "gpu": "0", "pid": 42,
+                        "process": "stopped", "reason": "its process is stopped (SIGSTOP)",
+                        "stack_top": ["main (train.py:63)"]}], "notes": []}
+
+
+@pytest.mark.parametrize("later", [1, 3])
+def test_diagnose_hang_defaults_to_the_latest_attempt_that_hung(tmp_path: Path,
+                                                                 later: int) -> None:
+    run = tmp_path / "run"
+    for i in range(later + 1):
+        _attempt_without_sdk(run, i, {**_SAVED, "attempt": i} if i in (0, 1) else None)
+    r = runner.invoke(app, ["diagnose", "hang", str(run), "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert doc["hang"] is True and doc["attempt"] == 1 and doc["kind"] == "unknown"
+    assert doc["culprits"][0]["rank"] == 1
+    r = runner.invoke(app, ["diagnose", "hang", str(run)])
+    assert r.exit_code == 0 and "attempt 1, the supervisor's" in r.output
+    assert "rank 1 host n2" in r.output and "main (train.py:63)" in r.output
+
+
+def test_diagnose_hang_reads_the_saved_diagnosis_of_a_run_without_the_sdk(
+        tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    _attempt_without_sdk(run, 0, {**_SAVED, "attempt": 0})
+    _attempt_without_sdk(run, 1, None)
+    r = runner.invoke(app, ["diagnose", "hang", str(run), "--attempt", "0", "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["summary"] == "rank 1 on n2 is stopped"
+    # the attempt that did not hang says so, and the state files "now" are not made up
+    r = runner.invoke(app, ["diagnose", "hang", str(run), "--attempt", "1", "--json"])
+    assert r.exit_code == 0 and json.loads(r.output)["hang"] is False
+    r = runner.invoke(app, ["diagnose", "hang", str(run), "--attempt", "1", "--now"])
+    assert r.exit_code == 0 and "no rank reported collective state" in r.output
+
+
+def test_a_run_that_never_hung_says_no_hang(tmp_path: Path) -> None:
+    run = _run(tmp_path)  # state files where every rank waits, but no supervisor diagnosis
+    r = runner.invoke(app, ["diagnose", "hang", str(run)])
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith("no hang: no attempt of")
+    assert "outside_collectives" not in r.output and "stuck_collective" not in r.output
+    r = runner.invoke(app, ["diagnose", "hang", str(run), "--json"])
+    doc = json.loads(r.output)
+    assert doc["hang"] is False and doc["attempt"] is None
+
+
+@pytest.mark.parametrize("content", ["{not json", "[1, 2]", '{"kind": "unknown"}',
+                                     '{"kind": "x", "summary": "y", "culprits": [3]}'])
+def test_a_damaged_hang_file_is_one_clear_error(tmp_path: Path, content: str) -> None:
+    run = tmp_path / "run"
+    _attempt_without_sdk(run, 0, None)
+    (run / "attempts" / "0" / "hang.json").write_text(content)
+    r = runner.invoke(app, ["diagnose", "hang", str(run)])
+    assert r.exit_code == 2 and "hang.json" in r.output and "Traceback" not in r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit)
+
+
+def test_trace_show_lists_ranks_of_a_run_without_the_sdk(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    _attempt_without_sdk(run, 0, None)
+    r = runner.invoke(app, ["trace", "show", str(run), "--json"])
+    assert r.exit_code == 0, r.output
+    assert [(x["rank"], x["node"], x["steps"]) for x in json.loads(r.output)["ranks"]] == [
+        (0, "n1", 0), (1, "n2", 0)]
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_trace_tables_fit_the_terminal(tmp_path: Path, width: int,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainguard.cli import console
+
+    run = _run(tmp_path, slow_rank=2)
+    doc = json.loads(runner.invoke(app, ["diagnose", "stragglers", str(run), "--json"]).output)
+    monkeypatch.setattr(console.out, "width", width)
+    for argv in (["trace", "show"], ["diagnose", "stragglers"]):
+        r = runner.invoke(app, [*argv, str(run)])
+        assert r.exit_code == 0, r.output
+        assert "…" not in r.output
+        assert all(len(line.rstrip()) <= width for line in r.stdout.splitlines())
+    tokens = r.stdout.split()
+    for rank in doc["ranks"]:
+        assert f"{rank['slowdown']:+.0%}" in tokens  # every percentage whole

@@ -73,13 +73,28 @@ def test_xid_43_and_45_are_not_fatal_on_their_own() -> None:
     assert xid_info(45).severity is not Severity.FATAL
 
 
-def test_unknown_xid_gets_a_conservative_hardware_entry() -> None:
-    info = xid_info(99999)
-    assert info.xid == 99999
+@pytest.mark.parametrize("xid", [0, 99999, max(xid_catalog()) + 1])
+def test_an_unknown_xid_is_investigated_not_fatal(xid: int) -> None:
+    info = xid_info(xid)
+    assert info.xid == xid and not info.in_catalog and info.name == "UNKNOWN_XID"
     assert info.category is Category.GPU_HARDWARE
-    assert info.severity is Severity.FATAL
-    assert info.action is Action.RESET_GPU
-    assert "not in the shipped catalog" in info.advice
+    assert info.severity is Severity.NON_FATAL and not info.nvidia_fatal
+    assert info.action is Action.NONE
+    assert "not in trainguard's XID catalog" in info.advice and "investigate" in info.advice
+    assert all(xid_info(x).in_catalog for x in xid_catalog())
+
+
+def test_an_unknown_xid_in_a_kernel_log_does_not_drain_the_node() -> None:
+    from trainguard.recover.failure import is_node_fault
+
+    unknown = max(xid_catalog()) + 38
+    ev = _classify(f"Mar 29 15:38:59 node2 kernel: NVRM: Xid (PCI:0000:dc:00): {unknown}, "
+                   "pid=1818990, name=python3, something new")
+    assert ev.xid == unknown and ev.severity is Severity.NON_FATAL and not is_node_fault(ev)
+    assert f"XID {unknown} UNKNOWN_XID" in ev.summary
+    known = _classify("Mar 29 15:38:59 node2 kernel: NVRM: Xid (PCI:0000:dc:00): 79, "
+                      "pid=1818990, name=python3, GPU has fallen off the bus.")
+    assert is_node_fault(known)  # a catalogued fatal XID still does
 
 
 # --- parse_xid_line ----------------------------------------------------------------------------

@@ -38,7 +38,8 @@ def test_small_run_json_summary(tmp_path: Path) -> None:
         "metrics-1731888000.om.gz", "metrics-1731895200.om.gz"]
     # a second run into the same directory is refused unless --overwrite
     again = runner.invoke(app, ["simulate", "--nodes", "3", "--days", "0.1", "--out", str(out)])
-    assert again.exit_code == 2 and "not empty" in again.output
+    assert again.exit_code == 2 and f"--out {out} is not empty (--overwrite replaces" in " ".join(
+        again.output.split())
     ok = runner.invoke(app, ["simulate", "--nodes", "3", "--days", "0.1", "--out", str(out),
                              "--overwrite"])
     assert ok.exit_code == 0, ok.output
@@ -46,14 +47,17 @@ def test_small_run_json_summary(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--interval", "7"], "simulate.interval_s"),
-    (["--nodes", "0"], "simulate.nodes"),
-    (["--days", "-1"], "simulate.days"),
-    (["--start", "yesterday"], "simulate.start"),
+    (["--interval", "7"], "--interval must be"),
+    (["--nodes", "0"], "--nodes must be"),
+    (["--days", "-1"], "--days must be"),
+    (["--gpus-per-node", "99"], "--gpus-per-node must be"),
+    (["--failures-per-day", "-1"], "--failures-per-day must be"),
+    (["--start", "yesterday"], "--start 'yesterday' is neither unix seconds"),
 ])
 def test_bad_options_are_one_clear_line(tmp_path: Path, args: list[str], message: str) -> None:
     result = runner.invoke(app, ["simulate", "--out", str(tmp_path / "x"), *args])
     assert result.exit_code == 2
     assert message in result.output
+    assert "simulate." not in result.output  # the flag the user typed, not a config key
     assert "Traceback" not in result.output
     assert not (tmp_path / "x").exists()

@@ -98,7 +98,8 @@ def test_memory_store() -> None:
 
 
 def test_missing_directory_is_created(tmp_path: Path) -> None:
-    path = tmp_path / "no" / "such" / "dir" / "tg.db"
+    # Only the file's own directory (a fresh run dir); deeper: tests/unit/store/test_store_paths
+    path = tmp_path / "run" / "tg.db"
     with Store.open(str(path)) as store:
         assert store.sessions() == []
     assert path.exists()

@@ -66,14 +66,15 @@ def test_read_only_command_on_a_missing_store_creates_nothing(tmp_path: Path,
                                                               command: list[str]) -> None:
     db = tmp_path / "no" / "such" / "tg.db"
     message = one_error_line(runner.invoke(app, [*command, "--db", str(db)]))
-    assert f"no store at {db}" in message
+    assert f"no trainguard store at {db}" in message
     assert list(tmp_path.iterdir()) == []
 
 
 def test_read_only_open_of_an_empty_file_creates_no_table(tmp_path: Path) -> None:
     db = tmp_path / "empty.db"
     db.touch()
-    with pytest.raises(StoreError, match=r"no store at .*empty.db: the database is empty"):
+    with pytest.raises(StoreError,
+                       match=r"no trainguard store at .*empty.db: the database is empty"):
         Store.open(str(db), readonly=True)
     assert db.read_bytes() == b""
 

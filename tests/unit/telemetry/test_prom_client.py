@@ -177,7 +177,7 @@ def test_unreachable_is_one_clear_error() -> None:
 
 def test_non_json_answer(prom: FakeProm) -> None:
     prom.fail = [(200, b"<html>login</html>")]
-    with pytest.raises(TelemetryError, match="non-JSON"):
+    with pytest.raises(TelemetryError, match="does not look like a Prometheus server"):
         _client(prom.url).series_names()
 
 

@@ -379,3 +379,24 @@ def test_bad_config_names_the_key(key: str, value: object) -> None:
 def test_default_config_is_valid() -> None:
     cfg = StragglerConfig()
     assert cfg.every_s <= cfg.window_s and cfg.to_dict()["persist"] == cfg.persist
+
+
+@pytest.mark.parametrize("tz", ["UTC", "Asia/Kolkata"])
+def test_describe_says_when_in_local_time_not_unix_seconds(
+        tz: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+    from datetime import datetime
+
+    monkeypatch.setenv("TZ", tz)
+    time.tzset()
+    try:
+        report = detect_stragglers(simulate(Job(3), 1, Slow(rank=2, kind="compute")))
+        (s,) = report.stragglers
+        text = s.describe()
+        when = datetime.fromtimestamp(s.first_flagged).astimezone()
+        assert f"since {when.isoformat(sep=' ', timespec='seconds')} " in text, text
+        assert "t=" not in text and f"{s.first_flagged:.0f}" not in text
+        assert f"flagged for {s.last_flagged - s.first_flagged:.0f} s" in text
+    finally:
+        monkeypatch.undo()
+        time.tzset()

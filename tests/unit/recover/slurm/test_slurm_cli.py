@@ -40,7 +40,7 @@ def test_import_jobcomp_file(tmp_path: Path) -> None:
 def test_missing_jobcomp_file_is_one_error_line(tmp_path: Path) -> None:
     result = runner.invoke(app, ["import-history", "--jobcomp", str(tmp_path / "nope.txt"),
                                  "--db", str(tmp_path / "tg.db")])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "error: cannot read jobcomp file" in result.output
     assert "Traceback" not in result.output
 

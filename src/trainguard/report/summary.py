@@ -1,0 +1,126 @@
+"""The report's summary as (metric, value) text rows: the terminal table of ``trainguard report``
+and the table at the top of the HTML report are the same rows.
+
+Every duration goes through :func:`trainguard.durations.format_duration`; a figure the data cannot
+support is written as what is missing instead: "unknown (no SDK)" for times a script without the
+SDK cannot report, "too little data (...)" for a rate or an interval from too little exposure
+(:mod:`trainguard.analytics.exposure`).
+"""
+
+from __future__ import annotations
+
+from trainguard.analytics.goodput import Goodput
+from trainguard.analytics.leadtime import LeadTimeSummary
+from trainguard.analytics.report import AnalyticsReport
+from trainguard.durations import format_duration
+
+NO_SDK = "unknown (no SDK)"
+
+
+def ettr_text(g: Goodput) -> str:
+    """``45.0%``; ``unknown (no SDK)``; or the ETTR of the known runs and how much they cover."""
+    if g.ettr is None:
+        return NO_SDK if g.unknown_s > 0 else "n/a"
+    if g.unknown_s > 0 and g.wall_s > 0:
+        return (f"{g.ettr:.1%} (over the {g.covered_wall_s / g.wall_s:.0%} of wall time with the "
+                "SDK; the rest unknown)")
+    return f"{g.ettr:.1%}"
+
+
+def badput_parts(g: Goodput) -> list[tuple[str, float]]:
+    """Where the wall time that did not train went, cause by cause (non-zero ones), with the
+    time that cannot be split without the SDK last."""
+    b = g.badput
+    parts = [(f"startup: {name}", v) for name, v in b.startup.items()]
+    parts += [("checkpoint blocking", b.checkpoint_blocking_s),
+              ("lost progress", b.lost_progress_s), ("failure detection", b.detection_s),
+              ("teardown", b.teardown_s), ("relaunch wait", b.relaunch_wait_s),
+              ("hang", b.hang_s), ("queue", b.queue_s), ("other", b.other_s),
+              (NO_SDK, g.unknown_s)]
+    return [(label, v) for label, v in parts if v > 0]
+
+
+def badput_rows(g: Goodput) -> list[tuple[str, str]]:
+    """``("badput: startup: imports", "8.4 s (35.1%)")``...; the time a script without the SDK
+    could not report is not badput and is labelled as what it is."""
+    if g.wall_s <= 0:
+        return []
+    return [(NO_SDK, f"{format_duration(v)} ({v / g.wall_s:.1%}): imports, rendezvous, first "
+                     "step and training, which only the SDK reports") if label == NO_SDK else
+            (f"badput: {label}", f"{format_duration(v)} ({v / g.wall_s:.1%})")
+            for label, v in badput_parts(g)]
+
+
+def productive_text(g: Goodput) -> str:
+    """``10.8 s / 24.0 s``; the productive part is unknown when no run reported it."""
+    productive = NO_SDK if g.unknown_s > 0 and g.covered_wall_s == 0 else \
+        format_duration(g.productive_s)
+    return f"{productive} / {format_duration(g.wall_s)}"
+
+
+def lead_text(lt: LeadTimeSummary) -> str:
+    """``1 of 2 failures had an alert first (1 predictive stop...), 1 missed; median lead...``
+    over the failures that named a culprit node."""
+    text = f"{lt.predicted} of {lt.with_culprit} failures had an alert first"
+    if lt.stopped:
+        text += f" ({lt.stopped} predictive stop{'s' if lt.stopped > 1 else ''}: the job moved)"
+    text += f", {lt.missed} missed"
+    if lt.lead_median_s is not None:
+        text += f"; median lead {format_duration(lt.lead_median_s)}"
+    return text
+
+
+def _mttr_text(r: AnalyticsReport) -> str | None:
+    f = r.failures
+    unknown = f.resumes_unknown
+    if f.mttr_s is None:
+        return NO_SDK if unknown else None
+    if unknown:
+        return (f"{format_duration(f.mttr_s)} ({len(f.resume_s)} recoveries; {unknown} "
+                f"{NO_SDK})")
+    return format_duration(f.mttr_s)
+
+
+def _failures_text(r: AnalyticsReport) -> str:
+    f, support = r.failures, r.rate_support
+    if f.per_node_day is None:
+        return str(f.failures)
+    if support is not None and not support.supported:
+        return f"{f.failures} (rate per node-day: {support.caveat})"
+    return f"{f.failures} ({f.per_node_day:.3g} per node-day)"
+
+
+def summary_rows(r: AnalyticsReport) -> list[tuple[str, str]]:
+    """The summary, in the order the README lists it."""
+    g, s = r.goodput, r.chain_stats.get("all")
+    rows = [("runs", str(len(r.runs))), ("ETTR", ettr_text(g)),
+            ("productive / wall", productive_text(g))]
+    rows += badput_rows(g)
+    if s is not None:
+        rows.append(("retry chains", f"{s.chains} ({s.success_rate:.0%} succeeded)"
+                     if s.success_rate is not None else str(s.chains)))
+        if s.retry_interval_median_s is not None:
+            rows.append(("median retry interval", format_duration(s.retry_interval_median_s)))
+    rows.append(("failures", _failures_text(r)))
+    mttr = _mttr_text(r)
+    if mttr is not None:
+        rows.append(("MTTR (failure to resume)", mttr))
+    ex = r.exclusions.summary
+    if ex.total:
+        rows.append((f"top-{ex.top_k} exclusion share", f"{ex.top_k_share:.0%}"))
+    if r.lemons:
+        rows.append(("lemon nodes", ", ".join(n.node for n in r.lemons)))
+    if r.lead_times.with_culprit:
+        rows.append(("detector alerts", lead_text(r.lead_times)))
+    if r.advice is not None:
+        support = r.advice_support
+        rows.append(("best checkpoint interval (model)",
+                     support.caveat if support is not None and not support.supported and
+                     support.caveat else
+                     f"{format_duration(r.advice.optimal_interval_s)} -> ETTR "
+                     f"{r.advice.optimal_ettr:.1%}"))
+    return rows
+
+
+__all__ = ["NO_SDK", "badput_parts", "badput_rows", "ettr_text", "lead_text", "productive_text",
+           "summary_rows"]

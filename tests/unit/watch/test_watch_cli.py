@@ -1,0 +1,148 @@
+"""`trainguard watch` as a person runs it (a real process, real HTTP on 127.0.0.1): a failed
+`--once` round exits 1 with its error printed once and short; `--listen off` serves nothing,
+even over a config file's listen; `detect --prometheus` says the same about a wrong URL."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from trainguard.cli.main import app
+
+NOT_FOUND_PAGE = (b"<!DOCTYPE html>\n<html><head><title>404 Not Found</title></head><body>\n"
+                  b"<h1>Not Found</h1>\n" + b"<p>The requested URL was not found.</p>\n" * 200
+                  + b"</body></html>")
+EMPTY_PROMETHEUS = b'{"status":"success","data":[]}'
+"""What a Prometheus that has scraped nothing yet answers to every API request used here."""
+
+
+class Server:
+    """A real HTTP server on 127.0.0.1 answering every GET with one (status, type, body)."""
+
+    def __init__(self, status: int, content_type: str, body: bytes) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever,
+                                       kwargs={"poll_interval": 0.01}, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(timeout=5)
+
+
+@pytest.fixture
+def not_prometheus() -> Iterator[str]:
+    server = Server(404, "text/html", NOT_FOUND_PAGE)
+    try:
+        yield server.url
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def empty_prometheus() -> Iterator[str]:
+    server = Server(200, "application/json", EMPTY_PROMETHEUS)
+    try:
+        yield server.url
+    finally:
+        server.close()
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def trainguard(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """The CLI in its own process: logging is configured as for a person (under CliRunner,
+    pytest's log handlers would hide a line the service logs)."""
+    script = Path(sys.executable).with_name("trainguard")  # the console script, as installed
+    command = [str(script)] if script.is_file() else [sys.executable, "-m", "trainguard.cli.main"]
+    return subprocess.run([*command, *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=120, check=False)
+
+
+def _once(url: str, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return trainguard("watch", "--prometheus", url, "--once", "--step", "30s", "--db", "none",
+                      "--state-dir", str(tmp_path / "state"), *extra, cwd=tmp_path)
+
+
+@pytest.mark.parametrize("case", ["404-html", "unreachable"])
+def test_a_failed_once_round_exits_1_with_its_error_once(
+        case: str, not_prometheus: str, tmp_path: Path) -> None:
+    url = not_prometheus if case == "404-html" else f"http://127.0.0.1:{closed_port()}"
+    phrase = ("does not look like a Prometheus server" if case == "404-html"
+              else "cannot reach Prometheus")
+
+    done = _once(url, tmp_path, "--listen", "off")
+
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stderr.count(phrase) == 1, done.stderr
+    errors = [line for line in done.stderr.splitlines() if phrase in line]
+    assert errors[0].startswith("error: watch: the round failed: query: ")
+    assert "requested URL" not in done.stderr  # a title at most, never the page
+    assert len(errors[0]) < 400
+    assert (tmp_path / "state").is_dir()
+
+
+def test_a_good_once_round_exits_0(empty_prometheus: str, tmp_path: Path) -> None:
+    done = _once(empty_prometheus, tmp_path, "--listen", "off")
+    assert done.returncode == 0, done.stderr
+    assert "error" not in done.stderr and "warning" not in done.stderr
+
+
+def test_listen_off_serves_nothing_even_over_the_config_files_listen(
+        empty_prometheus: str, tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        # Hold the port the config file names: any HTTP server there fails to start.
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        config = tmp_path / "watch.toml"
+        config.write_text(f'[http]\nlisten = "127.0.0.1:{port}"\n')
+
+        served = _once(empty_prometheus, tmp_path, "--config", str(config))
+        off = _once(empty_prometheus, tmp_path, "--config", str(config), "--listen", "off")
+        off_default = _once(empty_prometheus, tmp_path, "--listen", "OFF")
+
+    # The control: without --listen off, the server does try to bind the port.
+    assert served.returncode == 2 and f"127.0.0.1:{port}" in served.stderr, served.stderr
+    for done in (off, off_default):
+        assert done.returncode == 0, done.stderr
+        assert "/metrics" not in done.stderr and "9464" not in done.stderr
+
+
+def test_detect_from_a_url_that_is_not_prometheus_is_one_short_line(
+        not_prometheus: str) -> None:
+    result = CliRunner().invoke(app, ["detect", "--prometheus", not_prometheus,
+                                      "--start", "0", "--end", "3600"])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"error: {not_prometheus} does not look like a Prometheus "
+                               "server: /api/v1/")
+    assert "requested URL" not in result.stderr
