@@ -26,13 +26,16 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from trainguard.agent.hub import AgentHub
 from trainguard.agent.remote import AgentProcesses, RemoteAttempt
 from trainguard.agent.wire import SECRET_ENV, new_secret
 from trainguard.errors import ConfigError, LaunchError
 from trainguard.recover.backend import Backend, Capabilities, Closeable, LaunchPlan
+
+if TYPE_CHECKING:
+    from trainguard.check.checker import CheckOptions, CheckReport
 
 ArgvFor = Callable[[str | None], list[str]]
 """The agent command for a node (None: one command for every node, which then names
@@ -200,7 +203,7 @@ class AgentBackend:
         self.hub.expect(plan.attempt, nodes)
         env = {**self._env, SECRET_ENV: self.secret}
         log_dir = plan.ranks[0].output.parent.parent / "agents" if plan.ranks \
-            else Path.cwd()
+            else plan.workdir / "agents"  # a session without ranks (host checks)
         procs = self.launcher.start(
             nodes, lambda node: agent_argv(self._python, address, node, self.session,
                                            plan.attempt), env, log_dir, plan.attempt)
@@ -211,6 +214,19 @@ class AgentBackend:
             seen_events=self._seen, clock=self._clock, sleep=self._sleep)
         self.hub.operator = attempt.operate
         return attempt
+
+    def check_hosts(self, hosts: Sequence[str], options: CheckOptions, work_dir: Path,
+                    status: Callable[[str], None]) -> CheckReport:
+        """``hosts`` checked by agents started for the purpose (:mod:`trainguard.check`)."""
+        from trainguard.check.agents import CheckAgents
+        from trainguard.check.checker import Checker
+
+        with CheckAgents(self, hosts, work_dir, connect_timeout_s=self.connect_timeout_s,
+                         clock=self._clock, sleep=self._sleep) as agents:
+            for host, why in agents.unreachable.items():
+                status(f"{host}: {why}")
+            return Checker(agents, clock=self._clock, status=status).run(
+                hosts, options, agents.unreachable)
 
     def control(self) -> dict[str, object]:
         """How an operator reaches this run (``trainguard inject``): address, session, secret.

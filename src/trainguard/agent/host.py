@@ -87,8 +87,6 @@ def local_plan(msg: Mapping[str, Any], node: str, work_dir: Path) -> LaunchPlan:
     """The controller's launch message as a plan for this host, with every rank file moved to
     this host's ``work_dir`` (pure, apart from nothing: no file is touched)."""
     command = _strings(msg.get("command"), "command")
-    if not command:
-        raise WireError("empty command")
     ranks = msg.get("ranks")
     if not isinstance(ranks, list):
         raise WireError("ranks must be a list")
@@ -102,6 +100,8 @@ def local_plan(msg: Mapping[str, Any], node: str, work_dir: Path) -> LaunchPlan:
         env["TRAINGUARD_NODE"] = node
         out.append(RankLaunch(rank, integer(r, "local_rank"), node, integer(r, "node_rank"),
                               env, work_dir / f"rank{rank}.log"))
+    if out and not command:
+        raise WireError("empty command")  # no ranks (a spare, a host check) need none
     workdir = msg.get("workdir")
     return LaunchPlan(integer(msg, "attempt"), tuple(command), (node,), tuple(out),
                       Path(workdir) if isinstance(workdir, str) else Path.cwd())

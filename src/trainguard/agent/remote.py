@@ -256,19 +256,40 @@ class RemoteAttempt:
         if not self._hub.send(node, {"t": "xid", "line": line}):
             raise LaunchError(f"{node}'s agent is not connected")
 
+    def request(self, nodes: Iterable[str], msg: Mapping[str, Any],
+                timeout_s: float) -> dict[str, Mapping[str, Any]]:
+        """``msg`` (with a fresh ``req``) to each node's agent at once; their replies, by node.
+        A node whose agent is not connected, or did not answer within ``timeout_s``, is
+        absent."""
+        return self.request_each({n: msg for n in nodes}, timeout_s)
+
+    def request_each(self, messages: Mapping[str, Mapping[str, Any]],
+                     timeout_s: float) -> dict[str, Mapping[str, Any]]:
+        """A message of its own to each node's agent, all sent before any answer is awaited
+        (one ``req`` for all); replies by node, as :meth:`request`."""
+        self._req += 1
+        req = self._req
+        asked = {n for n, msg in messages.items() if self._hub.send(n, {**msg, "req": req})}
+        deadline = self._clock() + timeout_s
+        got: dict[str, Mapping[str, Any]] = {}
+        while asked - set(got) - set(self.lost) and self._clock() < deadline:
+            self._sleep(0.02)
+            self._pump()
+            got.update(self._take_replies(req))
+        got.update(self._take_replies(req))
+        return got
+
+    def connected(self) -> frozenset[str]:
+        """Nodes whose agent is connected now."""
+        self._pump()
+        return frozenset(n for n, v in self._hub.peers().items()
+                         if v.connected and n in self.nodes)
+
     def collect(self, timeout_s: float) -> dict[int, Mapping[str, Any]]:
         """Each rank's process state, collective state and stacks, asked of every agent at
         once; ranks of hosts that did not answer within ``timeout_s`` + 2 s are absent."""
-        self._req += 1
-        req = self._req
-        asked = {n for n in self.plan.nodes
-                 if self._hub.send(n, {"t": "collect", "req": req, "timeout_s": timeout_s})}
-        deadline = self._clock() + timeout_s + 2.0
-        got: dict[str, Mapping[str, Any]] = {}
-        while asked - set(got) and self._clock() < deadline:
-            self._sleep(0.05)
-            self._pump()
-            got.update(self._take_replies(req))
+        got = self.request(self.plan.nodes, {"t": "collect", "timeout_s": timeout_s},
+                           timeout_s + 2.0)
         out: dict[int, Mapping[str, Any]] = {}
         for node, reply in got.items():
             ranks = reply.get("ranks")

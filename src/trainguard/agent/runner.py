@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trainguard.agent.checks import CHECK_COMMANDS, LinkServers, probe_link, run_check
 from trainguard.agent.client import Connection, Identity, Outbox, dial
 from trainguard.agent.host import HostWork
 from trainguard.agent.wire import WireError, integer, pack
@@ -65,6 +66,7 @@ class Agent:
         self._status = 0
         self._stopping = False
         self._launched = False
+        self._links = LinkServers()
 
     def run(self) -> int:
         return asyncio.run(self._main())
@@ -82,6 +84,7 @@ class Agent:
         await self._flush()
         if self._conn is not None:
             self._conn.writer.close()
+        self._links.close()
         self.host.close()
         return self._status
 
@@ -188,6 +191,8 @@ class Agent:
                     asyncio.to_thread(self.host.stop, grace_s))
             elif kind == "collect":
                 asyncio.get_running_loop().create_task(self._collect(msg))
+            elif kind in CHECK_COMMANDS:
+                asyncio.get_running_loop().create_task(self._check(str(kind), msg))
             elif kind == "xid":
                 line = msg.get("line")
                 if not isinstance(line, str) or len(line) > 4096:
@@ -228,6 +233,31 @@ class Agent:
         result = await asyncio.to_thread(
             self.host.collect, float(timeout) if isinstance(timeout, (int, float)) else 3.0)
         self._emit({"t": "reply", "req": req, **result})
+
+    async def _check(self, kind: str, msg: dict[str, Any]) -> None:
+        """A host-check command (:mod:`trainguard.agent.checks`), answered with its ``req``."""
+        try:
+            req = integer(msg, "req")
+        except WireError as exc:
+            self._emit({"t": "error", "what": kind, "text": str(exc)})
+            return
+        node = self.cfg.me.node
+        try:
+            if kind == "check":
+                reply = await asyncio.to_thread(run_check, msg, node)
+            elif kind == "link_serve":
+                reply = self._links.serve(msg, self._local_addr())
+            else:
+                reply = await asyncio.to_thread(probe_link, msg, node)
+        except (TrainguardError, WireError, OSError, ValueError) as exc:
+            reply = {"error": f"{kind}: {exc}"[:2000]}
+        self._emit({"t": "reply", "req": req, **reply})
+
+    def _local_addr(self) -> str:
+        """The address this host reaches the controller from: other hosts can reach it too."""
+        conn = self._conn
+        name = conn.writer.get_extra_info("sockname") if conn is not None else None
+        return str(name[0]) if name else "127.0.0.1"
 
     # -- the pump ----------------------------------------------------------------------------
 

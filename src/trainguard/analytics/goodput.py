@@ -27,6 +27,13 @@ for one run (a session and its attempts):
 8. other = wall - productive - every badput above. It is 0 for attempts that follow each other
    and is clamped at 0: attempts that overlap in time (only possible in imported history) would
    make it negative, and then productive + badput exceeds wall by the overlap.
+9. host checks: the run's own pre-flight and stop-time checks (:mod:`.checktime`, merged so
+   that overlapping checks count once) are badput of their own kind. Check time before the first
+   attempt or after the last lengthens the wall (which then runs from the first check or launch
+   to the last check or attempt end; the queue ends where it starts); check time inside a
+   relaunch gap comes out of relaunch wait, inside an attempt's training window out of its
+   productive (then unknown) time, inside its teardown out of teardown, each at most what that
+   part had. Checks after the start of an attempt left out (still running) are left out too.
 
 So ``productive_s + badput.total_s + unknown_s == wall_s`` up to float rounding whenever
 attempts do not overlap, and ``ettr = productive_s / wall_s`` (None for a zero wall).
@@ -46,9 +53,10 @@ several runs (:func:`combine`) covers only the runs whose time is fully known, a
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
+from trainguard.analytics.checktime import CheckCarve, Interval, before, overlap, total
 from trainguard.analytics.runs import (
     CANCELLED,
     FAILED,
@@ -81,7 +89,9 @@ class Badput:
     other_s: float = 0.0
     """The rest of the wall time; clamped at 0 (see the module outline, step 8)."""
     queue_s: float = 0.0
-    """Session start -> first launch, only with ``include_queue``."""
+    """Session start -> first launch (or first check), only with ``include_queue``."""
+    host_checks_s: float = 0.0
+    """The run's own pre-flight and stop-time host checks (outline step 9)."""
 
     @property
     def startup_s(self) -> float:
@@ -91,7 +101,7 @@ class Badput:
     def total_s(self) -> float:
         return (self.startup_s + self.checkpoint_blocking_s + self.lost_progress_s
                 + self.detection_s + self.teardown_s + self.relaunch_wait_s + self.hang_s
-                + self.other_s + self.queue_s)
+                + self.other_s + self.queue_s + self.host_checks_s)
 
     def to_dict(self) -> dict[str, object]:
         return {"startup": dict(self.startup), "startup_s": self.startup_s,
@@ -99,7 +109,7 @@ class Badput:
                 "lost_progress_s": self.lost_progress_s, "detection_s": self.detection_s,
                 "teardown_s": self.teardown_s, "relaunch_wait_s": self.relaunch_wait_s,
                 "hang_s": self.hang_s, "other_s": self.other_s, "queue_s": self.queue_s,
-                "total_s": self.total_s}
+                "host_checks_s": self.host_checks_s, "total_s": self.total_s}
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,39 +233,61 @@ def goodput(run: RunView, *, include_queue: bool = False, now: float | None = No
     times = [attempt_time(run, a, now) for a in attempts]
     ends = [a.ended if a.ended is not None else max(float(now or 0.0), a.started)
             for a in attempts]
-    first = min(a.started for a in attempts)
-    wall = max(ends) - first
-    queue = max(0.0, first - run.session.started) if include_queue else 0.0
+    first, last = min(a.started for a in attempts), max(ends)
+    kept = {a.id for a in attempts}
+    left_out = [a.started for a in run.attempts if a.id not in kept]
+    checks = before(run.checks, min(left_out, default=None))  # 9.
+    span_start = min(first, checks[0][0]) if checks else first
+    wall = max(last, checks[-1][1] if checks else last) - span_start
+    queue = max(0.0, span_start - run.session.started) if include_queue else 0.0
     wall += queue
     # 7. gaps between consecutive attempts (by launch index)
-    relaunch = sum(max(0.0, nxt.started - end)
-                   for nxt, end in zip(attempts[1:], ends[:-1], strict=True))
+    gaps = [(end, nxt.started) for nxt, end in zip(attempts[1:], ends[:-1], strict=True)
+            if nxt.started > end]
+    relaunch = sum(b - a for a, b in gaps)
+    carve = _carve_checks(checks, times, ends, gaps, relaunch, (first, last))
     startup: dict[str, float] = {}
     for t in times:
         for name, seconds in t.startup.items():
             startup[name] = startup.get(name, 0.0) + seconds
-    productive = sum(t.productive_s for t in times)
-    unknown = sum(t.unknown_s for t in times)
+    productive = sum(t.productive_s for t in times) - carve.productive_s
+    unknown = sum(t.unknown_s for t in times) - carve.unknown_s
     badput = Badput(
         startup=startup,
         checkpoint_blocking_s=sum(t.checkpoint_blocking_s for t in times),
         lost_progress_s=sum(t.lost_progress_s for t in times),
         detection_s=sum(t.detection_s for t in times),
-        teardown_s=sum(t.teardown_s for t in times),
-        relaunch_wait_s=relaunch,
+        teardown_s=sum(t.teardown_s for t in times) - carve.teardown_s,
+        relaunch_wait_s=relaunch - carve.relaunch_wait_s,
         hang_s=sum(t.hang_s for t in times),
         queue_s=queue,
+        host_checks_s=carve.total_s,
     )
     other = max(0.0, wall - productive - unknown - badput.total_s)  # 8.
     known = unknown == 0
     return Goodput(wall, productive, productive / wall if wall > 0 and known else None,
-                   _with_other(badput, other), unknown_s=unknown,
+                   replace(badput, other_s=other), unknown_s=unknown,
                    ettr_wall_s=None if known else 0.0, ettr_productive_s=None if known else 0.0)
 
 
-def _with_other(b: Badput, other: float) -> Badput:
-    return Badput(b.startup, b.checkpoint_blocking_s, b.lost_progress_s, b.detection_s,
-                  b.teardown_s, b.relaunch_wait_s, b.hang_s, other, b.queue_s)
+def _carve_checks(checks: Sequence[Interval], times: Sequence[AttemptTime],
+                  ends: Sequence[float], gaps: Sequence[Interval], relaunch: float,
+                  span: Interval) -> CheckCarve:
+    """Where the run's check time falls (outline step 9), each part at most what it had."""
+    if not checks:
+        return CheckCarve()
+    productive = unknown = teardown = 0.0
+    for t, end in zip(times, ends, strict=True):
+        f = end - t.teardown_s
+        in_window = overlap(checks, f - t.window_s, f)
+        took = min(in_window, t.productive_s)
+        productive += took
+        unknown += min(in_window - took, t.unknown_s)
+        teardown += min(overlap(checks, f, end), t.teardown_s)
+    in_gaps = min(sum(overlap(checks, a, b) for a, b in gaps), relaunch)
+    return CheckCarve(outside_s=total(checks) - overlap(checks, *span),
+                      productive_s=productive, unknown_s=unknown, teardown_s=teardown,
+                      relaunch_wait_s=in_gaps)
 
 
 def fleet_goodput(runs: Iterable[RunView], *, include_queue: bool = False,
@@ -270,7 +302,8 @@ def combine(parts: Iterable[Goodput]) -> Goodput:
     wall = productive = unknown = covered_wall = covered_productive = 0.0
     startup: dict[str, float] = {}
     sums = dict.fromkeys(("checkpoint_blocking_s", "lost_progress_s", "detection_s",
-                          "teardown_s", "relaunch_wait_s", "hang_s", "other_s", "queue_s"), 0.0)
+                          "teardown_s", "relaunch_wait_s", "hang_s", "other_s", "queue_s",
+                          "host_checks_s"), 0.0)
     for g in parts:
         wall += g.wall_s
         productive += g.productive_s

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from trainguard.analytics.checktime import Interval, session_check_intervals
 from trainguard.errors import StoreError
 from trainguard.store import RUNNING, AttemptRecord, CheckpointRecord, SessionRecord, Store
 
@@ -45,7 +46,8 @@ SUCCEEDED, FAILED, CANCELLED = "succeeded", "failed", "cancelled"
 
 @dataclass(frozen=True, slots=True)
 class RunView:
-    """One session with its attempts (by launch index) and its checkpoints (by creation time).
+    """One session with its attempts (by launch index), its checkpoints (by creation time) and
+    the time its own host checks took (pre-flight and stop-time; merged, oldest first).
 
         >>> run.attempts[0].index          # doctest: +SKIP
         0
@@ -54,6 +56,7 @@ class RunView:
     session: SessionRecord
     attempts: tuple[AttemptRecord, ...]
     checkpoints: tuple[CheckpointRecord, ...]
+    checks: tuple[Interval, ...] = ()
 
     @property
     def session_id(self) -> int:
@@ -90,6 +93,7 @@ def load_runs(
     else:
         attempts = store.attempts()
         checkpoints = store.checkpoints()
+    checks = session_check_intervals(store.host_checks(session_id=session_id))
     by_session: dict[int, list[AttemptRecord]] = defaultdict(list)
     for a in attempts:
         by_session[a.session_id].append(a)
@@ -102,6 +106,7 @@ def load_runs(
             session=s,
             attempts=tuple(sorted(by_session.get(s.id, ()), key=lambda a: (a.index, a.id))),
             checkpoints=tuple(sorted(ckpts.get(s.id, ()), key=lambda c: (c.created, c.id))),
+            checks=checks.get(s.id, ()),
         )
         for s in sessions
     ]

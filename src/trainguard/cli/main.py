@@ -12,6 +12,7 @@ from trainguard import __version__
 from trainguard.agent.cli import agent as agent_command
 from trainguard.cli import (
     advise,
+    check,
     ckpt,
     detect,
     logs,
@@ -48,6 +49,7 @@ app.add_typer(run.inject_app, name="inject")
 app.add_typer(nodes.app, name="nodes")
 app.add_typer(slurm.app, name="slurm")
 app.command("report")(report.report)
+app.command("check")(check.check)
 app.add_typer(advise.app, name="advise")
 app.add_typer(ckpt.app, name="ckpt")
 app.add_typer(nfs.app, name="nfs")

@@ -7,12 +7,15 @@ import time
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from trainguard.cli.console import err, fail, out
 from trainguard.cli.storeopen import open_store
+from trainguard.durations import format_duration
 from trainguard.errors import ConfigError, TrainguardError
 from trainguard.nodehealth import exclusion_concentration, node_health
+from trainguard.store import HostCheckRecord
 
 app = typer.Typer(
     help="Node-health memory: exclusions, XIDs, alerts, jobs taken down, lemon scores. "
@@ -28,31 +31,63 @@ def _when(t: float | None) -> str:
     return "-" if t is None else time.strftime("%Y-%m-%d %H:%M", time.localtime(t))
 
 
+_LEVEL_STYLE = {"pass": "green", "slow": "yellow", "fail": "bold red", "skipped": "dim"}
+
+
+def check_cell(check: HostCheckRecord | None, now: float) -> str:
+    """A host's last check for the table: ``slow 2.0 h ago: gemm 12.1 GFLOP/s, 0.21x...``."""
+    if check is None:
+        return "-"
+    style = _LEVEL_STYLE.get(check.level, "")
+    level = escape(check.level)
+    text = f"[{style}]{level}[/{style}]" if style else level
+    text += f" {format_duration(max(0.0, now - check.checked_at))} ago"
+    if check.level != "pass" and check.reason:
+        reason = check.reason if len(check.reason) <= 80 else check.reason[:79] + "…"
+        text += f": {escape(reason)}"
+    return text
+
+
+def check_dict(check: HostCheckRecord | None, now: float) -> dict[str, object] | None:
+    """A host's last check for ``--json`` (None when it was never checked)."""
+    if check is None:
+        return None
+    return {"level": check.level, "checked_at": check.checked_at,
+            "age_s": round(max(0.0, now - check.checked_at), 3),
+            "duration_s": check.duration_s, "reason": check.reason, "context": check.context,
+            "session_id": check.session_id}
+
+
 @app.callback()
 def nodes(
     ctx: typer.Context,
     db: DbOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="One JSON document.")] = False,
 ) -> None:
-    """List nodes, worst lemon score first: state, exclusions, XIDs, alerts, last evidence."""
+    """List nodes, worst lemon score first: state, exclusions, XIDs, alerts, last evidence,
+    last host check."""
     if ctx.invoked_subcommand is not None:
         return
+    now = time.time()
     try:
         with open_store(db, readonly=True) as store:
-            health = node_health(store, now=time.time())
+            checks = store.last_host_checks()
+            health = node_health(store, now=now, extra_nodes=checks)
             conc = exclusion_concentration(store)
     except TrainguardError as exc:
         fail(str(exc), 1)
     if json_out:
-        out.print_json(json.dumps({"nodes": [h.to_dict() for h in health],
-                                   "exclusion_concentration": conc.to_dict()}))
+        out.print_json(json.dumps({
+            "nodes": [{**h.to_dict(), "last_check": check_dict(checks.get(h.node), now)}
+                      for h in health],
+            "exclusion_concentration": conc.to_dict()}))
         return
     if not health:
         err.print("no nodes in the store yet")
         return
     table = Table(title="nodes (worst first)")
     for col in ("node", "state", "exclusions", "XIDs", "alerts", "jobs down", "lemon score",
-                "last evidence"):
+                "last evidence", "last check"):
         table.add_column(col)
     for h in health:
         state = f"[red]excluded[/red] since {_when(h.excluded_since)}: {h.exclusion_reason}" \
@@ -61,7 +96,8 @@ def nodes(
             else f"{h.lemon_score:.2f}"
         evidence = f"{_when(h.last_evidence_time)} {h.last_evidence}" if h.last_evidence else "-"
         table.add_row(h.node, state, str(h.exclusions), str(h.xids), str(h.alerts),
-                      str(h.jobs_taken_down), lemon, evidence[:80])
+                      str(h.jobs_taken_down), lemon, evidence[:80],
+                      check_cell(checks.get(h.node), now))
     out.print(table)
     if conc.total:
         out.print(f"exclusions: {conc.total} over {conc.nodes} node(s); top {conc.top_k} "

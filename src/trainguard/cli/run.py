@@ -22,6 +22,7 @@ from trainguard.errors import ConfigError, LaunchError
 from trainguard.faultspec import parse_faults
 from trainguard.recover import JobSpec, RetryPolicy, RunResult, Supervisor
 from trainguard.recover.backend import Closeable
+from trainguard.recover.hostchecks import HostCheckConfig
 from trainguard.recover.inject import append_line, xid_line
 from trainguard.recover.narrate import final_line
 from trainguard.recover.registry import BackendOptions, backends_help, get_entry
@@ -147,6 +148,20 @@ def run(
         "--name", help="The run's name in the store and the report [default: the script's "
         "name, e.g. train_gpt for python train_gpt.py].")
                     ] = None,
+    preflight: Annotated[bool, typer.Option(
+        "--preflight", help="Check the nodes and spares before the first launch (`trainguard "
+        "check` through the agents): a node judged slow or failed is replaced by a spare that "
+        "passed; too few good hosts: the run stops before launching, naming them.")] = False,
+    stop_checks: Annotated[bool, typer.Option(
+        "--stop-checks", help="After a failure that names no single culprit (a hang, a "
+        "collective timeout, a network error, a lost host), check the next attempt's nodes and "
+        "the spares before relaunching, and exclude what fails.")] = False,
+    check_floors: Annotated[Path | None, typer.Option(
+        "--check-floors", help="TOML [floors] for --preflight/--stop-checks (see `trainguard "
+        "check --floors`).")] = None,
+    check_time_limit: Annotated[float, typer.Option(
+        "--check-time-limit", min=0.5, help="Seconds each probe of --preflight/--stop-checks "
+        "may take on its host.")] = 20.0,
     all_output: Annotated[bool, typer.Option(
         "--all-output", help="Echo every line of the ranks' output. By default the tracebacks "
         "that follow a failure (peers reacting to the failed rank) are counted in one line per "
@@ -226,8 +241,12 @@ def run(
             raise ConfigError("--agent-exec needs agents (drop --no-agents)")
     except ConfigError as exc:
         fail(str(exc), code=2)
+    try:
+        checks = _host_checks(preflight, stop_checks, check_floors, check_time_limit)
+    except ConfigError as exc:
+        fail(str(exc), code=2)
     sup = Supervisor(spec, launcher, store=store, on_status=on_status, on_output=on_output,
-                     overwrite=overwrite, echo_all=all_output)
+                     overwrite=overwrite, echo_all=all_output, host_checks=checks)
     try:
         with _cancel_on_signals(sup):
             try:
@@ -242,6 +261,20 @@ def run(
         lock.release()
     _report(result, json_out)
     raise typer.Exit(result.exit_code)
+
+
+def _host_checks(preflight: bool, stop_checks: bool, floors: Path | None,
+                 time_limit_s: float) -> HostCheckConfig | None:
+    if not (preflight or stop_checks):
+        if floors is not None:
+            raise ConfigError("--check-floors needs --preflight or --stop-checks")
+        return None
+    from trainguard.check.checker import CheckOptions
+    from trainguard.check.floors import Floors
+
+    options = CheckOptions(time_limit_s=time_limit_s,
+                           floors=Floors.load(floors) if floors is not None else Floors())
+    return HostCheckConfig(preflight=preflight, stop_time=stop_checks, options=options)
 
 
 def _report(result: RunResult, json_out: bool) -> None:

@@ -26,6 +26,7 @@ from trainguard.devcluster import hostproc, net
 from trainguard.devcluster.common import (
     HOST_PROGRAMS,
     DevClusterError,
+    check_call,
     children,
     kill_quietly,
     missing_requirements,
@@ -188,6 +189,31 @@ class HostCluster:
 
     def link_up(self, node: str) -> None:
         net.ip("link", "set", "dev", self._veth(node), "up")
+
+    def throttle(self, node: str, mbit: float) -> None:
+        """Rate-limit the host's link to ``mbit`` Mbit/s both ways (``tc ... tbf`` on both ends
+        of its veth: this kernel has tbf but no netem)."""
+        if not mbit > 0:
+            raise DevClusterError("throttle: the rate must be > 0 Mbit/s")
+        netns = next(h.netns for h in self.plan.hosts if h.name == node)
+        rate = f"{mbit:g}mbit"
+        # burst: at least one MTU-sized packet and ~10 ms at the rate; latency bounds the queue
+        burst = f"{max(16, int(mbit * 1.25 * 10))}kb"
+        for prefix, dev in (([], self._veth(node)), (["ip", "netns", "exec", netns], "eth0")):
+            self.unthrottle_dev(prefix, dev)
+            check_call([*prefix, "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate,
+                        "burst", burst, "latency", "50ms"])
+
+    def unthrottle(self, node: str) -> None:
+        """Remove :meth:`throttle`'s limits."""
+        netns = next(h.netns for h in self.plan.hosts if h.name == node)
+        self.unthrottle_dev([], self._veth(node))
+        self.unthrottle_dev(["ip", "netns", "exec", netns], "eth0")
+
+    @staticmethod
+    def unthrottle_dev(prefix: list[str], dev: str) -> None:
+        subprocess.run([*prefix, "tc", "qdisc", "del", "dev", dev, "root"], capture_output=True,
+                       check=False, timeout=30)
 
     def kill_host(self, node: str) -> None:
         """SIGKILL the host's PID 1: the kernel then kills every process of the host. The host

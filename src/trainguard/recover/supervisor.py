@@ -36,6 +36,12 @@ from trainguard.recover.cancel import CancelToken
 from trainguard.recover.chain import Chain, NodeEvidence, Scheduler, advance, decide_next
 from trainguard.recover.drills import Drills
 from trainguard.recover.failure import Failure, Trigger, teardown_note
+from trainguard.recover.hostchecks import (
+    HostCheckConfig,
+    HostChecks,
+    TooFewGoodHosts,
+    require_agents,
+)
 from trainguard.recover.launchplan import PlanInputs, build_plan
 from trainguard.recover.lifecycle import Lifecycle, State
 from trainguard.recover.narrate import attempts_text, decision_line, failed_line, stop_message
@@ -71,7 +77,8 @@ class Supervisor:
                  sleep: Callable[[float], None] = time.sleep,
                  on_status: Callable[[str], None] | None = None,
                  on_output: Callable[[int, str, str], None] | None = None,
-                 overwrite: bool = False, echo_all: bool = False) -> None:
+                 overwrite: bool = False, echo_all: bool = False,
+                 host_checks: HostCheckConfig | None = None) -> None:
         """``on_output(rank, node, line)``: the ranks' output to echo; tracebacks that follow a
         failure are folded to one line per rank unless ``echo_all``
         (:mod:`trainguard.recover.echo`)."""
@@ -87,6 +94,8 @@ class Supervisor:
         self._status: Callable[[str], None] = lambda msg: status(terminal_safe(msg))
         self._output = on_output
         self._fold_hold_s = None if echo_all else 5.0
+        self._check_config = host_checks or HostCheckConfig()
+        self._checks: HostChecks | None = None
         self._overwrite = overwrite
         self._token = CancelToken()
         self._scan = scan_bytes
@@ -126,6 +135,7 @@ class Supervisor:
     def prepare(self) -> None:
         """Every check that can fail before a process starts (one clear error each)."""
         check_job(self.spec, self.backend, self.capabilities, overwrite=self._overwrite)
+        require_agents(self._check_config, self.backend)
 
     # -- one handler per state ---------------------------------------------------------------
 
@@ -152,6 +162,16 @@ class Supervisor:
         self._chain = Chain(nodes, spares)
         for message in skipped:
             self._status(message)
+        self._checks = HostChecks(
+            self._check_config, self.backend, spec.run_dir, self._scheduler, self._status,
+            required=spec.min_nodes if spec.min_nodes is not None else len(spec.nodes),
+            store=self.store, session_id=recorder.session_id, clock=self.clock)
+        try:
+            self._checks.preflight(self._chain)
+        except TooFewGoodHosts as exc:
+            self.lifecycle.to(State.FAILED)
+            self._finish("failed", f"not launched: {exc}")
+            return
         self._launch_unless_cancelled()
 
     def _on_launching(self) -> None:
@@ -210,6 +230,12 @@ class Supervisor:
             self._finish(final, stop_message(decision, outcome.failure))
             return
         advance(chain, decision)
+        try:
+            self._host_checks().after_failure(outcome.failure, chain)
+        except TooFewGoodHosts as exc:
+            self.lifecycle.to(State.FAILED)
+            self._finish("failed", f"stopped: {exc}")
+            return
         self.lifecycle.to(State.BACKOFF)
         ctx.recorder.write("running", decision.reason, chain.attempts, chain.exclusions)
         if decision.backoff_s > 0:
@@ -300,6 +326,10 @@ class Supervisor:
     def _context(self) -> tuple[AttemptContext, Chain]:
         assert self._ctx is not None and self._chain is not None, "used before PREPARING"
         return self._ctx, self._chain
+
+    def _host_checks(self) -> HostChecks:
+        assert self._checks is not None, "used before PREPARING"
+        return self._checks
 
     def _current(self) -> Attempt:
         assert self._attempt is not None, "no attempt launched"

@@ -35,8 +35,8 @@ def badput_parts(g: Goodput) -> list[tuple[str, float]]:
     parts += [("checkpoint blocking", b.checkpoint_blocking_s),
               ("lost progress", b.lost_progress_s), ("failure detection", b.detection_s),
               ("teardown", b.teardown_s), ("relaunch wait", b.relaunch_wait_s),
-              ("hang", b.hang_s), ("queue", b.queue_s), ("other", b.other_s),
-              (NO_SDK, g.unknown_s)]
+              ("host checks", b.host_checks_s), ("hang", b.hang_s), ("queue", b.queue_s),
+              ("other", b.other_s), (NO_SDK, g.unknown_s)]
     return [(label, v) for label, v in parts if v > 0]
 
 

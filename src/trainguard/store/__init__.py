@@ -1,4 +1,5 @@
-"""The event store: sessions, attempts, failure events, alerts, exclusions and checkpoints.
+"""The event store: sessions, attempts, failure events, alerts, exclusions, checkpoints and host
+checks.
 
 SQLite by default (``--db PATH`` / ``$TRAINGUARD_DB`` / ``./trainguard.db``), PostgreSQL by URL
 for shared deployments (``pip install 'trainguard[postgres]'``).
@@ -16,10 +17,12 @@ from __future__ import annotations
 from trainguard.store.connect import DB_ENV, DEFAULT_DB, resolve_db_url
 from trainguard.store.records import (
     ALERT_KINDS,
+    CHECK_CONTEXTS,
     AlertRecord,
     AttemptRecord,
     CheckpointRecord,
     ExclusionRecord,
+    HostCheckRecord,
     NodeRecord,
     SessionRecord,
 )
@@ -29,6 +32,7 @@ from trainguard.store.store import Store
 
 __all__ = [
     "ALERT_KINDS",
+    "CHECK_CONTEXTS",
     "DB_ENV",
     "DEFAULT_DB",
     "RUNNING",
@@ -37,6 +41,7 @@ __all__ = [
     "AttemptRecord",
     "CheckpointRecord",
     "ExclusionRecord",
+    "HostCheckRecord",
     "NodeRecord",
     "SessionRecord",
     "Store",

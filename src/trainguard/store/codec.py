@@ -17,6 +17,7 @@ from trainguard.store.records import (
     AttemptRecord,
     CheckpointRecord,
     ExclusionRecord,
+    HostCheckRecord,
     NodeRecord,
     SessionRecord,
 )
@@ -164,6 +165,21 @@ def checkpoint_from_row(r: Any) -> CheckpointRecord:
     )
 
 
+def host_check_from_row(r: Any) -> HostCheckRecord:
+    return HostCheckRecord(
+        id=r.id,
+        host=r.host,
+        checked_at=r.checked_at,
+        duration_s=r.duration_s,
+        level=r.level,
+        reason=r.reason,
+        context=r.context,
+        session_id=r.session_id,
+        findings=tuple(r.findings or ()),
+        figures=tuple(r.figures or ()),
+    )
+
+
 __all__ = [
     "alert_from_row",
     "attempt_from_row",
@@ -171,6 +187,7 @@ __all__ = [
     "event_from_row",
     "event_to_row",
     "exclusion_from_row",
+    "host_check_from_row",
     "node_from_row",
     "session_from_row",
 ]

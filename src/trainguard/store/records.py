@@ -13,6 +13,10 @@ from typing import Any
 ALERT_KINDS: tuple[str, ...] = ("predictive", "hard")
 """Allowed values of :attr:`AlertRecord.kind`."""
 
+CHECK_CONTEXTS: tuple[str, ...] = ("check", "preflight", "stop", "release")
+"""Allowed values of :attr:`HostCheckRecord.context`: ``trainguard check``, a supervised run's
+pre-flight check, its stop-time check, ``nodes release --verify``."""
+
 
 @dataclass(frozen=True, slots=True)
 class NodeRecord:
@@ -131,12 +135,46 @@ class CheckpointRecord:
     ok: bool
 
 
+@dataclass(frozen=True, slots=True)
+class HostCheckRecord:
+    """One host's outcome in one host check (:mod:`trainguard.check`).
+
+        >>> store.last_host_checks()["node3"].level   # doctest: +SKIP
+        'slow'
+    """
+
+    id: int
+    host: str
+    checked_at: float
+    """When the check started (the whole check, all hosts)."""
+    duration_s: float
+    """How long the whole check took."""
+    level: str
+    """``pass``, ``slow``, ``fail`` or ``skipped`` (:class:`trainguard.check.model.Level`)."""
+    reason: str
+    """The reasons of the host's worst findings, joined; empty for a pass."""
+    context: str
+    """One of :data:`CHECK_CONTEXTS`."""
+    session_id: int | None
+    """The supervised run that made the check, if one did."""
+    findings: tuple[Mapping[str, Any], ...]
+    """The host's findings (``Finding.to_dict``), its links' included."""
+    figures: tuple[Mapping[str, Any], ...]
+    """The host's probe results (``ProbeResult.to_dict``)."""
+
+    @property
+    def ended(self) -> float:
+        return self.checked_at + self.duration_s
+
+
 __all__ = [
     "ALERT_KINDS",
+    "CHECK_CONTEXTS",
     "AlertRecord",
     "AttemptRecord",
     "CheckpointRecord",
     "ExclusionRecord",
+    "HostCheckRecord",
     "NodeRecord",
     "SessionRecord",
 ]

@@ -10,8 +10,11 @@ Conventions, so analytics can be written as plain SQL on either backend:
 - ``JSON`` columns hold only open-ended payloads (per-rank exit codes, startup phases, alert
   signals, evidence lines, rule-extracted fields, free-form config/detail/attrs).
 
-Bump :data:`SCHEMA_VERSION` on any change to these tables; a store refuses to open a database whose
-recorded version is newer than the one it was built with.
+Bump :data:`SCHEMA_VERSION` on any change to these tables that an older store cannot simply gain;
+a store refuses to open a database whose recorded version is newer than the one it was built with.
+A new table is not such a change: a writer's open creates the tables that are missing
+(``create_all(checkfirst=True)`` in :func:`trainguard.store.connect.ensure_schema`), and readers
+of a store that lacks one get nothing from it (``host_checks`` was added this way to version 1).
 """
 
 from __future__ import annotations
@@ -199,6 +202,25 @@ checkpoints = Table(
     Index(None, "session_id", "step"),
 )
 
+host_checks = Table(
+    "host_checks",
+    metadata,
+    # One row per host per check (``trainguard check``, a run's pre-flight or stop-time check,
+    # ``nodes release --verify``); the check's start and length are the whole check's.
+    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("host", String, nullable=False),
+    Column("checked_at", Double, nullable=False),
+    Column("duration_s", Double, nullable=False),
+    Column("level", String, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("context", String, nullable=False),
+    Column("session_id", _Id, _fk("sessions.id")),
+    Column("findings", _Json),
+    Column("figures", _Json),
+    Index(None, "host", "checked_at"),
+    Index(None, "session_id"),
+)
+
 __all__ = [
     "SCHEMA_VERSION",
     "alerts",
@@ -207,6 +229,7 @@ __all__ = [
     "checkpoints",
     "events",
     "exclusions",
+    "host_checks",
     "metadata",
     "nodes",
     "schema_version",

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from trainguard import __version__
+from trainguard.store.checks import ChecksMixin
 from trainguard.store.connect import open_engine
 from trainguard.store.fleet import FleetMixin
 from trainguard.store.runs import RunsMixin
 
 
-class Store(RunsMixin, FleetMixin):
+class Store(RunsMixin, FleetMixin, ChecksMixin):
     """The event store (SQLite by default, PostgreSQL by URL).
 
         >>> with Store.open(":memory:") as store:
@@ -18,8 +19,8 @@ class Store(RunsMixin, FleetMixin):
 
     Every method runs in its own transaction; errors from the database come out as
     :class:`~trainguard.errors.StoreError` with one readable line. The methods live in
-    :mod:`.runs` (sessions, attempts, events, checkpoints) and :mod:`.fleet` (nodes, alerts,
-    exclusions).
+    :mod:`.runs` (sessions, attempts, events, checkpoints), :mod:`.fleet` (nodes, alerts,
+    exclusions) and :mod:`.checks` (host checks).
     """
 
     @classmethod

@@ -1,0 +1,1 @@
+"""Host validation: per-host probes, link localization, verdicts (``trainguard check``)."""

@@ -1,0 +1,112 @@
+"""Issue 19's acceptance on the namespaced cluster: `trainguard check` across 8 hosts, each with
+its own network, hostname, PID space and /tmp, checked by agents the controller reaches only
+over the bridge.
+
+Faults are made on one host the way an operator would meet them: its link throttled with
+`tc ... tbf` (this kernel has tbf, not netem), or a CPU hog pinned to the cores its processes
+run on. The check must name that host, and no other; a healthy cluster must flag nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from multihost_job import _unavailable, no_job_left  # noqa: F401 (fixture)
+
+from trainguard.devcluster import HostCluster, missing_requirements
+
+pytestmark = [pytest.mark.integration, pytest.mark.multihost,
+              pytest.mark.usefixtures("no_job_left")]
+
+TG = [sys.executable, "-m", "trainguard.cli.main"]
+HOSTS = [f"host{i}" for i in range(1, 9)]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostCluster]:
+    if os.geteuid() != 0:
+        _unavailable("namespaced hosts need root")
+    missing = missing_requirements()
+    if shutil.which("tc") is None:
+        missing.append("tc (iproute2)")
+    if missing:
+        _unavailable(f"missing: {', '.join(missing)}")
+    root = tmp_path_factory.mktemp("mhc")
+    with HostCluster(HOSTS, root / "cluster") as c:
+        yield c
+
+
+def check(cluster: HostCluster, *extra: str, agent_exec: str | None = None,
+          hosts: list[str] = HOSTS) -> tuple[int, dict[str, Any], str]:
+    argv = [*TG, "check", "--nodes", ",".join(hosts), "--json",
+            "--agent-exec", agent_exec or f"{cluster.enter_script} {{node}}",
+            "--controller-addr", cluster.bridge_addr, "--time-limit", "10", *extra]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=300,
+                       cwd=Path(__file__).parents[2])
+    assert r.returncode in (0, 1), r.stderr[-3000:]
+    return r.returncode, json.loads(r.stdout), r.stderr
+
+
+def named(report: dict[str, Any]) -> set[str]:
+    """Every host a slow or failed finding names (a link names both of its hosts)."""
+    out: set[str] = set()
+    for f in report["findings"]:
+        if f["level"] in ("slow", "fail"):
+            out |= set(f["subject"].split("<->"))
+    return out
+
+
+def test_a_healthy_cluster_flags_nothing(cluster: HostCluster) -> None:
+    for _ in range(2):
+        code, report, err = check(cluster)
+        assert code == 0 and report["flagged"] == [], (named(report), err[-2000:])
+        assert set(report["verdicts"].values()) == {"pass"}
+        assert report["link_rounds"] >= 1 and report["links"]
+        skipped = {f["check"] for f in report["findings"] if f["level"] == "skipped"}
+        assert {"gpu", "gpu_perf", "dcgm"} <= skipped  # no GPU here: said, never a pass
+
+
+def test_a_throttled_link_names_its_host_and_nobody_else(cluster: HostCluster) -> None:
+    _, healthy, _ = check(cluster, "--probe", "cpu_gemm")
+    speeds = [link["mbps"] for link in healthy["links"] if link["mbps"]]
+    tenth_mbit = statistics.median(speeds) * 8 / 10  # MB/s -> Mbit/s, a tenth
+    cluster.throttle("host5", tenth_mbit)
+    try:
+        for _ in range(2):
+            code, report, err = check(cluster, "--probe", "cpu_gemm")
+            assert code == 1, err[-2000:]
+            assert named(report) == {"host5"}, (report["findings"], err[-2000:])
+    finally:
+        cluster.unthrottle("host5")
+
+
+def test_a_cpu_hog_on_a_hosts_cores_makes_it_slow(cluster: HostCluster, tmp_path: Path) -> None:
+    # host3's processes (its agent and probes) run on CPU 0, where a hog spins as well; the
+    # other hosts have both CPUs to themselves while they are measured.
+    wrapper = tmp_path / "enter-pinned"
+    wrapper.write_text("#!/bin/sh\nnode=$1; shift\n"
+                       f'if [ "$node" = host3 ]; then exec {cluster.enter_script} "$node" '
+                       'taskset -c 0 "$@"; fi\n'
+                       f'exec {cluster.enter_script} "$node" "$@"\n')
+    wrapper.chmod(0o755)
+    hog = cluster.popen("host3", ["taskset", "-c", "0", "sh", "-c", "while :; do :; done"])
+    try:
+        code, report, err = check(cluster, "--no-links", agent_exec=f"{wrapper} {{node}}")
+    finally:
+        hog.kill()
+        hog.wait()
+        subprocess.run(cluster.argv("host3", ["pkill", "-KILL", "-f", "while :"]),
+                       check=False, capture_output=True)
+    assert code == 1, err[-2000:]
+    assert named(report) == {"host3"}, (report["findings"], err[-2000:])
+    slow = [f for f in report["findings"] if f["subject"] == "host3" and f["level"] == "slow"]
+    assert any(f["check"] == "cpu_gemm" and "GFLOP/s" in f["reason"] for f in slow)
