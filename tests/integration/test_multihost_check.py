@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from multihost_job import _unavailable, no_job_left  # noqa: F401 (fixture)
+from multihost_job import Job, _unavailable, no_job_left  # noqa: F401 (fixture)
 
 from trainguard.devcluster import HostCluster, missing_requirements
 
@@ -110,3 +110,50 @@ def test_a_cpu_hog_on_a_hosts_cores_makes_it_slow(cluster: HostCluster, tmp_path
     assert named(report) == {"host3"}, (report["findings"], err[-2000:])
     slow = [f for f in report["findings"] if f["subject"] == "host3" and f["level"] == "slow"]
     assert any(f["check"] == "cpu_gemm" and "GFLOP/s" in f["reason"] for f in slow)
+
+
+def tg(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*TG, *args], capture_output=True, text=True, timeout=300,
+                          cwd=Path(__file__).parents[2])
+
+
+def test_release_verify_refuses_a_degraded_host_and_accepts_it_repaired(
+        cluster: HostCluster, tmp_path: Path) -> None:
+    db = str(tmp_path / "tg.db")
+    r = tg("nodes", "exclude", "host6", "--reason", "slow link reported", "--db", db)
+    assert r.returncode == 0, r.stderr
+    verify = ["nodes", "release", "host6", "--db", db, "--verify", "--peers",
+              "host1,host2,host3", "--agent-exec", f"{cluster.enter_script} {{node}}",
+              "--controller-addr", cluster.bridge_addr, "--time-limit", "10"]
+    cluster.throttle("host6", 100)  # Mbit/s: a tenth or less of a healthy veth here
+    try:
+        r = tg(*verify)
+    finally:
+        cluster.unthrottle("host6")
+    assert r.returncode == 1 and "host6 not released" in r.stderr, r.stderr[-2000:]
+    assert "MB/s" in r.stderr
+    listing = json.loads(tg("nodes", "--db", db, "--json").stdout)
+    row = next(n for n in listing["nodes"] if n["node"] == "host6")
+    assert row["last_check"]["level"] in ("slow", "fail")
+    r = tg(*verify)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "host6 released" in r.stderr
+
+
+def test_preflight_swaps_a_degraded_node_for_the_spare(cluster: HostCluster,
+                                                        tmp_path: Path) -> None:
+    base = Job(cluster, tmp_path, "base", nodes=("host1", "host2", "host3"),
+               spares=("host4",), steps=20)
+    assert base.wait()["status"] == "succeeded", base.output()[-3000:]
+    cluster.throttle("host2", 100)
+    try:
+        job = Job(cluster, tmp_path, "preflight", nodes=("host1", "host2", "host3"),
+                  spares=("host4",), steps=20, extra=["--preflight", "--check-time-limit", "10"])
+        summary = job.wait(timeout_s=400)
+    finally:
+        cluster.unthrottle("host2")
+    assert summary["status"] == "succeeded", job.output()[-3000:]
+    assert [e["node"] for e in summary["exclusions"]] == ["host2"], job.output()[-3000:]
+    assert summary["attempts"][0]["nodes"] == ["host1", "host4", "host3"]
+    assert len(summary["attempts"]) == 1
+    assert job.final_loss() == base.final_loss()

@@ -321,7 +321,10 @@ def _grace(stop: float, budget_s: float, deadline: float) -> float:
 def _upload(conn: Conn, nbytes: int, budget_s: float, deadline: float) -> tuple[_Burst, bool]:
     t0 = time.perf_counter()
     stop = time.monotonic() + budget_s
-    conn.send_all(_XFER.pack(b"U", nbytes, max(1, int(budget_s * 1000))), stop)
+    try:
+        conn.send_all(_XFER.pack(b"U", nbytes, max(1, int(budget_s * 1000))), stop)
+    except LinkTimeout:     # not even the request got through: nothing passes
+        return _Burst(0, time.perf_counter() - t0, cut=True), True
     sent = conn.send_zeros(nbytes, stop)
     grace = _grace(stop, budget_s, deadline)
     try:
@@ -335,7 +338,10 @@ def _upload(conn: Conn, nbytes: int, budget_s: float, deadline: float) -> tuple[
 def _download(conn: Conn, nbytes: int, budget_s: float, deadline: float) -> tuple[_Burst, bool]:
     t0 = time.perf_counter()
     stop = time.monotonic() + budget_s
-    conn.send_all(_XFER.pack(b"D", nbytes, max(1, int(budget_s * 1000))), stop)
+    try:
+        conn.send_all(_XFER.pack(b"D", nbytes, max(1, int(budget_s * 1000))), stop)
+    except LinkTimeout:     # not even the request got through: nothing passes
+        return _Burst(0, time.perf_counter() - t0, cut=True), True
     grace = _grace(stop, budget_s, deadline)
     got = conn.skip_zeros(nbytes, grace, tolerate_timeout=True)
     try:

@@ -137,6 +137,8 @@ class Isolator:
     def __init__(self, hosts: Sequence[str], thresholds: PairThresholds | None = None,
                  *, max_rounds: int | None = None, controls: int = 2) -> None:
         names = [str(h) for h in hosts]
+        if not names:
+            raise ConfigError("link check: no hosts to check")
         if any(not h or "<->" in h for h in names):
             raise ConfigError("link check: host names must be non-empty and not contain '<->'")
         if len(set(names)) != len(names):
@@ -150,7 +152,6 @@ class Isolator:
         self.controls = controls
         self._survey = (ring_rounds(names) if len(names) <= 3
                         else [[(names[i], names[i + 1]) for i in range(0, len(names) - 1, 2)]])
-        self._survey_pairs = {link_name(*p) for r in self._survey for p in r}
         self._pending: list[Pair] | None = None
         self._measured: list[Measurement] = []
         self._reference: tuple[float, float] | None = None
@@ -314,8 +315,8 @@ class Isolator:
         """Hosts and links at fault (SLOW, or FAIL for errors and floors), or one "cluster"
         finding; empty when every link is fine."""
         if len(self.hosts) < 2:
-            return [Finding(self.hosts[0] if self.hosts else "cluster", "host", Level.SKIPPED,
-                            CHECK, "1 host: no link to measure", FIGURE)]
+            return [Finding(self.hosts[0], "host", Level.SKIPPED, CHECK,
+                            "1 host: no link to measure", FIGURE)]
         if self._cluster is not None:
             return [self._cluster]
         good = self._good_hosts()

@@ -4,13 +4,27 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from trainguard.cli.console import err, fail, out
+from trainguard.cli.check import (
+    AgentExecOpt,
+    AgentsAt,
+    BackendOpt,
+    CheckpointDirOpt,
+    ControllerOpt,
+    FloorsOpt,
+    ListenOpt,
+    TimeLimitOpt,
+    host_list,
+    load_floors,
+    run_host_check,
+)
+from trainguard.cli.console import err, fail, out, warn
 from trainguard.cli.storeopen import open_store
 from trainguard.durations import format_duration
 from trainguard.errors import ConfigError, TrainguardError
@@ -149,8 +163,27 @@ def release(
     node: Annotated[str, typer.Argument(help="Node name.")],
     db: DbOpt = None,
     slurm: SlurmOpt = False,
+    verify: Annotated[bool, typer.Option(
+        "--verify", help="Re-admit the node only when `trainguard check` passes it (run "
+        "through agents, as `trainguard check`); the result is recorded in the store.")] = False,
+    peers: Annotated[str | None, typer.Option(
+        "--peers", help="With --verify: healthy hosts to compare the node with and to measure "
+        "its links against (without them only the floors and hard failures apply).")] = None,
+    backend: BackendOpt = "local",
+    agent_exec: AgentExecOpt = None,
+    controller_addr: ControllerOpt = None,
+    listen: ListenOpt = None,
+    checkpoint_dir: CheckpointDirOpt = None,
+    time_limit: TimeLimitOpt = 30.0,
+    floors: FloorsOpt = None,
 ) -> None:
-    """Release a node after repair: later runs may use it again."""
+    """Release a node after repair: later runs may use it again. With --verify, only when its
+    checks pass (exit 1 and the reasons otherwise)."""
+    if verify:
+        _verify(node, peers, AgentsAt(backend, agent_exec, controller_addr, listen), db,
+                checkpoint_dir, time_limit, floors)
+    elif peers is not None:
+        fail("--peers needs --verify", 2)
     with open_store(db) as store:
         try:
             if slurm:
@@ -165,6 +198,34 @@ def release(
     if not n and not slurm:
         fail(f"{node} has no active exclusion", code=1)
     err.print(f"{node} released ({n} exclusion{'s' if n > 1 else ''})")
+
+
+def _verify(node: str, peers: str | None, at: AgentsAt, db: str | None,
+            checkpoint_dir: str | None, time_limit_s: float, floors: Path | None) -> None:
+    """Check ``node`` (with ``peers``); exit 1 with the reasons unless it passes."""
+    from trainguard.check.checker import CheckOptions
+    from trainguard.check.model import Level
+
+    try:
+        others = host_list(peers, "--peers") if peers else ()
+        if node in others:
+            raise ConfigError(f"--peers names {node} itself")
+        options = CheckOptions(checkpoint_dir=checkpoint_dir, time_limit_s=time_limit_s,
+                               floors=load_floors(floors))
+    except ConfigError as exc:
+        fail(str(exc), 2)
+    if not others:
+        warn("no --peers: the node is compared with the floors only (and its links are not "
+             "measured)")
+    report = run_host_check((node, *others), options, at, db, "release")
+    level = report.verdicts.get(node, Level.PASS)
+    if level in (Level.SLOW, Level.FAIL):
+        reasons = "; ".join(f.reason for f in report.problems() if node in f.hosts)
+        fail(f"{node} not released: its check says {level.value}: {reasons}", 1)
+    flagged_peers = [h for h in report.flagged() if h != node]
+    if flagged_peers:
+        warn(f"peer(s) {', '.join(flagged_peers)} did not pass the check themselves")
+    err.print(f"{node} passed its check ({report.duration_s:.1f} s)")
 
 
 __all__ = ["app"]

@@ -168,6 +168,8 @@ def test_bad_thresholds_name_the_key(kwargs: dict[str, float], key: str) -> None
 def test_bad_input_is_a_clear_error() -> None:
     with pytest.raises(ConfigError, match="duplicate host"):
         Isolator(["a", "b", "a"])
+    with pytest.raises(ConfigError, match="no hosts"):
+        Isolator([])
     iso = Isolator(_hosts(4))
     pairs = iso.next_round()
     assert pairs is not None
