@@ -90,20 +90,22 @@ def test_a_throttled_link_names_its_host_and_nobody_else(cluster: HostCluster) -
 
 
 def test_a_cpu_hog_on_a_hosts_cores_makes_it_slow(cluster: HostCluster, tmp_path: Path) -> None:
-    # host3's processes (its agent and probes) run on CPU 0, where a hog spins as well; the
-    # other hosts have both CPUs to themselves while they are measured.
+    # The hosts of this 2-core machine get cores of their own: host3 runs on CPU 0, where a
+    # busy two-process job spins as well; every other host runs on CPU 1, alone while it is
+    # measured (hosts that share a machine are measured one after another).
     wrapper = tmp_path / "enter-pinned"
-    wrapper.write_text("#!/bin/sh\nnode=$1; shift\n"
-                       f'if [ "$node" = host3 ]; then exec {cluster.enter_script} "$node" '
-                       'taskset -c 0 "$@"; fi\n'
-                       f'exec {cluster.enter_script} "$node" "$@"\n')
+    wrapper.write_text("#!/bin/sh\nnode=$1; shift\ncpu=1\n"
+                       '[ "$node" = host3 ] && cpu=0\n'
+                       f'exec {cluster.enter_script} "$node" taskset -c "$cpu" "$@"\n')
     wrapper.chmod(0o755)
-    hog = cluster.popen("host3", ["taskset", "-c", "0", "sh", "-c", "while :; do :; done"])
+    hogs = [cluster.popen("host3", ["taskset", "-c", "0", "sh", "-c", "while :; do :; done"])
+            for _ in range(2)]
     try:
         code, report, err = check(cluster, "--no-links", agent_exec=f"{wrapper} {{node}}")
     finally:
-        hog.kill()
-        hog.wait()
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
         subprocess.run(cluster.argv("host3", ["pkill", "-KILL", "-f", "while :"]),
                        check=False, capture_output=True)
     assert code == 1, err[-2000:]
@@ -157,3 +159,24 @@ def test_preflight_swaps_a_degraded_node_for_the_spare(cluster: HostCluster,
     assert summary["attempts"][0]["nodes"] == ["host1", "host4", "host3"]
     assert len(summary["attempts"]) == 1
     assert job.final_loss() == base.final_loss()
+
+
+def test_a_stall_on_a_degraded_link_is_checked_and_the_host_excluded(
+        cluster: HostCluster, tmp_path: Path) -> None:
+    # host2's link degrades mid-run until it passes (almost) nothing while staying up: the
+    # job's collectives stall (a hang, no rank to blame); the stop-time check names host2 and
+    # the next attempt runs without it.
+    job = Job(cluster, tmp_path, "stall", nodes=("host1", "host2", "host3"),
+              spares=("host4",), steps=60,
+              extra=["--stop-checks", "--check-time-limit", "10", "--hang-timeout", "15"])
+    job.wait_for_step(8)
+    cluster.throttle("host2", 0.001, burst_kb=1)  # 1 kbit/s, bursts below one packet
+    try:
+        job.wait_for_step(9, attempt=1, timeout_s=300)
+    finally:
+        cluster.unthrottle("host2")
+    summary = job.wait(timeout_s=300)
+    assert summary["status"] == "succeeded", job.output()[-3000:]
+    assert [e["node"] for e in summary["exclusions"]] == ["host2"], job.output()[-3000:]
+    assert "stop check" in summary["exclusions"][0]["reason"]
+    assert "host2" not in summary["attempts"][1]["nodes"]

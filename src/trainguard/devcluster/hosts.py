@@ -190,15 +190,16 @@ class HostCluster:
     def link_up(self, node: str) -> None:
         net.ip("link", "set", "dev", self._veth(node), "up")
 
-    def throttle(self, node: str, mbit: float) -> None:
+    def throttle(self, node: str, mbit: float, *, burst_kb: int | None = None) -> None:
         """Rate-limit the host's link to ``mbit`` Mbit/s both ways (``tc ... tbf`` on both ends
-        of its veth: this kernel has tbf but no netem)."""
+        of its veth: this kernel has tbf but no netem). ``burst_kb`` below the MTU (1.5 kB)
+        lets nothing through: a link that is up but passes no traffic."""
         if not mbit > 0:
             raise DevClusterError("throttle: the rate must be > 0 Mbit/s")
         netns = next(h.netns for h in self.plan.hosts if h.name == node)
-        rate = f"{mbit:g}mbit"
-        # burst: at least one MTU-sized packet and ~10 ms at the rate; latency bounds the queue
-        burst = f"{max(16, int(mbit * 1.25 * 10))}kb"
+        rate = f"{max(1, round(mbit * 1e6))}bit"
+        # burst: ~10 ms at the rate, at least 16 kB; latency bounds the queue
+        burst = f"{burst_kb if burst_kb is not None else max(16, int(mbit * 1.25 * 10))}kb"
         for prefix, dev in (([], self._veth(node)), (["ip", "netns", "exec", netns], "eth0")):
             self.unthrottle_dev(prefix, dev)
             check_call([*prefix, "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate,
