@@ -12,6 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import (
     bench_agents,
+    bench_check,
     bench_checkpoint,
     bench_classify,
     bench_detect,
@@ -46,3 +47,5 @@ if __name__ == "__main__":
         bench_agents.main(["--only", "controller"])
     else:
         bench_agents.main([])
+    print("\n== host checks on a namespaced 8-host cluster (issue #19) ==")
+    bench_check.main([])

@@ -94,6 +94,30 @@ def _ettr(tau: float, m: ModelInputs) -> float:
     return (tau / cycle) / (1.0 + lam * (m.restart_s + cycle / 2.0))
 
 
+def stop_check_break_even(*, check_s: float, restart_s: float, interval_s: float,
+                          write_s: float, detect_s: float) -> float:
+    """The share of ambiguous failures (hangs, collective timeouts, lost hosts) that must be
+    caused by a host the stop-time check finds for the check to pay for itself.
+
+    Without the check, a relaunch onto the faulty host fails again: another detection
+    (``detect_s``, e.g. the hang timeout), restart, and on average half a checkpoint cycle of
+    lost work. With it, every ambiguous failure costs ``check_s``. So the check pays when
+    ``p * (detect_s + restart_s + (interval_s + write_s) / 2) > check_s``; the result is that
+    ``p`` (above 1: never pays).
+
+        >>> round(stop_check_break_even(check_s=30, restart_s=60, interval_s=1800,
+        ...                             write_s=20, detect_s=600), 3)
+        0.019
+    """
+    for key, value in (("check_s", check_s), ("restart_s", restart_s),
+                       ("interval_s", interval_s), ("write_s", write_s),
+                       ("detect_s", detect_s)):
+        if not math.isfinite(value) or value < 0:
+            raise ConfigError(f"{key} must be a finite number >= 0, got {value}")
+    repeat = detect_s + restart_s + (interval_s + write_s) / 2.0
+    return math.inf if repeat == 0 else check_s / repeat
+
+
 def young_daly_interval(*, nodes: float, failures_per_node_day: float, write_s: float) -> float:
     """Young/Daly's first-order optimum ``sqrt(2 w / λ)`` (inf without failures)."""
     lam = ModelInputs(nodes, failures_per_node_day, write_s, 0.0).failure_rate_per_s
@@ -313,5 +337,6 @@ __all__ = [
     "expected_ettr",
     "measured_inputs",
     "optimal_checkpoint_interval",
+    "stop_check_break_even",
     "young_daly_interval",
 ]
