@@ -71,6 +71,8 @@ def test_a_healthy_cluster_flags_nothing(cluster: HostCluster) -> None:
         assert code == 0 and report["flagged"] == [], (named(report), err[-2000:])
         assert set(report["verdicts"].values()) == {"pass"}
         assert report["link_rounds"] >= 1 and report["links"]
+        ring = [f for f in report["findings"] if f["check"] == "allreduce"]
+        assert len(ring) == 1 and ring[0]["level"] == "pass" and ring[0]["value"] > 0, ring
         skipped = {f["check"] for f in report["findings"] if f["level"] == "skipped"}
         assert {"gpu", "gpu_perf", "dcgm"} <= skipped  # no GPU here: said, never a pass
 

@@ -225,8 +225,34 @@ class AgentBackend:
                          clock=self._clock, sleep=self._sleep) as agents:
             for host, why in agents.unreachable.items():
                 status(f"{host}: {why}")
-            return Checker(agents, clock=self._clock, status=status).run(
+            report = Checker(agents, clock=self._clock, status=status).run(
                 hosts, options, agents.unreachable)
+        good = [h for h in hosts if h not in report.flagged()]
+        if not options.collective or len(good) < 2:
+            return report
+        return self._ring(report, good, work_dir / "allreduce", status)
+
+    def _ring(self, report: CheckReport, hosts: Sequence[str], work_dir: Path,
+              status: Callable[[str], None]) -> CheckReport:
+        """The ring-wide all-reduce over the hosts that passed, added to ``report``."""
+        from dataclasses import replace
+
+        from trainguard.check.agents import ring_plan, run_ring
+        from trainguard.check.allreduce import collective_finding, parse_result
+
+        status(f"ring-wide all-reduce over {len(hosts)} host(s)")
+        plan = ring_plan(hosts, work_dir, (self.master_addr(tuple(hosts)),
+                                          self.free_port(tuple(hosts))), self._python)
+        started = self._clock()
+        text, why = run_ring(self, plan, max(60.0, self.connect_timeout_s), self._clock,
+                             self._sleep)
+        result = parse_result(text) if not why else None
+        if result is None and not why:
+            why = "no result line from rank 0"
+        finding = collective_finding(result, hosts, why)
+        status(finding.reason)
+        return replace(report, findings=(*report.findings, finding),
+                       duration_s=report.duration_s + self._clock() - started)
 
     def control(self) -> dict[str, object]:
         """How an operator reaches this run (``trainguard inject``): address, session, secret.

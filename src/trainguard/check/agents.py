@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from trainguard.agent.remote import RemoteAttempt
 from trainguard.errors import ConfigError
-from trainguard.recover.launchplan import LaunchPlan
+from trainguard.recover.launchplan import LaunchPlan, RankLaunch
 
 CHECK_ATTEMPT_BASE = 1_000_000
 """Check sessions' attempt numbers start here, apart from a run's attempts (0, 1, ...)."""
@@ -94,4 +94,53 @@ class CheckAgents:
             self._attempt = None
 
 
-__all__ = ["CHECK_ATTEMPT_BASE", "CheckAgents", "LaunchesAgents"]
+def ring_plan(hosts: Sequence[str], work_dir: Path, master: tuple[str, int],
+              python: str, mbytes: float = 16.0) -> LaunchPlan:
+    """One rank per host running the all-reduce check (:mod:`trainguard.check.allreduce`)."""
+    addr, port = master
+    ranks = []
+    for rank, host in enumerate(hosts):
+        out = work_dir / host / f"rank{rank}.log"
+        env = {"RANK": str(rank), "WORLD_SIZE": str(len(hosts)), "LOCAL_RANK": "0",
+               "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": str(rank), "NODE_RANK": str(rank),
+               "MASTER_ADDR": addr, "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1",
+               "PYTHONUNBUFFERED": "1",
+               "TRAINGUARD_EVENTS": str(work_dir / host / f"rank{rank}.events.jsonl")}
+        ranks.append(RankLaunch(rank, 0, host, rank, env, out))
+    return LaunchPlan(attempt=next(_numbers),
+                      command=(python, "-m", "trainguard.check.allreduce", "--mbytes",
+                               f"{mbytes:g}"),
+                      nodes=tuple(hosts), ranks=tuple(ranks), workdir=work_dir)
+
+
+def run_ring(backend: LaunchesAgents, plan: LaunchPlan, timeout_s: float,
+             clock: Callable[[], float] = time.time,
+             sleep: Callable[[float], None] = time.sleep) -> tuple[str, str]:
+    """Launch ``plan`` through the agents and wait for every rank (stopped at ``timeout_s``);
+    ``(rank 0's output, why it failed or "")``."""
+    attempt = backend.launch(plan)
+    why = ""
+    try:
+        deadline = clock() + timeout_s
+        codes: dict[int, int] = {}
+        while attempt.running() and clock() < deadline:
+            codes.update({ex.rank: ex.returncode for ex in attempt.poll()})
+            sleep(0.05)
+        codes.update({ex.rank: ex.returncode for ex in attempt.poll()})
+        if attempt.running():
+            why = f"not done in {timeout_s:g} s"
+            attempt.stop(5.0)
+        failed = {r: c for r, c in codes.items() if c != 0}
+        if failed and not why:
+            why = "; ".join(f"rank {r} on {plan.ranks[r].node} exited {c}"
+                            for r, c in sorted(failed.items()))
+    finally:
+        attempt.close()
+    try:
+        text = plan.ranks[0].output.read_text(errors="replace")
+    except OSError:
+        text = ""
+    return text, why
+
+
+__all__ = ["CHECK_ATTEMPT_BASE", "CheckAgents", "LaunchesAgents", "ring_plan", "run_ring"]

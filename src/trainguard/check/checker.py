@@ -53,6 +53,9 @@ class CheckOptions:
     """Measure the links between hosts and localize a slow host or link."""
     link_bytes: int | None = None
     link_timeout_s: float = 10.0
+    collective: bool = True
+    """After the probes and links, a ring-wide all-reduce over the hosts that passed (gloo, or
+    NCCL with GPUs; torch on the hosts), through the agents."""
     max_clock_offset_s: float = 1.0
     """A host whose clock is off by more than this (beyond the measurement's uncertainty)
     fails: timestamps of its logs and metrics would be misread."""
@@ -77,13 +80,18 @@ class CheckReport:
         """Hosts judged slow or failed, in the order given."""
         return tuple(h for h in self.hosts if self.verdicts.get(h) in (Level.SLOW, Level.FAIL))
 
+    def ok(self) -> bool:
+        """No host flagged and no problem with the set as a whole."""
+        return not self.problems()
+
     def problems(self) -> tuple[Finding, ...]:
         return tuple(f for f in self.findings if f.level in (Level.SLOW, Level.FAIL))
 
     def to_dict(self) -> dict[str, Any]:
         return {"hosts": list(self.hosts),
                 "verdicts": {h: self.verdicts.get(h, Level.PASS).value for h in self.hosts},
-                "flagged": list(self.flagged()), "link_rounds": self.link_rounds,
+                "flagged": list(self.flagged()), "ok": self.ok(),
+                "link_rounds": self.link_rounds,
                 "started": self.started, "duration_s": round(self.duration_s, 3),
                 "links": [{"host": a, "peer": b, "mbps": v} for a, b, v in self.links],
                 "findings": [f.to_dict() for f in self.findings],

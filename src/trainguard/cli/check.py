@@ -59,6 +59,9 @@ def check(
     links: Annotated[bool, typer.Option(
         "--links/--no-links", help="Measure the links between hosts and localize a slow "
         "host or link.")] = True,
+    collective: Annotated[bool, typer.Option(
+        "--collective/--no-collective", help="Last, a ring-wide all-reduce over the hosts "
+        "that passed (gloo, NCCL with GPUs; needs torch on the hosts).")] = True,
     time_limit: TimeLimitOpt = 30.0,
     expected_gpus: Annotated[int | None, typer.Option(
         "--expected-gpus", min=0, help="GPUs each host should have (fewer fails).")] = None,
@@ -83,9 +86,12 @@ def check(
     is named. Links are measured in rounds of disjoint pairs; a slow pair is re-paired with
     known-good hosts until the slow host, or the link itself, is named.
 
+    Last, a ring-wide all-reduce over the hosts that passed confirms the whole set over the
+    transport training uses (gloo; NCCL with GPUs).
+
     Exit status: 0 when every host passed (a probe that is not possible on a host is skipped
-    with its reason, never a pass), 1 when a host is slow, failed or unreachable, 2 on bad
-    input.
+    with its reason, never a pass), 1 when a host is slow, failed or unreachable or the
+    ring-wide all-reduce failed, 2 on bad input.
     """
     from trainguard.check.checker import CheckOptions
     from trainguard.check.probes import check_names
@@ -97,6 +103,7 @@ def check(
         options = CheckOptions(
             probes=tuple(probe) if probe else None, checkpoint_dir=checkpoint_dir,
             time_limit_s=time_limit, expected_gpus=expected_gpus, links=links,
+            collective=collective,
             max_clock_offset_s=max_clock_offset, floors=load_floors(floors))
     except ConfigError as exc:
         fail(str(exc), 2)
@@ -106,7 +113,7 @@ def check(
         sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
     else:
         print_report(report)
-    if report.flagged():
+    if not report.ok():
         raise typer.Exit(EXIT_FAILED)
 
 
@@ -171,7 +178,7 @@ def run_host_check(hosts: Sequence[str], options: CheckOptions, at: AgentsAt, db
         agents.close()
         if store is not None:
             store.close()
-    if report.flagged():
+    if not report.ok():
         progress(f"agents' logs kept in {work}/agents")
     else:
         shutil.rmtree(work, ignore_errors=True)
@@ -200,7 +207,7 @@ def print_report(report: CheckReport) -> None:
         table.add_row(Text(host), Text(level.value, style=styles[level]),
                       Text("\n".join(lines)))
     print_table(out, table)
-    cluster = [f for f in report.findings if f.subject == "cluster"]
+    cluster = [f for f in report.findings if f.subject == "cluster" and f.level is not Level.PASS]
     for f in cluster:
         err.print(Text(f"check: {f.reason}"))
 
