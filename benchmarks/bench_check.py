@@ -72,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
             speeds += [ln["mbps"] for ln in report["links"] if ln["mbps"]]  # type: ignore[attr-defined]
             print(f"healthy run {i + 1}/{args.runs}: {wall:.1f} s, flagged "
                   f"{sorted(named(report)) or 'none'}", flush=True)
+            for f in report["findings"]:  # type: ignore[attr-defined]
+                if f["level"] in ("slow", "fail"):
+                    print(f"  {f['subject']}: {f['reason'][:300]}", flush=True)
         tenth = statistics.median(speeds) * 8 / 10
         right = 0
         for i in range(args.throttled):

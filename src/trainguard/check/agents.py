@@ -107,10 +107,11 @@ def ring_plan(hosts: Sequence[str], work_dir: Path, master: tuple[str, int],
                "PYTHONUNBUFFERED": "1",
                "TRAINGUARD_EVENTS": str(work_dir / host / f"rank{rank}.events.jsonl")}
         ranks.append(RankLaunch(rank, 0, host, rank, env, out))
+    # The ranks run in "/": the controller's work dir need not exist on the hosts.
     return LaunchPlan(attempt=next(_numbers),
                       command=(python, "-m", "trainguard.check.allreduce", "--mbytes",
                                f"{mbytes:g}"),
-                      nodes=tuple(hosts), ranks=tuple(ranks), workdir=work_dir)
+                      nodes=tuple(hosts), ranks=tuple(ranks), workdir=Path("/"))
 
 
 def run_ring(backend: LaunchesAgents, plan: LaunchPlan, timeout_s: float,
