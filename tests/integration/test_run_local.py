@@ -205,6 +205,8 @@ def test_killing_the_supervisor_leaves_no_orphans(
      "more than a local node holds", 2),
     (["--nodes", "a", "--inject", "explode:rank=1", "--", "true"], "unknown", 2),
     (["--nodes", "a", "--inject", "kill:rank=5", "--", "true"], "names rank 5", 2),
+    (["--nodes", "a", "--no-agents", "--preflight", "--", "true"], "need agents", 2),
+    (["--nodes", "a", "--check-floors", "f.toml", "--", "true"], "needs --preflight", 2),
 ])
 def test_bad_input_is_one_clear_error_before_launch(tmp_path: Path, opts: list[str],
                                                     message: str, code: int) -> None:
