@@ -52,8 +52,11 @@ def test_peer_tracebacks_are_folded_on_the_terminal_and_kept_in_the_logs(tmp_pat
     assert "Traceback" not in out, out
     folded = [line for line in out.splitlines()
               if "traceback after rank 1 failed not shown" in line]
-    # rank 0 and rank 2 raised in their next collective; each is one line, naming its log
-    assert {line.split("]")[0] for line in folded} == {"[n1 r0", "[n3 r2"}, out
+    # Every peer that raised before it was stopped (usually both: rank 0 and rank 2, in their
+    # next collective) is one line, naming its log.
+    raised = raised_peers(tmp_path)
+    assert raised, "no peer raised: the test proves nothing"
+    assert {line.split("]")[0] for line in folded} == raised, out
     for line in folded:
         log = Path(tmp_path / line.rsplit("full text in ", 1)[1].rstrip(")"))
         assert "Traceback (most recent call last)" in log.read_text()
@@ -64,5 +67,17 @@ def test_peer_tracebacks_are_folded_on_the_terminal_and_kept_in_the_logs(tmp_pat
 def test_all_output_echoes_every_line(tmp_path: Path) -> None:
     code, out, err = run(tmp_path, "--all-output")
     assert code == 0, err[-3000:]
-    assert out.count("Traceback (most recent call last)") >= 2
+    raised = raised_peers(tmp_path)
+    assert raised, "no peer raised: the test proves nothing"
+    assert out.count("Traceback (most recent call last)") >= len(raised)
     assert "not shown" not in out
+
+
+def raised_peers(tmp_path: Path) -> set[str]:
+    """The echo prefixes (``[n1 r0``) of the peers whose attempt-0 log holds a traceback."""
+    found = set()
+    for node, rank in (("n1", 0), ("n3", 2)):
+        log = tmp_path / "run" / "attempts" / "0" / node / f"rank{rank}.log"
+        if "Traceback (most recent call last)" in log.read_text(errors="replace"):
+            found.add(f"[{node} r{rank}")
+    return found
