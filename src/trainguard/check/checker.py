@@ -23,7 +23,7 @@ from trainguard.check.judge import summarize
 from trainguard.check.model import Finding, Level, ProbeResult, Status
 from trainguard.check.pairing import FIGURE as LINK_FIGURE
 from trainguard.check.pairing import Isolator, Pair
-from trainguard.check.probes import clock_offset
+from trainguard.check.probes import DEFAULT_PROBES, clock_offset
 
 
 class HostRequests(Protocol):
@@ -110,6 +110,7 @@ def offset_finding(host: str, offset_s: float, uncertainty_s: float,
 
 
 def silent_finding(host: str, what: str, timeout_s: float) -> Finding:
+    """FAIL: the host's agent did not answer ``what`` in time."""
     return Finding(host, "host", Level.FAIL, what,
                    f"{what}: no answer from its agent within {timeout_s:g} s")
 
@@ -122,6 +123,8 @@ class Checker:
         self._agents = agents
         self._request = agents.request
         self._link_log: list[tuple[str, str, float | None]] = []
+        self._silent: set[str] = set()
+        """Hosts whose agent did not answer a round: left out of the link rounds."""
         self._machine: dict[str, str] = {}
         """Each host's machine (kernel boot id), where it told: hosts sharing one are measured
         one after another, so that they do not measure each other."""
@@ -137,21 +140,21 @@ class Checker:
                     for h, why in (unreachable or {}).items()]
         live = [h for h in hosts if h not in (unreachable or {})]
         findings += self._clocks(live, options)
-        results = self._probes(live, options, findings)
+        results, silent = self._probes(live, options, findings)
+        self._silent |= silent
         verdicts_first = judge_results(results, options.floors)
         suspects = sorted({f.subject for f in verdicts_first if f.level is Level.SLOW})
         if suspects:
             # Never accuse on one measurement: a moment of load elsewhere on the machine, or a
             # burst of the host's own daemons, must not take a healthy host out of service.
             self._status(f"confirming {', '.join(suspects)}: measured again")
-            again = self._probes(suspects, options, [])
-            results = best_of(results, again)
+            again, _ = self._probes(suspects, options, [])
+            # each figure at its best over both attempts (the judge's own merge)
+            results = [*results, *(r for r in again if r.status is Status.OK)]
             verdicts_first = judge_results(results, options.floors)
         findings += verdicts_first
         rounds = 0
-        answering = [h for h in live if not any(
-            f.subject == h and f.check in ("probes", "clock") and f.level is Level.FAIL
-            and "no answer" in f.reason for f in findings)]
+        answering = [h for h in live if h not in self._silent]
         if options.links and len(answering) >= 2:
             link_findings, rounds = self._links(answering, options)
             findings += link_findings
@@ -174,6 +177,7 @@ class Checker:
             reply = replies.get(h)
             t_host = reply.get("t_host") if reply is not None else None
             if not isinstance(t_host, (int, float)):
+                self._silent.add(h)
                 findings.append(silent_finding(h, "clock", timeout))
                 continue
             machine = reply.get("machine") if reply is not None else None
@@ -184,9 +188,11 @@ class Checker:
         return findings
 
     def _probes(self, hosts: Sequence[str], options: CheckOptions,
-                findings: list[Finding]) -> list[ProbeResult]:
+                findings: list[Finding]) -> tuple[list[ProbeResult], set[str]]:
+        """The hosts' probe results, and the hosts that did not answer (each with a FAIL
+        finding added to ``findings``)."""
         names = options.probes
-        count = len(names) if names is not None else 6
+        count = len(names) if names is not None else len(DEFAULT_PROBES)
         timeout = options.time_limit_s * count + 15.0
         self._status(f"probes on {len(hosts)} host(s) (each probe at most "
                      f"{options.time_limit_s:g} s)")
@@ -205,9 +211,11 @@ class Checker:
                 self._status(f"probes, wave {i + 1}/{len(planned)}: {', '.join(wave)}")
             replies.update(self._request(wave, msg, timeout))
         results: list[ProbeResult] = []
+        silent: set[str] = set()
         for h in hosts:
             reply = replies.get(h)
             if reply is None:
+                silent.add(h)
                 findings.append(silent_finding(h, "probes", timeout))
                 continue
             if "error" in reply:
@@ -223,7 +231,7 @@ class Checker:
                                             f"unreadable result from its agent: {exc}"))
                     continue
                 results.append(result if result.host == h else _rehost(result, h))
-        return results
+        return results, silent
 
     def _links(self, hosts: Sequence[str], options: CheckOptions) -> tuple[list[Finding], int]:
         iso = Isolator(hosts)
@@ -277,27 +285,6 @@ class Checker:
         return out
 
 
-def best_of(first: Sequence[ProbeResult], again: Sequence[ProbeResult]) -> list[ProbeResult]:
-    """``first`` with each result that was measured ``again`` (same host and check, both ran)
-    given the better of the two values of each figure."""
-    redo = {(r.host, r.check): r for r in again if r.status is Status.OK}
-    out = []
-    for r in first:
-        other = redo.get((r.host, r.check))
-        if other is None or r.status is not Status.OK:
-            out.append(other if other is not None else r)
-            continue
-        figures = []
-        for f in r.figures:
-            g = other.figure(f.name)
-            better = g is not None and (g.value > f.value if f.higher_is_better
-                                        else g.value < f.value)
-            figures.append(g if better and g is not None else f)
-        out.append(ProbeResult(r.check, r.host, r.status, tuple(figures), r.reason,
-                               r.duration_s + other.duration_s, r.facts))
-    return out
-
-
 def waves(hosts: Sequence[str], machine: Mapping[str, str]) -> list[list[str]]:
     """``hosts`` in waves that never hold two hosts of one machine (hosts of unknown machine
     count as machines of their own). Distinct machines: one wave of all."""
@@ -339,7 +326,6 @@ __all__ = [
     "CheckReport",
     "Checker",
     "HostRequests",
-    "best_of",
     "offset_finding",
     "pair_waves",
     "silent_finding",
