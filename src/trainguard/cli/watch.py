@@ -120,6 +120,10 @@ def watch(
     json_out: Annotated[bool, typer.Option(
         "--json", help="Alert changes as JSON lines on stdout.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every round.")] = False,
+    node_label: Annotated[str | None, typer.Option(
+        "--node-label", metavar="NAME", help="The label that names the node (watch.node_label; "
+        "default: the first of kubernetes_node, Hostname, hostname, node, nodename, instance). "
+        "On Kubernetes dcgm-exporter's Hostname is its pod, not the node.")] = None,
 ) -> None:
     """Run the detector live against Prometheus: warm up from history, score each new
     interval, raise alerts (store, Alertmanager, /metrics), optionally act on them.
@@ -138,7 +142,7 @@ def watch(
             "prometheus": prometheus, "state_dir": state_dir, "alertmanager_url": alertmanager,
             "supervisor_alerts": supervisor_alerts, "interval_s": interval,
             "history_s": history, "lag_s": lag, "step_s": step, "kernel_logs": kernel_log,
-            "drain": drain, "listen": listen, "token": token_file})
+            "drain": drain, "listen": listen, "token": token_file, "node_label": node_label})
         if simulator is not None:
             overrides["replay"], sim_step = _replay_from(simulator)
             overrides.setdefault("step_s", sim_step)
@@ -196,7 +200,8 @@ def _serve(cfg: Any, db: str | None, *, once: bool, json_out: bool) -> tuple[str
             if json_out:
                 out.out(json.dumps({"change": change.kind, **a.to_dict()}), highlight=False)
             else:
-                err.print(f"{change.kind}: {a.kind} alert on {a.node} ({a.summary})",
+                when = " (in the warm-up history: recorded, not paged)" if a.historical else ""
+                err.print(f"{change.kind}: {a.kind} alert on {a.node}{when} ({a.summary})",
                           highlight=False, markup=False)
 
         svc = WatchService(cfg, client=client, store=store, alertmanager=am,

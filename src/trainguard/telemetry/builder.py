@@ -4,10 +4,11 @@ Every reader (OpenMetrics, Parquet, Prometheus) hands the builder one call per s
 series' timestamps and values as arrays; `build()` does the rest with numpy only:
 
 1. step: the given one, or the median spacing of samples within series rounded to whole seconds;
-2. grid: epoch-aligned multiples of the step (`t % step == 0`), from the grid point nearest the
-   first sample to the one nearest the last;
-3. each sample goes to its nearest grid point; if two samples of one series land on one point the
-   later one wins (for equal timestamps, the one added later); NaN samples are skipped so they
+2. grid: epoch-aligned multiples of the step (`t % step == 0`), from the grid point of the first
+   sample to that of the last;
+3. each sample goes to the first grid point at or after it (`grid_index`): the value known at that
+   time, as Prometheus reads a series at an evaluation time, so nothing is stamped before the
+   sample that carries it; if two samples of one series land on one point the later one wins (for equal timestamps, the one added later); NaN samples are skipped so they
    never overwrite a reported value;
 4. series with the same (metric key, entity) are merged (e.g. the same series in several files);
 5. a label that never splits an entity into several series of one metric name (a kernel or driver
@@ -20,7 +21,7 @@ Input is bounded (`limits.py`): samples whose timestamp is not finite unix secon
     >>> import numpy as np
     >>> b = TelemetryBuilder()
     >>> b.add_series("temp", MetricKind.GAUGE, {"Hostname": "n1", "gpu": "0"},
-    ...              np.array([1.8e9, 1.8e9 + 30, 1.8e9 + 61]), np.array([40.0, 41.0, 42.0]))
+    ...              np.array([1.8e9, 1.8e9 + 30, 1.8e9 + 59]), np.array([40.0, 41.0, 42.0]))
     >>> tel = b.build()
     >>> tel.step_s, (tel.times - tel.times[0]).tolist(), tel.metrics[0].values.tolist()
     (30, [0, 30, 60], [[40.0, 41.0, 42.0]])
@@ -44,7 +45,13 @@ from trainguard.telemetry.frame import (
     MetricSeries,
     Telemetry,
 )
-from trainguard.telemetry.identity import Identified, IdentityConfig, identify, render_key
+from trainguard.telemetry.identity import (
+    Identified,
+    IdentityConfig,
+    identify,
+    missing_node_label_message,
+    render_key,
+)
 from trainguard.telemetry.limits import (
     DEFAULT_MAX_MEMORY_BYTES,
     EPOCH_MAX_S,
@@ -53,7 +60,7 @@ from trainguard.telemetry.limits import (
     time_rejections,
 )
 
-__all__ = ["SourceStats", "TelemetryBuilder", "entity_sort_key"]
+__all__ = ["SourceStats", "TelemetryBuilder", "entity_sort_key", "grid_index"]
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +127,8 @@ class TelemetryBuilder:
         self._bad_example: dict[str, float] = {}
         self._families: dict[str, _Family] = defaultdict(_Family)
         self._no_node: dict[str, int] = defaultdict(int)
+        self._no_node_labels: set[str] = set()
+        self._any_node = False
         self._diffs: list[FloatArray] = []
         self._n_series = 0
         self._n_samples = 0
@@ -152,7 +161,9 @@ class TelemetryBuilder:
         ident = _identify_cached(name, labels, self.identity)
         if ident.entity is None:
             self._no_node[name] += 1
+            self._no_node_labels.update(labels)
             return
+        self._any_node = True
         ts_f, vals = self._valid_times(ts_f, vals)
         if ts_f.size == 0:
             return
@@ -234,13 +245,14 @@ class TelemetryBuilder:
         extends beyond the data); samples whose nearest grid point falls outside are dropped and
         counted in `last_stats`.
         """
+        self.require_node_label()
         if self._n_samples == 0:
             why = self.stats().warnings
             extra = f" ({'; '.join(why)})" if why else ""
             raise TelemetryError(f"no samples to build telemetry from{extra}")
         step = self.infer_step()
-        lo = int(np.floor(self._t_min / step + 0.5))
-        hi = int(np.floor(self._t_max / step + 0.5))
+        lo = int(grid_index(np.array([self._t_min]), step)[0])
+        hi = int(grid_index(np.array([self._t_max]), step)[0])
         if start_s is not None:
             lo = max(lo, -(-start_s // step))
         if end_s is not None:
@@ -270,7 +282,7 @@ class TelemetryBuilder:
                 metrics.append(MetricSeries(key, kind, tuple(entities), values))
             for s in fam.series:
                 if s.job is not None:
-                    cols = np.floor(s.ts / step + 0.5).astype(np.int64) - lo
+                    cols = grid_index(s.ts, step) - lo
                     cols = cols[(cols >= 0) & (cols < n_t)]
                     mask = job_masks.get((s.entity.node, s.job))
                     if mask is None:
@@ -280,6 +292,13 @@ class TelemetryBuilder:
         for w in self._last_stats.warnings:
             log.warning("%s", w)
         return Telemetry(times, step, tuple(metrics), _jobs(job_masks, n_t))
+
+    def require_node_label(self) -> None:
+        """Raise `TelemetryError` naming the labels that exist when series were added but none
+        carried a node label (e.g. a `--node-label` that no series has)."""
+        if not self._any_node and self._no_node:
+            raise TelemetryError(missing_node_label_message(
+                self.identity, self._no_node_labels, sum(self._no_node.values())))
 
     def _check_memory(self, n_t: int, step: int) -> None:
         """Refuse before allocating when the [entity, time] matrices would exceed the limit."""
@@ -337,6 +356,20 @@ def _attribute_labels(series: list[_Series]) -> set[str]:
     return names - splitting
 
 
+GRID_TOLERANCE = 1e-6
+"""A sample this close (in steps) after a grid point still belongs to it (float rounding of
+millisecond timestamps)."""
+
+
+def grid_index(ts: FloatArray, step: float) -> IntArray:
+    """Index (time / step) of the first grid point at or after each timestamp.
+
+    >>> grid_index(np.array([60.0, 61.0, 89.0, 90.0]), 30).tolist()
+    [2, 3, 3, 3]
+    """
+    return np.ceil(np.asarray(ts, dtype=np.float64) / step - GRID_TOLERANCE).astype(np.int64)
+
+
 def _place(series: list[_Series], step: int, lo: int,
            n_t: int) -> tuple[list[Entity], FloatArray, int]:
     """The [entity, time] matrix of one metric key, its entities, and the samples off the grid."""
@@ -347,7 +380,7 @@ def _place(series: list[_Series], step: int, lo: int,
                      [s.ts.size for s in series])
     ts = np.concatenate([s.ts for s in series]) if len(series) > 1 else series[0].ts
     vals = np.concatenate([s.values for s in series]) if len(series) > 1 else series[0].values
-    cols = np.floor(ts / step + 0.5).astype(np.int64) - lo
+    cols = grid_index(ts, step) - lo
     ok = (cols >= 0) & (cols < n_t)
     n_out = int(ts.size - np.count_nonzero(ok))
     ok &= ~np.isnan(vals)

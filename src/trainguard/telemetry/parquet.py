@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from trainguard.errors import TelemetryError
-from trainguard.telemetry.builder import TelemetryBuilder
+from trainguard.telemetry.builder import TelemetryBuilder, grid_index
 from trainguard.telemetry.frame import FloatArray, MetricKind, Telemetry
 from trainguard.telemetry.identity import IdentityConfig
 from trainguard.telemetry.limits import EPOCH_MAX_S, EPOCH_MIN_S
@@ -215,7 +215,7 @@ def iter_parquet_chunks(paths: Sequence[str | Path], chunk_s: int,
     """Consecutive `chunk_s`-second time chunks of time-ordered long-format files.
 
     Memory stays bounded by the chunks that the current record batch touches. The step is
-    `step_s` or inferred from the first batch; each sample belongs to the chunk of its nearest
+    `step_s` or inferred from the first batch; each sample belongs to the chunk of its
     grid point. A row whose chunk was already yielded means the files are not time-ordered:
     `TelemetryError`.
     """
@@ -259,13 +259,13 @@ def iter_parquet_chunks(paths: Sequence[str | Path], chunk_s: int,
 
 
 def _chunk_of(ts: FloatArray, *, step_s: int, chunk_s: int) -> np.ndarray:
-    """The chunk index of each sample's nearest grid point. A sample with an impossible time
+    """The chunk index of each sample's grid point (`grid_index`). A sample with an impossible time
     (NaN, 1e20) rides with the batch's first valid one: its chunk's builder drops and counts it,
     instead of the cast to int64 inventing a chunk."""
     ok = np.isfinite(ts) & (ts >= EPOCH_MIN_S) & (ts < EPOCH_MAX_S)
     if not ok.all():
         ts = np.where(ok, ts, ts[ok][0] if ok.any() else EPOCH_MIN_S)
-    return (np.floor(ts / step_s + 0.5).astype(np.int64) * step_s) // chunk_s
+    return (grid_index(ts, step_s) * step_s) // chunk_s
 
 
 def _probe_step(groups: list[Group], identity: IdentityConfig | None, path: Path) -> int:

@@ -275,9 +275,10 @@ def read_prometheus(client: PrometheusClient, builder: TelemetryBuilder, *,
         queries = [n if _PLAIN_NAME.fullmatch(n) else f'{{__name__="{_escape(n)}"}}'
                    for n in client.series_names(None, a, b)]
     n_series = n_samples = 0
+    sampled = {q: sampled_query(q, step_s) for q in queries}
     with ThreadPoolExecutor(max_workers=client.max_concurrency) as pool:
         futures: dict[Future[list[RangeSeries]], str] = {
-            pool.submit(client.query_range, q, a, b, step_s): q for q in queries}
+            pool.submit(client.query_range, sampled[q][0], a, b, step_s): q for q in queries}
         pending = set(futures)
         done_count = 0
         while pending:
@@ -290,7 +291,7 @@ def read_prometheus(client: PrometheusClient, builder: TelemetryBuilder, *,
                     raise failure
                 query = futures[fut]
                 for labels, ts, vals in fut.result():
-                    name = labels.pop("__name__", query)
+                    name = labels.pop("__name__", sampled[query][1] or query)
                     builder.add_series(name, kinds.get(name, MetricKind.UNKNOWN), labels,
                                        ts if retime is None else retime(ts), vals)
                     n_series += 1
@@ -299,6 +300,41 @@ def read_prometheus(client: PrometheusClient, builder: TelemetryBuilder, *,
                 if progress is not None:
                     progress(done_count, len(queries))
     return PrometheusStats(len(queries), n_series, n_samples, a, b)
+
+
+_SELECTOR = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?", re.DOTALL)
+_NAME_MATCHER = re.compile(r'__name__\s*=\s*"((?:[^"\\]|\\.)*)"')
+
+
+def sampled_query(query: str, step_s: float) -> tuple[str, str | None]:
+    """The query that reads `query` on the grid as the file readers do, and its metric name.
+
+    Prometheus evaluates a plain selector at time t with the newest sample of the last 5 min
+    (its lookback): a backfilled series (no staleness markers) would read as present 5 min
+    after it stopped (a GPU that fell off the bus) and a gap would be filled. The file readers
+    put each sample on the first grid point at or after it (`grid_index`) and leave gaps
+    empty. ``last_over_time(x[step - 1ms])`` is exactly that: the newest sample in (t - step,
+    t]. Only a selector of one metric name is wrapped (the function drops ``__name__``, which
+    is returned here instead); any other PromQL expression runs as given.
+
+    >>> sampled_query("DCGM_FI_DEV_GPU_TEMP", 30)
+    ('last_over_time(DCGM_FI_DEV_GPU_TEMP[29999ms])', 'DCGM_FI_DEV_GPU_TEMP')
+    >>> sampled_query('rate(x_total[5m])', 30)
+    ('rate(x_total[5m])', None)
+    """
+    q = query.strip()
+    m = _SELECTOR.fullmatch(q)
+    name: str | None = None
+    if m is not None and not q.startswith("{"):
+        name = m.group(1)
+    elif q.startswith("{") and q.endswith("}"):
+        found = _NAME_MATCHER.findall(q)
+        if len(found) == 1 and "__name__=~" not in q.replace(" ", ""):
+            name = found[0].replace('\\"', '"').replace("\\\\", "\\")
+    if name is None:
+        return query, None
+    window_ms = max(1, round(step_s * 1000) - 1)
+    return f"last_over_time({q}[{window_ms}ms])", name
 
 
 def metric_kinds(client: PrometheusClient) -> dict[str, MetricKind]:

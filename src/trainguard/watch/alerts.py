@@ -9,8 +9,9 @@ it still keeps) with the alerts it raised before, keyed by node, kind, start and
 3. a resolved alert whose episode re-opened (an onset inside the cool-down) fires again;
 4. an open alert whose peak grew is ``updated`` (the store and Alertmanager get the new score).
 
-During the first warm-up, episodes that also closed before its end are history: recorded so a
-second warm-up does not raise them, never delivered.
+The warm-up is reconciled once it is scored: episodes that closed before its end are history
+(stored and reported, marked ``historical``, never paged or acted on, and not raised again by a
+second warm-up); those still open fire as live alerts.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ def reconcile(known: Mapping[str, LiveAlert], open_eps: Iterable[AlertEpisode],
                               signals=signals, summary=episode_summary(ep),
                               historical=historical)
             if historical:
-                alert = replace(alert, stored=True, sent=True, acted=True)
+                alert = replace(alert, sent=True, acted=True)
             changes.append(Change("fired", alert))
         elif old.historical:
             continue

@@ -36,6 +36,7 @@ from trainguard.store import Store
 from trainguard.taxonomy import Action, Severity
 from trainguard.telemetry.builder import TelemetryBuilder
 from trainguard.telemetry.frame import FloatArray, MetricKind, Telemetry
+from trainguard.telemetry.identity import IdentityConfig
 from trainguard.telemetry.prometheus import PrometheusClient, metric_kinds, read_prometheus
 from trainguard.telemetry.rates import detect_monotonic
 from trainguard.timeparse import parse_duration
@@ -251,7 +252,8 @@ class WatchService:
         names = list(self.cfg.metrics) if self.cfg.metrics is not None else self._names or []
         if not names:
             return None
-        builder = TelemetryBuilder(step_s=self.step_s)
+        builder = TelemetryBuilder(IdentityConfig().for_node_label(self.cfg.node_label),
+                                   step_s=self.step_s)
 
         def retime(ts: FloatArray) -> FloatArray:
             return np.asarray(tm.sim_start + (ts - tm.wall_start - tm.phase_s) * tm.speed,
@@ -260,6 +262,7 @@ class WatchService:
         read_prometheus(self.client, builder, metrics=names, start=tm.to_prom(lo),
                         end=tm.to_prom(hi), step_s=self.step_s / tm.speed, align=False,
                         kinds=self._kinds, retime=None if tm.identity else retime)
+        builder.require_node_label()  # a --node-label no series carries: say which exist
         if builder.n_samples == 0:
             return None
         return builder.build(start_s=lo, end_s=hi + self.step_s)
@@ -285,6 +288,12 @@ class WatchService:
         if det is None:
             return []
         tracker = det.tracker
+        warm_until = self.state.warm_until
+        if warm_until is not None and scored_to + self.step_s < warm_until:
+            # Still warming up on history: decide once the warm-up is scored, so what is
+            # history (closed by then) and what is live (still open) does not depend on how the
+            # history was cut into queries.
+            return []
         changes = reconcile(self.state.alerts, tracker.open_episodes(), tracker.closed,
                             now=now, warm_until=self.state.warm_until, scored_to=scored_to)
         for c in changes:
@@ -306,6 +315,11 @@ class WatchService:
         delivered: list[Change] = []
         for c in changes:
             if c.alert.historical:
+                # Found in the warm-up history and over by its end: recorded (the store, the
+                # --json stream, /status), never paged or acted on.
+                alert = self._store_alert(c.alert, errors) if not c.alert.stored else c.alert
+                self._remember(alert)
+                delivered.append(Change(c.kind, alert))
                 continue
             alert = self._deliver_one(self.state.alerts[c.alert.key], fired=c.kind == "fired",
                                       errors=errors)
@@ -320,9 +334,9 @@ class WatchService:
         if delivered:
             self._save(errors)
         for c in delivered:
-            log.log(logging.WARNING if c.kind == "fired" else logging.INFO,
-                    "watch: %s %s alert on %s: %s", c.kind, c.alert.kind, c.alert.node,
-                    c.alert.summary)
+            log.log(logging.WARNING if c.kind == "fired" and not c.alert.historical
+                    else logging.INFO, "watch: %s %s%s alert on %s: %s", c.kind, c.alert.kind,
+                    " (history)" if c.alert.historical else "", c.alert.node, c.alert.summary)
             if self.on_change is not None:
                 self.on_change(c)
         return delivered
@@ -502,7 +516,8 @@ class WatchService:
                     else tm.to_prom(st.cursor - self.step_s),
                     "last_success": st.last_success, "alerts_total": st.alerts_total,
                     "errors_total": st.errors_total, "actions_total": st.actions_total,
-                    "alerts": [a.to_dict() for a in st.alerts.values() if not a.historical]}
+                    "alerts": [a.to_dict() for a in st.alerts.values() if not a.historical],
+                    "history": [a.to_dict() for a in st.alerts.values() if a.historical]}
 
     # -- the loop ---------------------------------------------------------------------------
     def _save(self, errors: list[str]) -> None:

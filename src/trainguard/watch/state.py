@@ -75,7 +75,7 @@ class LiveAlert:
     acted: bool = False
     """Actions were decided for the alert (once, when it fired)."""
     historical: bool = False
-    """Opened and closed inside the first warm-up: recorded, never delivered."""
+    """Opened and closed inside the first warm-up: stored and reported, never paged or acted on."""
 
     @property
     def key(self) -> str:
@@ -87,7 +87,9 @@ class LiveAlert:
 
     @property
     def pending(self) -> bool:
-        return not self.historical and not (self.stored and self.sent and self.acted)
+        if self.historical:
+            return not self.stored
+        return not (self.stored and self.sent and self.acted)
 
     def to_dict(self) -> dict[str, Any]:
         return {"node": self.node, "kind": self.kind, "start": self.start, "end": self.end,

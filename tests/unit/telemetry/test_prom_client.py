@@ -6,6 +6,7 @@ import base64
 import itertools
 import json
 import socket
+import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -50,10 +51,16 @@ class FakeProm:
             start, end = float(q["start"][0]), float(q["end"][0])
             step = float(q["step"][0].rstrip("s"))
             ts = np.arange(start, end + 1e-9, step)
-            result = [{"metric": labels,
+            query = q["query"][0]
+            # `read_prometheus` samples with last_over_time(name[step - 1ms]); functions drop
+            # the metric name, as Prometheus does.
+            wrapped = re.fullmatch(r"last_over_time\((\w+)\[\d+ms\]\)", query)
+            name = wrapped.group(1) if wrapped else query
+            result = [{"metric": {k: v for k, v in labels.items()
+                                  if not wrapped or k != "__name__"},
                        "values": [[t, "NaN" if t % 300 == 0 else str(t / 10 + i)]
                                   for t in ts.tolist()]}
-                      for i, labels in enumerate(SERIES.get(q["query"][0], []))]
+                      for i, labels in enumerate(SERIES.get(name, []))]
             return 200, {"resultType": "matrix", "result": result}
         return 404, None
 
@@ -191,6 +198,8 @@ def test_read_prometheus_types_alignment_and_concurrency(prom: FakeProm) -> None
     ranges = {(q["start"][0], q["end"][0], q["step"][0])
               for p, q, _ in prom.requests if p.endswith("query_range")}
     assert ranges == {("990", "1320", "30")}  # plain seconds: a float step works too
+    assert {q["query"][0] for p, q, _ in prom.requests if p.endswith("query_range")} == {
+        "last_over_time(temp[29999ms])", "last_over_time(reqs_total[29999ms])"}
     assert calls[-1] == (2, 2)
     tel = b.build()
     assert tel.step_s == 30 and tel.times[0] == 990 and tel.times[-1] == 1320

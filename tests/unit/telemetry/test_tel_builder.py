@@ -21,15 +21,22 @@ def _arr(*xs: float) -> np.ndarray:
     return np.array(xs, dtype=np.float64)
 
 
-def test_grid_is_epoch_aligned_and_samples_go_to_nearest_point() -> None:
+def test_grid_is_epoch_aligned_and_samples_go_to_the_next_point() -> None:
     b = _builder(step_s=30)
     b.add_series("g", MetricKind.GAUGE, N1, _arr(1007, 1016, 1044, 1081), _arr(1, 2, 3, 4))
     tel = b.build()
     assert tel.step_s == 30
-    assert tel.times.tolist() == [1020, 1050, 1080]  # 1007 -> 1020 (nearest), 1081 -> 1080
+    # each sample at the first grid point at or after it (never stamped before it was taken)
+    assert tel.times.tolist() == [1020, 1050, 1080, 1110]
     assert (tel.times % 30 == 0).all()
-    # 1007 and 1016 both land on 1020: the later sample wins
-    assert tel.metrics[0].values.tolist() == [[2.0, 3.0, 4.0]]
+    # 1007 and 1016 both land on 1020: the later sample wins; nothing in (1050, 1080]
+    assert np.array_equal(tel.metrics[0].values, [[2.0, 3.0, np.nan, 4.0]], equal_nan=True)
+
+
+def test_a_sample_on_a_grid_point_stays_there() -> None:
+    b = _builder(step_s=30)
+    b.add_series("g", MetricKind.GAUGE, N1, _arr(1020, 1050.0000001, 1080), _arr(1, 2, 3))
+    assert b.build().times.tolist() == [1020, 1050, 1080]
 
 
 @pytest.mark.parametrize(("ts", "step"), [
@@ -110,7 +117,8 @@ def test_series_without_node_are_counted_and_reported() -> None:
     b = _builder(step_s=10)
     b.add_series("orphan", MetricKind.GAUGE, {"gpu": "0"}, _arr(0), _arr(1))
     b.add_series("orphan", MetricKind.GAUGE, {"gpu": "1"}, _arr(0), _arr(1))
-    with pytest.raises(TelemetryError, match=r"no samples.*2 series of orphan have no node"):
+    with pytest.raises(TelemetryError, match=r"no series carries a node label .*Hostname.*"
+                       r"the 2 series read carry: gpu\. .*--node-label"):
         b.build()
     b.add_series("g", MetricKind.GAUGE, N1, _arr(0), _arr(1))
     b.build()
@@ -163,8 +171,8 @@ def test_many_series_vectorised() -> None:
     for n in range(50):
         for g in range(8):
             b.add_series("temp", MetricKind.GAUGE, {"Hostname": f"n{n:02d}", "gpu": str(g)},
-                         ts + rng.uniform(-3, 3, ts.size), rng.normal(40, 1, ts.size))
+                         ts - rng.uniform(0, 6, ts.size), rng.normal(40, 1, ts.size))
     tel = b.build()
     (m,) = tel.metrics
-    assert m.values.shape == (400, 2000)
+    assert m.values.shape == (400, 2000)  # up to 6 s early (a scrape phase): the next point
     assert tel.n_samples == 400 * 2000

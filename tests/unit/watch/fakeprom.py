@@ -9,6 +9,7 @@ from __future__ import annotations
 import bisect
 import json
 import math
+import re
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from trainguard.simulate.serve import LiveExporter
 from trainguard.telemetry.openmetrics import parse_series_text
 
 LOOKBACK_S = 300.0
+_LAST_OVER_TIME = re.compile(r"last_over_time\((\w+)\[(\d+)ms\]\)")
 
 
 @dataclass
@@ -68,8 +70,16 @@ class FakePrometheus:
                 s.ts.append(t)
                 s.values.append(None)
 
-    def _at(self, s: _Series, e: float) -> float | None:
+    def _at(self, s: _Series, e: float, window: float | None = None) -> float | None:
+        """The instant value at `e`; with `window`, ``last_over_time(x[window])``: the newest
+        sample in [e - window, e] (a staleness marker is no sample)."""
         i = bisect.bisect_right(s.ts, e + 1e-9) - 1
+        if window is not None:
+            while i >= 0 and s.values[i] is None:
+                i -= 1
+            if i < 0 or e - s.ts[i] > window + 1e-9:
+                return None
+            return s.values[i]
         if i < 0 or s.values[i] is None or e - s.ts[i] > LOOKBACK_S:
             return None
         return s.values[i]
@@ -91,15 +101,21 @@ class FakePrometheus:
         elif url.path == "/api/v1/query_range":
             start, end, step = (float(q[k][0]) for k in ("start", "end", "step"))
             name = q["query"][0]
+            window: float | None = None
+            if (m := _LAST_OVER_TIME.fullmatch(name)) is not None:
+                name, window = m.group(1), int(m.group(2)) / 1000.0
             n = math.floor((end - start) / step + 1e-9) + 1
             evals = [start + k * step for k in range(n)]
             result = []
             for s in self.series.values():
                 if s.labels["__name__"] != name:
                     continue
-                points = [[e, str(v)] for e in evals if (v := self._at(s, e)) is not None]
+                points = [[e, str(v)] for e in evals
+                          if (v := self._at(s, e, window)) is not None]
+                labels = s.labels if window is None else {
+                    k: v for k, v in s.labels.items() if k != "__name__"}
                 if points:
-                    result.append({"metric": s.labels, "values": points})
+                    result.append({"metric": labels, "values": points})
             data = {"resultType": "matrix", "result": result}
         else:
             return 404, b'{"status":"error","error":"not found"}'
