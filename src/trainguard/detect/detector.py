@@ -23,6 +23,7 @@ present; `knowledge.py` only adds a bonus for known precursors.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,8 +45,9 @@ from trainguard.detect.layout import DenseChunk, Layout
 from trainguard.detect.numeric import ffill, nanmedian_axis, previous_valid
 from trainguard.detect.scoring import BlockScorer
 from trainguard.errors import TelemetryError
-from trainguard.telemetry.frame import FloatArray, MetricKind, Telemetry
+from trainguard.telemetry.frame import FloatArray, Telemetry
 from trainguard.telemetry.limits import check_memory
+from trainguard.telemetry.rates import RESET_DROP, cumulative_verdict
 
 __all__ = ["Detector", "check_detector_memory", "detect"]
 
@@ -53,6 +55,10 @@ _DENSE_COPIES = 6
 """Live copies of a chunk's dense tensor while it is scored (densify, align, rates, blocks...)."""
 _PEER_BYTES_PER_PAIR = 40
 """Peer-group inference holds node x node matrices: correlation, distances, adjacency, labels."""
+VERDICT_EVERY_S = 3600
+"""Which metrics are cumulative is decided again at every multiple of this (epoch-aligned, in
+whole blocks) from everything seen before it, so the decision, and every score after it, does
+not depend on how the input was cut into chunks (a live service's rounds, a file's chunks)."""
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +68,10 @@ class Detector:
 
     def __init__(self, cfg: DetectorConfig | None = None,
                  cumulative: frozenset[str] = frozenset()) -> None:
+        """`cumulative`: metric names always scored by their rate; every other metric is
+        cumulative when its name and its behaviour so far say so (`cumulative_verdict`),
+        decided causally, never from the whole input in hindsight: the live service and a
+        batch run over the same samples score alike."""
         self.cfg = cfg or DetectorConfig()
         self.layout = Layout()
         self.cumulative = cumulative
@@ -74,7 +84,12 @@ class Detector:
         self._carry: dict[str, FloatArray] = {}
         self.samples = 0
         self._steps: dict[str, FloatArray] = {}
-        self._flags_cache: tuple[tuple[int, int], _MetricFlags] | None = None
+        self._flags_cache: tuple[tuple[int, int, int], _MetricFlags] | None = None
+        self._verdicts: dict[str, bool] = {}
+        self._verdict_version = 0
+        self._mono: dict[str, list[int]] = {}
+        """Per metric: increases, resets, other decreases, negative values seen (0/1)."""
+        self._decided_once = False
 
     # --- input ---------------------------------------------------------------------------------
 
@@ -98,8 +113,8 @@ class Detector:
         nb = dense.times.shape[0] // s
         if nb:
             cut = nb * s
-            self._process(DenseChunk(dense.times[:cut], dense.gpu[..., :cut],
-                                     dense.node[..., :cut]), tel)
+            self._process_aligned(DenseChunk(dense.times[:cut], dense.gpu[..., :cut],
+                                             dense.node[..., :cut]), tel)
         rest = dense.times.shape[0] - nb * s
         self._pending = None if rest == 0 else DenseChunk(
             dense.times[-rest:], dense.gpu[..., -rest:], dense.node[..., -rest:])
@@ -115,7 +130,7 @@ class Detector:
             gpu = np.concatenate([p.gpu, np.full((*p.gpu.shape[:-1], pad), np.nan)], axis=-1)
             node = np.concatenate([p.node, np.full((*p.node.shape[:-1], pad), np.nan)], axis=-1)
             self._pending = None
-            self._process(DenseChunk(times, gpu, node), None)
+            self._process_aligned(DenseChunk(times, gpu, node), None)
         return self.tracker.finish()
 
     def _align(self, dense: DenseChunk) -> DenseChunk:
@@ -148,6 +163,79 @@ class Detector:
                 new[tuple(slice(0, k) for k in c.shape)] = c
             self._carry[key] = c = new
         return c
+
+    def _process_aligned(self, d: DenseChunk, tel: Telemetry | None) -> None:
+        """Score whole blocks, cut at multiples of the verdict period: at each, which metrics
+        are cumulative is decided again from what came before (`VERDICT_EVERY_S`)."""
+        period = self.steps_per_block * self.step_s
+        every = period * max(1, round(VERDICT_EVERY_S / period))
+        t = d.times
+        cuts = np.flatnonzero(t % every == 0).tolist()
+        bounds = sorted({0, *cuts, int(t.size)})
+        for a, b in itertools.pairwise(bounds):
+            piece = DenseChunk(t[a:b], d.gpu[..., a:b], d.node[..., a:b])
+            if not self._decided_once or int(t[a]) % every == 0:
+                self._decide()
+            self._process(piece, tel)
+            self._observe(piece)
+
+    def _observe(self, d: DenseChunk) -> None:
+        """Count each metric's increases, resets and other decreases (raw values)."""
+        lay = self.layout
+        for names, raw, key in ((lay.gpu_metrics, d.gpu, "mono:gpu"),
+                                (lay.node_metrics, d.node, "mono:node")):
+            m = raw.shape[0]
+            if m == 0:
+                continue
+            carry = self._carry_for(key, raw.shape[:-1], np.nan)
+            prev, self._carry[key] = previous_valid(raw, carry)
+            with np.errstate(invalid="ignore"):
+                diff = raw - prev
+                dec = diff < 0
+                resets = dec & (raw < RESET_DROP * prev)
+                flat = (m, -1)
+                pos = np.count_nonzero((diff > 0).reshape(flat), axis=1)
+                n_reset = np.count_nonzero(resets.reshape(flat), axis=1)
+                other = np.count_nonzero(dec.reshape(flat), axis=1) - n_reset
+                neg = (raw < 0).reshape(flat).any(axis=1)
+            counts = np.stack([pos, n_reset, other, np.asarray(neg, dtype=np.int64)], axis=1)
+            for name, row in zip(names, counts.tolist(), strict=True):
+                seen = self._mono.setdefault(name, [0, 0, 0, 0])
+                seen[0] += row[0]
+                seen[1] += row[1]
+                seen[2] += row[2]
+                seen[3] |= row[3]
+
+    def _decide(self) -> None:
+        """Re-decide which metrics are cumulative; a metric that changes side is learned
+        afresh (its values changed meaning)."""
+        self._decided_once = True
+        lay = self.layout
+        names = [*lay.gpu_metrics, *lay.node_metrics]
+        flipped: list[int] = []
+        for i, name in enumerate(names):
+            c = self._mono.get(name)
+            if name in self.cumulative or c is None:
+                continue
+            now = cumulative_verdict(name, c[0], c[1], c[2], bool(c[3]))
+            if now != self._is_cumulative(name):
+                self._verdicts[name] = now
+                flipped.append(i)
+        if not flipped:
+            return
+        log.debug("detector: cumulative verdict changed for %s", [names[i] for i in flipped])
+        self._verdict_version += 1
+        self.scorer.reset_metrics(flipped)
+        mg = len(lay.gpu_metrics)
+        # The next rate of a flipped metric starts from its next sample, as for a new series.
+        rows = {"unit": flipped, "rate_gpu": [i for i in flipped if i < mg],
+                "rate_node": [i - mg for i in flipped if i >= mg]}
+        for key in ("rate_gpu:v", "rate_gpu:t", "rate_node:v", "rate_node:t", "unit"):
+            arr = self._carry.get(key)
+            if arr is not None:
+                for r in rows[key.split(":")[0]]:
+                    if r < arr.shape[0]:
+                        arr[r] = np.nan
 
     def _process(self, d: DenseChunk, tel: Telemetry | None) -> None:
         lay = self.layout
@@ -219,8 +307,14 @@ class Detector:
         return out
 
     def _is_cumulative(self, name: str) -> bool:
-        return name in self.cumulative or self.layout.kinds.get(name) in (
-            MetricKind.COUNTER, MetricKind.MONOTONIC)
+        """A metric's current verdict; a metric seen for the first time is judged by its
+        name (declared types are not used: a Prometheus without metadata, e.g. backfilled
+        history, must score exactly like the files that declared them)."""
+        v = self._verdicts.get(name)
+        if v is None:
+            v = self._verdicts[name] = name in self.cumulative or cumulative_verdict(
+                name, 0, 0, 0, False)
+        return v
 
     def _unit_blocks(self, raw_gpu: FloatArray, raw_node: FloatArray, nb: int) -> FloatArray:
         """Per metric and block: a counter's typical increment per block (as a rate) or a
@@ -269,10 +363,10 @@ class Detector:
         return np.asarray(np.nan_to_num(out, nan=0.0) / div[:, None], dtype=np.float64)
 
     def _flags(self) -> _MetricFlags:
-        """Per-metric facts that depend only on names and kinds, recomputed only when metrics
-        are added (names only ever grow, so their counts identify the layout)."""
+        """Per-metric facts, recomputed only when metrics are added (names only ever grow, so
+        their counts identify the layout) or a cumulative verdict changes."""
         lay = self.layout
-        key = (len(lay.gpu_metrics), len(lay.node_metrics))
+        key = (len(lay.gpu_metrics), len(lay.node_metrics), self._verdict_version)
         if self._flags_cache is not None and self._flags_cache[0] == key:
             return self._flags_cache[1]
         names = [*lay.gpu_metrics, *lay.node_metrics]
@@ -373,11 +467,7 @@ def check_detector_memory(tel: Telemetry, cfg: DetectorConfig, chunk_s: int) -> 
 def detect(tel: Telemetry, cfg: DetectorConfig | None = None, *,
            progress: Callable[[int, int], None] | None = None) -> list[AlertEpisode]:
     """Run the detector over a whole `Telemetry` (batch mode) and return its alert episodes."""
-    from trainguard.telemetry.rates import detect_monotonic
-
-    cumulative = frozenset(m.name for m in tel.metrics
-                           if m.kind is MetricKind.COUNTER or detect_monotonic(m))
-    det = Detector(cfg, cumulative)
+    det = Detector(cfg)
     chunk_s = det.cfg.block_s * 60
     check_detector_memory(tel, det.cfg, chunk_s)
     total = int(tel.times.size)

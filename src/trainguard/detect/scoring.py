@@ -101,6 +101,26 @@ class BlockScorer:
                                     ((0, n - self.last_seen_gpu.shape[0]),
                                      (0, g - self.last_seen_gpu.shape[1])))
 
+    def reset_metrics(self, idx: list[int]) -> None:
+        """Learn metrics `idx` (GPU metrics first, then node metrics) afresh: their values
+        changed meaning (a series found to be cumulative is scored by its rate from then on)."""
+        self._grow()
+        mg = self.cal1.shape[0]
+        for i in idx:
+            if i < mg:
+                row1 = np.zeros(self.base1.mu.shape[1:], dtype=bool)
+                row1[i] = True
+                self.base1.forget(row1)
+                self.cal1[i] = self.tdisp1[i] = 0.0
+                self.sparse1.reset_row(i)
+            else:
+                self.sparse2.reset_row(i - mg)
+            row2 = np.zeros(self.base2.mu.shape[1:], dtype=bool)
+            row2[i] = True
+            self.base2.forget(row2)
+            self.cal2[i] = self.tdisp2[i] = 0.0
+            self.busy_frac[i] = np.nan
+
     def run(self, times: IntArray, gpu: FloatArray, node: FloatArray, present: np.ndarray,
             hits: list[HardHit], tracker: EpisodeTracker, soft: FloatArray, weights: FloatArray,
             act: int | None, jobs: list[list[str]] | None, s: int, unit_floor: FloatArray,

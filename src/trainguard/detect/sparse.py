@@ -48,6 +48,13 @@ class SparseCounters:
         self.normal = _pad(self.normal, shape).astype(np.float64)
         self.n = _pad(self.n, shape).astype(np.float64)
 
+    def reset_row(self, i: int) -> None:
+        """Forget everything learned for metric `i` (the first axis)."""
+        if i < self.mask.shape[0]:
+            self.mask[i] = 0
+            self.normal[i] = 0.0
+            self.n[i] = 0.0
+
     def step(self, k: FloatArray, alpha: float, warm_n: float) -> tuple[FloatArray, BoolArray]:
         """Feed one block of event counts `k` (NaN = not a counter / no data).
 

@@ -29,7 +29,7 @@ import numpy as np
 
 from trainguard.telemetry.frame import FloatArray, MetricKind, MetricSeries, Telemetry
 
-__all__ = ["MAX_RESET_FRACTION", "detect_monotonic", "to_rates"]
+__all__ = ["MAX_RESET_FRACTION", "cumulative_verdict", "detect_monotonic", "to_rates"]
 
 MAX_RESET_FRACTION = 0.02
 """A cumulative gauge may decrease (reset) in at most this fraction of its increases."""
@@ -65,8 +65,6 @@ def detect_monotonic(series: MetricSeries) -> bool:
     if v.size == 0 or not np.isfinite(v).any():
         return False
     finite = v[~np.isnan(v)]
-    if bool((finite < 0).any()):
-        return False
     prev, _ = _previous_valid(v)
     d = v - prev
     n_pos = int(np.count_nonzero(d > 0))
@@ -74,10 +72,29 @@ def detect_monotonic(series: MetricSeries) -> bool:
     resets = dec & (v < RESET_DROP * prev)
     n_reset = int(np.count_nonzero(resets))
     n_other = int(np.count_nonzero(dec)) - n_reset
-    if n_pos == 0 or n_other > MAX_RESET_FRACTION * n_pos:
+    return n_pos > 0 and cumulative_verdict(series.name, n_pos, n_reset, n_other,
+                                            bool((finite < 0).any()))
+
+
+def cumulative_verdict(name: str, n_pos: int, n_reset: int, n_other: int,
+                       negative: bool) -> bool:
+    """Whether a series is cumulative from what is known of it so far: its name, and how often
+    it rose (`n_pos`), dropped to a reset (`n_reset`) or dropped otherwise (`n_other`).
+
+    A counter-like name (``*_total``, ``counter``, ...) is cumulative until its behaviour says
+    otherwise, even before its first increase; any other name needs increases, resets much
+    rarer than increases and almost no other decrease (see `detect_monotonic`).
+
+    >>> cumulative_verdict("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", 0, 0, 0, False)
+    True
+    >>> cumulative_verdict("DCGM_FI_DEV_GPU_TEMP", 5, 0, 4, False)
+    False
+    """
+    if negative or n_other > MAX_RESET_FRACTION * n_pos:
         return False
-    named = bool(_COUNTER_NAME.search(series.name.split("{", 1)[0]))
-    return named or n_reset * 3 <= n_pos
+    if _COUNTER_NAME.search(name.split("{", 1)[0]):
+        return True
+    return n_pos > 0 and n_reset * 3 <= n_pos
 
 
 def _rate(series: MetricSeries, step_s: int) -> MetricSeries:

@@ -38,7 +38,6 @@ from trainguard.telemetry.builder import TelemetryBuilder
 from trainguard.telemetry.frame import FloatArray, MetricKind, Telemetry
 from trainguard.telemetry.identity import IdentityConfig
 from trainguard.telemetry.prometheus import PrometheusClient, metric_kinds, read_prometheus
-from trainguard.telemetry.rates import detect_monotonic
 from trainguard.timeparse import parse_duration
 from trainguard.watch import alertmanager as am
 from trainguard.watch.actions import ActionExecutor, Outcome
@@ -278,9 +277,7 @@ class WatchService:
 
     def _feed(self, tel: Telemetry) -> None:
         if self.detector is None:
-            cumulative = frozenset(m.name for m in tel.metrics
-                                   if m.kind is MetricKind.COUNTER or detect_monotonic(m))
-            self.detector = Detector(self.cfg.detect, cumulative)
+            self.detector = Detector(self.cfg.detect)
         self.detector.feed(tel)
 
     def _reconcile(self, now: float, scored_to: int) -> list[Change]:
