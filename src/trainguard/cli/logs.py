@@ -31,6 +31,7 @@ from trainguard.textsafe import terminal_safe
 app = typer.Typer(help="Classify failure evidence in logs.", no_args_is_help=True)
 
 _PROGRESS_MIN_BYTES = 64 << 20
+_SHOWN_SUSPICIOUS = 4
 
 
 @app.command("classify")
@@ -62,17 +63,23 @@ def classify(
     """Classify failure logs into incidents (root cause, culprit, action), most important first.
 
     Exit status: 0 when input was read (incidents found or not), 2 when no input could be read
-    (missing, unreadable or binary paths) and on usage errors. Directories are walked for
-    regular files only (FIFOs, sockets and devices in them are skipped with a warning); a pipe
-    named explicitly is read, a device is refused.
-    Repeats of one event are folded into one row with a count.
+    (missing, unreadable or binary paths) and on usage errors.
+
+    Directories are walked for regular files only (FIFOs, sockets and devices in them are
+    skipped with a warning); a pipe named explicitly is read, a device is refused. Repeats of
+    one event are folded into one row with a count.
+
+    Lines that no signature explains but that carry failure words (error, fatal, killed,
+    lost...) make an "unknown" incident with a low confidence and the lines that made it
+    suspicious.
     """
     try:
         ruleset = load_rules(rules or [])
     except TrainguardError as exc:
         fail(str(exc), 2)
     options = ScanOptions(host_from_path=host_from_path, default_year=year,
-                          max_bytes=max(1, int(max_gib * (1 << 30))), merge_gap_s=window)
+                          max_bytes=max(1, int(max_gib * (1 << 30))), merge_gap_s=window,
+                          suspicious_lines=True)
     total = sum(Path(p).stat().st_size for p in paths if p != "-" and Path(p).is_file())
     show_progress = stderr_is_tty() and total >= _PROGRESS_MIN_BYTES
     if show_progress:
@@ -135,7 +142,7 @@ def _print_table(incidents: list[Incident], limit: int) -> None:
         out.print("No failure incidents found.")
         return
     table = Table(title="Failure incidents (most important first)", show_lines=True)
-    for col in ("#", "category", "action", "sev", "where", "root cause", "related"):
+    for col in ("#", "category", "action", "sev/conf", "where", "root cause", "related"):
         table.add_column(col, overflow="fold")
     shown = incidents if limit == 0 else incidents[:limit]
     for n, inc in enumerate(shown, 1):
@@ -150,10 +157,15 @@ def _print_table(incidents: list[Incident], limit: int) -> None:
         root = _safe(inc.root_cause.summary)
         if (times := repeats(inc.root_cause)) > 1:
             root += f" [dim](x{times:,})[/]"
-        if ev is not None:
+        if inc.suspicious_lines:
+            root += "".join(f"\n[dim]{_safe(e.path)}:{e.line_no}:[/] {_safe(e.text[:160])}"
+                            for e in inc.suspicious_lines[:_SHOWN_SUSPICIOUS])
+            if len(inc.suspicious_lines) > _SHOWN_SUSPICIOUS:
+                root += f"\n[dim]... {len(inc.suspicious_lines) - _SHOWN_SUSPICIOUS} more[/]"
+        elif ev is not None:
             root += f"\n[dim]{_safe(ev.path)}:{ev.line_no}[/]"
-        table.add_row(str(n), inc.category.value, inc.action.value, inc.severity.value,
-                      _safe(where), root,
+        table.add_row(str(n), inc.category.value, inc.action.value,
+                      f"{inc.severity.value}\n{inc.root_cause.confidence:.2f}", _safe(where), root,
                       f"{inc.related_count:,} events, {len(inc.hosts)} hosts, "
                       f"{len(inc.ranks)} ranks")
     print_table(out, table)

@@ -3,7 +3,9 @@
 Order of evidence for one line:
 1. NVRM Xid / NVSwitch SXid / fallen-off-the-bus reports (catalog-driven, ``xid.py``);
 2. the signature rules in precedence order (``rules.py``);
-3. nothing: the prefilter's keyword was a false alarm.
+3. when asked for, failure words no rule explains (``suspicion.py``): an informational
+   ``failure_words`` event of category ``unknown`` with a low confidence;
+4. nothing: the prefilter's keyword was a false alarm.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from dataclasses import dataclass
 from trainguard.evidence.events import EvidenceLine, FailureEvent, TimeKind
 from trainguard.evidence.lineparse import LinePrefix
 from trainguard.evidence.rules import RuleMatch, RuleSet, render_summary
+from trainguard.evidence.suspicion import SIGNATURE as SUSPICION_SIGNATURE
+from trainguard.evidence.suspicion import suspicion
 from trainguard.evidence.xid import (
     APP_FAULT_XIDS,
     CONSEQUENCE_XIDS,
@@ -157,9 +161,28 @@ def _category_from_exit_code(code: int, category: Category, action: Action,
     return category, action, confidence
 
 
+def event_from_suspicion(text: str, ctx: LineContext) -> FailureEvent | None:
+    """An informational ``unknown`` event for a line with failure words, else ``None``."""
+    found = suspicion(text)
+    if found is None:
+        return None
+    return FailureEvent(
+        category=Category.UNKNOWN, action=Action.NONE, severity=Severity.INFO,
+        signature=SUSPICION_SIGNATURE,
+        summary=f"no known signature; failure words: {', '.join(found.words)}",
+        confidence=found.confidence, fields=(("words", " ".join(found.words)),),
+        **_base_kwargs(ctx, text),  # type: ignore[arg-type]
+    )
+
+
 def classify_line(rules: RuleSet, text: str, ctx: LineContext,
-                  following: Sequence[str] = ()) -> FailureEvent | None:
-    """Classify one line; ``None`` when no signature matches."""
+                  following: Sequence[str] = (), suspicious: bool = False
+                  ) -> FailureEvent | None:
+    """Classify one line; ``None`` when no signature matches.
+
+    With ``suspicious``, a line no signature explains but that carries failure words gives an
+    informational ``failure_words`` event (see ``suspicion.py``).
+    """
     if "Xid" in text or "XID" in text or "fallen off the bus" in text \
             or FALLEN_OFF_START in text:
         if FALLEN_OFF_START in text and "fallen off" not in text:
@@ -172,8 +195,9 @@ def classify_line(rules: RuleSet, text: str, ctx: LineContext,
             return event_from_xid(xm, text, ctx)
     rm = rules.match(text, following)
     if rm is None:
-        return None
+        return event_from_suspicion(text, ctx) if suspicious else None
     return event_from_rule(rm, text, ctx)
 
 
-__all__ = ["LineContext", "classify_line", "event_from_rule", "event_from_xid"]
+__all__ = ["LineContext", "classify_line", "event_from_rule", "event_from_suspicion",
+           "event_from_xid"]

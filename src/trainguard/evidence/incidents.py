@@ -10,11 +10,15 @@ Outline:
 2. give every event an *anchor time*: its own absolute time, moved back by the duration a
    watchdog timeout reports (the hang started then), or, for lines without a timestamp, the time
    of the nearest timestamped event in the same file;
-3. cluster anchors with a gap threshold (single linkage); events with no usable time form one
-   group that joins the single timed cluster when there is only one;
+3. cluster anchors with a gap threshold (single linkage) over the non-informational events;
+   benign ones (an fp16 overflow) join a cluster they fall near but never bridge or start one;
+   events with no usable time form one group that joins the single timed cluster when there is
+   only one;
 4. in each cluster the root cause is the non-informational event with the highest priority
    (hardware > host OOM > storage > ... > user code > network > NCCL timeout > launcher
    summaries), then severity, confidence, and the earliest time (the first rank to fail);
+   its host, rank and GPU come from the root event, else from events reporting the same cause,
+   and only then from a launcher's summary; the incident starts at its first causal event;
 5. incidents are ordered most important first.
 """
 
@@ -26,14 +30,20 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from trainguard.evidence.aggregate import last_time, repeats
-from trainguard.evidence.events import FailureEvent, TimeKind
+from trainguard.evidence.collectives import collective_mismatch
+from trainguard.evidence.events import EvidenceLine, FailureEvent, TimeKind
 from trainguard.evidence.rules import RuleSet
+from trainguard.evidence.suspicion import SIGNATURE as SUSPICION_SIGNATURE
 from trainguard.evidence.xid import is_consequence
 from trainguard.taxonomy import CATEGORY_PRIORITY, SEVERITY_RANK, Action, Category, Severity
 
 DEFAULT_WINDOW_S = 900.0
 _CONSEQUENCE_XID_PRIORITY = 12
 _MAX_EVIDENCE = 6
+_MAX_SUSPICIOUS_LINES = 8
+_LATE_NETWORK_PRIORITY = 39  # just below an NCCL timeout (40)
+_SUSPICION_PRIORITY = 1  # above benign look-alikes, below every signature
+_LAUNCHER_SIGNATURES = frozenset({"elastic_child_failed", "slurm_task_exit"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +88,21 @@ class Incident:
         return sum(repeats(e) for e in self.related) + repeats(self.root_cause) - 1
 
     @property
+    def suspicious(self) -> bool:
+        """No signature explains this incident: it stands on failure words alone."""
+        return self.root_cause.signature == SUSPICION_SIGNATURE
+
+    @property
+    def suspicious_lines(self) -> tuple[EvidenceLine, ...]:
+        """For an ``unknown`` incident, the lines whose failure words made it suspicious."""
+        if self.category is not Category.UNKNOWN:
+            return ()
+        lines = [line for e in (self.root_cause, *self.related)
+                 if e.signature == SUSPICION_SIGNATURE for line in e.evidence]
+        lines.sort(key=lambda e: (e.path, e.line_no))
+        return tuple(dict.fromkeys(lines))[:_MAX_SUSPICIOUS_LINES]
+
+    @property
     def summary(self) -> str:
         where = []
         if self.host:
@@ -113,6 +138,8 @@ class Incident:
             "hosts": list(self.hosts),
             "ranks": list(self.ranks),
             "event_count": self.event_count,
+            "suspicious_lines": [{"path": e.path, "line": e.line_no, "text": e.text}
+                                 for e in self.suspicious_lines],
             "root_cause": self.root_cause.to_dict(),
             "related": [e.to_dict() for e in self.related],
         }
@@ -120,6 +147,8 @@ class Incident:
 
 def event_priority(ev: FailureEvent, rules: RuleSet | None = None) -> int:
     """How likely this event is to be a cause rather than a consequence."""
+    if ev.signature == SUSPICION_SIGNATURE:
+        return _SUSPICION_PRIORITY
     if ev.signature.startswith("xid") and is_consequence(ev.xid, ev.caused_by_xid):
         return _CONSEQUENCE_XID_PRIORITY
     rule = rules.by_id.get(ev.signature) if rules is not None else None
@@ -192,29 +221,38 @@ def _hang_duration_s(ev: FailureEvent) -> float:
 
 
 def _cluster(events: Sequence[FailureEvent], window_s: float) -> list[list[FailureEvent]]:
+    """Single-linkage clusters of the causal events; benign events join, never bridge.
+
+    A benign line (an fp16 overflow every few minutes) must not chain two failures hours apart
+    into one incident, nor stretch an incident back to itself: informational events are
+    clustered only after the others, joining the causal cluster they fall within a window of.
+    """
     anchors = _anchor_times(events)
     by_clock: dict[str, list[tuple[float, FailureEvent]]] = defaultdict(list)
+    info_by_clock: dict[str, list[tuple[float, FailureEvent]]] = defaultdict(list)
     untimed: list[FailureEvent] = []
     for ev, (anchor, clock) in zip(events, anchors, strict=True):
         if anchor is None:
             untimed.append(ev)
+        elif ev.severity is Severity.INFO:
+            info_by_clock[clock].append((anchor, ev))
         else:
             by_clock[clock].append((anchor, ev))
     clusters: list[list[FailureEvent]] = []
-    for items in by_clock.values():
-        items.sort(key=lambda x: x[0])
-        current: list[FailureEvent] = []
-        last = -float("inf")
-        for anchor, ev in items:
-            if current and anchor - last > window_s:
-                clusters.append(current)
-                current = []
-            current.append(ev)
-            # A folded run of repeats (aggregate.py) reaches to its last repeat's time.
+    for clock in sorted(set(by_clock) | set(info_by_clock)):
+        causal = _single_linkage(by_clock.get(clock, []), window_s)
+        spans = [(lo - window_s, hi + window_s) for lo, hi, _ in causal]
+        leftover: list[tuple[float, FailureEvent]] = []
+        for anchor, ev in info_by_clock.get(clock, []):
             end = last_time(ev)
-            last = max(last, anchor if end is None else max(anchor, end))
-        if current:
-            clusters.append(current)
+            hi = anchor if end is None else max(anchor, end)
+            home = next((i for i, (a, b) in enumerate(spans) if hi >= a and anchor <= b), None)
+            if home is None:
+                leftover.append((anchor, ev))
+            else:
+                causal[home][2].append(ev)
+        clusters.extend(c for _, _, c in causal)
+        clusters.extend(c for _, _, c in _single_linkage(leftover, window_s))
     if untimed:
         if len(clusters) == 1:
             clusters[0].extend(untimed)
@@ -223,36 +261,134 @@ def _cluster(events: Sequence[FailureEvent], window_s: float) -> list[list[Failu
     return clusters
 
 
-def _root_key(ev: FailureEvent, rules: RuleSet | None) -> tuple[object, ...]:
+def _single_linkage(items: list[tuple[float, FailureEvent]], window_s: float
+                    ) -> list[tuple[float, float, list[FailureEvent]]]:
+    """(first anchor, last time, events) per run of anchors no more than ``window_s`` apart."""
+    out: list[tuple[float, float, list[FailureEvent]]] = []
+    items = sorted(items, key=lambda x: x[0])
+    current: list[FailureEvent] = []
+    first = last = -float("inf")
+    for anchor, ev in items:
+        if current and anchor - last > window_s:
+            out.append((first, last, current))
+            current = []
+        if not current:
+            first = anchor
+        current.append(ev)
+        # A folded run of repeats (aggregate.py) reaches to its last repeat's time.
+        end = last_time(ev)
+        last = max(last, anchor if end is None else max(anchor, end))
+    if current:
+        out.append((first, last, current))
+    return out
+
+
+def _root_key(ev: FailureEvent, rules: RuleSet | None,
+              late: frozenset[int] = frozenset()) -> tuple[object, ...]:
     line = ev.evidence[0].line_no if ev.evidence else 0
     t = ev.time if ev.time is not None and ev.time_kind is TimeKind.ABSOLUTE else float("inf")
-    return (ev.severity is not Severity.INFO, event_priority(ev, rules),
-            SEVERITY_RANK[ev.severity], ev.confidence, -t, -line)
+    priority = event_priority(ev, rules)
+    if id(ev) in late:
+        priority = min(priority, _LATE_NETWORK_PRIORITY)
+    return (ev.severity is not Severity.INFO, priority, SEVERITY_RANK[ev.severity],
+            ev.confidence, -t, -line)
+
+
+def _late_network_events(cluster: Sequence[FailureEvent]) -> frozenset[int]:
+    """Network errors logged after the first hang report: the teardown, not the cause.
+
+    When a collective times out, every rank's watchdog aborts its communicators and the TCP
+    store, and the peers log connection resets, "remote process exited" and store errors. A
+    transport error *before* the first timeout can be the cause; one after it is a consequence.
+    "After" is by absolute time, or by line order within one file for lines without a time.
+    """
+    hangs = [e for e in cluster if e.category is Category.NCCL_TIMEOUT_HANG
+             and e.severity is not Severity.INFO]
+    if not hangs:
+        return frozenset()
+    first_t = min((e.time for e in hangs if e.time is not None
+                   and e.time_kind is TimeKind.ABSOLUTE), default=None)
+    first_line: dict[str, int] = {}
+    for e in hangs:
+        if e.evidence:
+            path, no = e.evidence[0].path, e.evidence[0].line_no
+            first_line[path] = min(no, first_line.get(path, no))
+
+    def after(e: FailureEvent) -> bool:
+        if e.time is not None and e.time_kind is TimeKind.ABSOLUTE and first_t is not None:
+            return e.time >= first_t
+        if e.evidence and e.evidence[0].path in first_line:
+            return e.evidence[0].line_no > first_line[e.evidence[0].path]
+        return False
+
+    return frozenset(id(e) for e in cluster if e.category is Category.NETWORK_IB and after(e))
 
 
 def _build(cluster: list[FailureEvent], rules: RuleSet | None) -> Incident:
-    root = max(cluster, key=lambda e: _root_key(e, rules))
-    related = tuple(sorted((e for e in cluster if e is not root),
+    late = _late_network_events(cluster)
+    root = max(cluster, key=lambda e: _root_key(e, rules, late))
+    if root.category is Category.NCCL_TIMEOUT_HANG and \
+            (mismatch := collective_mismatch(cluster)) is not None:
+        root = mismatch
+    related = tuple(sorted((e for e in cluster if e is not root and not (
+                               root.signature == "collective_mismatch"
+                               and e.evidence == root.evidence)),
                            key=lambda e: (e.time if e.time is not None else float("inf"),
                                           e.evidence[0].path if e.evidence else "",
                                           e.evidence[0].line_no if e.evidence else 0)))
-    times = [t for e in cluster if e.time_kind is TimeKind.ABSOLUTE
-             for t in (e.time, last_time(e)) if t is not None]
     hosts = tuple(sorted({e.host for e in cluster if e.host}))
     ranks = tuple(sorted({e.rank for e in cluster if e.rank is not None}))
-    # The culprit's location: the root's own, else what a launcher summary names
-    # (torchrun's "Root Cause (first observed failure)", srun's failed task).
-    ranked = sorted(cluster, key=lambda e: _root_key(e, rules), reverse=True)
-    host = root.host or next((e.host for e in ranked if e.host and e.signature in
-                              ("elastic_child_failed", "slurm_task_exit")), None)
-    rank = root.rank if root.rank is not None else next(
-        (e.rank for e in ranked if e.rank is not None and e.signature in
-         ("elastic_child_failed", "slurm_task_exit") and (host is None or e.host == host)),
-        None)
+    ranked = sorted(cluster, key=lambda e: _root_key(e, rules, late), reverse=True)
+    host, rank, gpu, gpu_index = _culprit(root, ranked)
     if host is None and len(hosts) == 1:
         host = hosts[0]
-    return Incident(root, related, min(times) if times else None, max(times) if times else None,
-                    hosts, ranks, host, root.gpu_pci, root.gpu_index, rank)
+    start, end = _span(cluster)
+    return Incident(root, related, start, end, hosts, ranks, host, gpu, gpu_index, rank)
+
+
+def _span(cluster: Sequence[FailureEvent]) -> tuple[float | None, float | None]:
+    """First causal event to last event: a benign line before the failure does not start it."""
+    def times(evs: Iterable[FailureEvent]) -> list[float]:
+        return [t for e in evs if e.time_kind is TimeKind.ABSOLUTE
+                for t in (e.time, last_time(e)) if t is not None]
+
+    every = times(cluster)
+    causal = times(e for e in cluster if e.severity is not Severity.INFO) or every
+    return (min(causal) if causal else None), (max(every) if every else None)
+
+
+def _culprit(root: FailureEvent, ranked: Sequence[FailureEvent]
+             ) -> tuple[str | None, int | None, str | None, int | None]:
+    """Where the root cause happened: host, rank, GPU.
+
+    Each comes from the root event itself, else from another event that reports the same
+    cause (an XID line names the GPU and host, the CUDA error of the same failure names the
+    rank), and only then from a launcher's summary (torchrun's "Root Cause (first observed
+    failure)", srun's failed task): a launcher's task number is a process slot, not the rank
+    that hit the fault.
+    """
+    same = [e for e in ranked if e is not root and e.category is root.category
+            and e.severity is not Severity.INFO and root.category is not Category.UNKNOWN]
+    launchers = [e for e in ranked if e.signature in _LAUNCHER_SIGNATURES]
+
+    def agrees(e: FailureEvent, host: str | None) -> bool:
+        return host is None or e.host is None or e.host == host
+
+    host = root.host or next((e.host for e in same if e.host), None) or next(
+        (e.host for e in launchers if e.host), None)
+    rank = root.rank
+    if rank is None:
+        rank = next((e.rank for e in same if e.rank is not None and agrees(e, host)), None)
+    if rank is None:
+        rank = next((e.rank for e in launchers if e.rank is not None and agrees(e, host)),
+                    None)
+    gpu = root.gpu_pci or next((e.gpu_pci for e in same if e.gpu_pci and agrees(e, host)),
+                               None)
+    gpu_index = root.gpu_index
+    if gpu_index is None and gpu is None:
+        gpu_index = next((e.gpu_index for e in same
+                          if e.gpu_index is not None and agrees(e, host)), None)
+    return host, rank, gpu, gpu_index
 
 
 def _incident_key(inc: Incident, rules: RuleSet | None) -> tuple[object, ...]:
@@ -267,12 +403,14 @@ def correlate(events: Iterable[FailureEvent], rules: RuleSet | None = None,
     """Group events into incidents, most important first.
 
     Incidents made only of informational events (a benign loss-scale overflow, an NFS server
-    coming back) are dropped unless ``include_info``.
+    coming back) are dropped unless ``include_info``; those that stand on failure words no
+    signature explains (``failure_words`` events, see ``suspicion.py``) are kept as ``unknown``
+    incidents with a low confidence, ranked after every explained one.
     """
     evs = deduplicate(events)
     incidents = [_build(c, rules) for c in _cluster(evs, window_s)]
     if not include_info:
-        incidents = [i for i in incidents if i.severity is not Severity.INFO]
+        incidents = [i for i in incidents if i.severity is not Severity.INFO or i.suspicious]
     incidents.sort(key=lambda i: _incident_key(i, rules), reverse=True)
     return incidents
 

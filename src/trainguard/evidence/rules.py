@@ -224,6 +224,8 @@ class RuleSet:
         opts.max_mem = 256 << 20
         opts.log_errors = False
         self.prefilter: Any = re2.compile(self.prefilter_source.encode(), opts)
+        self._prefilter_opts = opts
+        self._widened: dict[str, Any] = {}
         self.engine = "re2"
         # One pass over a candidate line tells which rules' keywords occur in it (instead of one
         # search per rule). A Set's DFA never gives up on slow input; the budget is the
@@ -233,6 +235,16 @@ class RuleSet:
             self._keyword_set.Add(f"(?{'' if r.keywords_case else 'i'}:{r.keyword_rx.pattern})")
         if self.rules:
             self._keyword_set.Compile()
+
+    def widened_prefilter(self, extra_source: str) -> Any:
+        """The prefilter that also lets through lines matching ``extra_source`` (RE2 syntax);
+        compiled once per source."""
+        compiled = self._widened.get(extra_source)
+        if compiled is None:
+            source = f"{self.prefilter_source}|(?:{extra_source})"
+            compiled = re2.compile(source.encode(), self._prefilter_opts)
+            self._widened[extra_source] = compiled
+        return compiled
 
     def match(self, text: str, following: Sequence[str] = (),
               skip: Iterable[str] = ()) -> RuleMatch | None:

@@ -9,7 +9,11 @@ Outline:
 3. run the combined prefilter over each chunk; for each hit, cut out its line, parse the prefix
    (time, host, rank) and classify it;
 4. Python tracebacks are read forward to their final exception line (``tracebacks.py``), which
-   is classified by the same rules and credited with the traceback's last frame.
+   is classified by the same rules and credited with the traceback's last frame;
+5. each file keeps a little context (``context.py``): a storage error inside a checkpoint save is
+   a checkpoint failure, a timeout while this rank still saves is a stalled save, a run of
+   loss-scale overflows is numerical trouble. With ``ScanOptions.suspicious_lines`` the prefilter
+   also lets through failure words no rule explains (``suspicion.py``).
 
 Problems with the input never raise: they become :class:`ScanWarning`\\ s naming the file.
 """
@@ -26,6 +30,7 @@ from typing import BinaryIO
 
 from trainguard.evidence.aggregate import EventAggregator
 from trainguard.evidence.classify import LineContext, classify_line
+from trainguard.evidence.context import FileContext, checkpoint_io
 from trainguard.evidence.events import EvidenceLine, FailureEvent
 from trainguard.evidence.inputs import (
     DEFAULT_MAX_BYTES,
@@ -44,6 +49,7 @@ from trainguard.evidence.rules import (
     TRACEBACK_KEYWORD,
     RuleSet,
 )
+from trainguard.evidence.suspicion import WORDS_SOURCE
 from trainguard.evidence.tracebacks import (
     find_exception_line,
     python_exception_event,
@@ -85,6 +91,10 @@ class ScanOptions:
     """Fold repeats of one event at most this many seconds apart into one event with a
     ``repeats`` count (see ``aggregate.py``), so memory stays bounded however many lines match;
     keep it no larger than the correlation window. ``None``: one event per matching line."""
+    suspicious_lines: bool = False
+    """Also report lines that no signature explains but that carry failure words (error, fatal,
+    killed, lost...) as informational ``failure_words`` events (``suspicion.py``), so a log
+    with no known signature still says why it looks failed."""
 
     def __post_init__(self) -> None:
         if self.max_bytes <= 0:
@@ -97,14 +107,18 @@ class _FileScan:
     """State for scanning one file."""
 
     def __init__(self, rules: RuleSet, path: str, display: str, year: int, mtime: float | None,
-                 host_hint: str | None, stats: ScanStats) -> None:
+                 host_hint: str | None, stats: ScanStats, suspicious: bool = False) -> None:
         self.rules = rules
+        self.suspicious = suspicious
+        self.prefilter: object = rules.widened_prefilter(WORDS_SOURCE) if suspicious \
+            else rules.prefilter
         self.path = display
         self.year = year
         self.mtime = mtime
         self.host_hint = host_hint
         self.stats = stats
         self.consumed: set[int] = set()
+        self.file_context = FileContext()
         self.bad_utf8 = 0
         self.long_lines = 0
         self.nul_bytes = 0
@@ -137,7 +151,8 @@ class _FileScan:
             return self.traceback(line_no, text, following(_TRACEBACK_MAX_LINES))
         ctx = self.context(line_no, text)
         after = following(200) if self._needs_after(text) else []
-        ev = classify_line(self.rules, text, ctx, after)
+        ev = self.file_context.observe(
+            line_no, text, classify_line(self.rules, text, ctx, after, self.suspicious))
         if ev is not None and FALLEN_OFF_START in text and "fallen off" not in text:
             # The driver's report continues on the next lines; they are part of this event.
             for offset, cont in enumerate(after[:3], start=1):
@@ -161,14 +176,16 @@ class _FileScan:
         ev = classify_line(self.rules, found.raw, ctx, after[found.offset:found.offset + 200])
         if ev is None:
             ev = python_exception_event(self.rules, found, ctx)
-        return with_traceback(ev, found, EvidenceLine(self.path, line_no, header[:2000]))
+        ev = with_traceback(ev, found, EvidenceLine(self.path, line_no, header[:2000]))
+        return self.file_context.observe(exc_no, found.raw,
+                                         checkpoint_io(ev, found.frames, found.raw))
 
 
 def scan_stream(stream: BinaryIO, fs: _FileScan, on_progress: Callable[[int], None] | None = None,
                 first_line: int = 1) -> Iterator[FailureEvent]:
     """Scan one opened stream; yields events in line order."""
     stats = fs.stats
-    prefilter = fs.rules.prefilter
+    prefilter = fs.prefilter
     carry = b""
     line_base = first_line  # line number of carry[0]
     skipping_long = False
@@ -354,7 +371,11 @@ def scan_file(path: str, root: str | None, rules: RuleSet, options: ScanOptions,
         on_file(display, opened.size)
     year = options.default_year or utc_year_of(opened.mtime or _time.time())
     hint = host_from_path(path, root) if options.host_from_path and path != "-" else None
-    fs = _FileScan(rules, path, display, year, opened.mtime, hint, stats)
+    # A year the user gave is kept as given: the "later than the file, so last year" shift is
+    # part of guessing the year from the modification time.
+    fs = _FileScan(rules, path, display, year,
+                   None if options.default_year else opened.mtime, hint, stats,
+                   options.suspicious_lines)
     stats.files_read += 1
     try:
         yield from scan_stream(bounded or stream, fs, on_progress)  # type: ignore[arg-type]

@@ -21,6 +21,7 @@ from trainguard.taxonomy import Action, Category, Severity
 _RANK_PREFIX = re.compile(r"^(?:\[(?:rank|default)\d+\]:|\[\d+,\d+\]<std(?:out|err)>:|\d{1,5}: )")
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
 _EXC_NAME = re.compile(r"(?:Error|Exception|Exit|Interrupt|Failure|Warning)$")
+MAX_FRAME_LINES = 120
 _EXC_LINE = re.compile(r"^(?P<exc_type>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*)(?::\s?(?P<message>.*))?$")
 
 
@@ -36,6 +37,9 @@ class ExceptionLine:
     exc_type: str
     last_frame: str | None
     """``file:line in func`` of the innermost frame."""
+    frames: tuple[str, ...] = ()
+    """The traceback's frame and source lines (stripped, at most :data:`MAX_FRAME_LINES`): the
+    context the exception happened in (``torch.save``, ``load_checkpoint``...)."""
 
 
 def strip_rank_prefix(line: str, indent: int | None = None) -> tuple[str, str, int]:
@@ -57,13 +61,17 @@ def find_exception_line(header: str, after: Sequence[str]) -> ExceptionLine | No
     """The exception line ending the traceback that starts at ``header``, if it is in ``after``."""
     prefix, _, pad = strip_rank_prefix(header)
     last_frame: str | None = None
+    frames: list[str] = []
     for offset, raw in enumerate(after, start=1):
         p, body, _ = strip_rank_prefix(raw, pad)
         if p != prefix:
             continue  # another rank's interleaved output
-        if not body.strip() or body.startswith((" ", "\t")) or body.startswith("^"):
-            if fm := _FRAME.match(body):
+        fm = _FRAME.match(body)
+        if fm or not body.strip() or body.startswith((" ", "\t")) or body.startswith("^"):
+            if fm:
                 last_frame = f'{fm.group("file")}:{fm.group("line")} in {fm.group("func")}'
+            if body.strip() and len(frames) < MAX_FRAME_LINES:
+                frames.append(body.strip()[:300])
             continue
         if body.startswith(("Traceback", "During handling", "The above exception")):
             continue
@@ -71,7 +79,8 @@ def find_exception_line(header: str, after: Sequence[str]) -> ExceptionLine | No
         if exc is None or (exc.group("message") is None
                            and not _EXC_NAME.search(exc.group("exc_type"))):
             continue
-        return ExceptionLine(offset, raw, body, exc.group("exc_type"), last_frame)
+        return ExceptionLine(offset, raw, body, exc.group("exc_type"), last_frame,
+                             tuple(frames))
     return None
 
 
@@ -103,5 +112,5 @@ def with_traceback(ev: FailureEvent, found: ExceptionLine, header: EvidenceLine
     return replace(ev, fields=fields, evidence=(header, *ev.evidence))
 
 
-__all__ = ["ExceptionLine", "find_exception_line", "python_exception_event",
+__all__ = ["MAX_FRAME_LINES", "ExceptionLine", "find_exception_line", "python_exception_event",
            "strip_rank_prefix", "with_traceback"]

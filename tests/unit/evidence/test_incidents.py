@@ -348,3 +348,97 @@ def test_distinct_ranks_with_identical_text_are_not_merged(tmp_path: Path) -> No
 
 def test_correlate_of_nothing_is_nothing() -> None:
     assert correlate([], load_rules()) == []
+
+
+# --- culprit and start come from the cause -----------------------------------------------------
+
+XID48 = ("NVRM: Xid (PCI:0000:3b:00): 48, pid=48211, name=python, Ch 00000010, An uncorrectable "
+         "double bit error (DBE) has been detected on GPU in the framebuffer at partition 6, "
+         "subpartition 0.")
+
+
+def ds_overflow(t: datetime) -> str:
+    return (f"[{t:%Y-%m-%d %H:%M:%S},000] [INFO] [loss_scaler.py:183:update_scale] [deepspeed] "
+            "OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768")
+
+
+@pytest.mark.parametrize("with_kernel_log", [True, False], ids=["xid-and-cuda", "cuda-only"])
+def test_culprit_rank_is_the_rank_that_hit_the_fault_not_the_srun_task(
+        tmp_path: Path, with_kernel_log: bool) -> None:
+    # Rank 6 (node0, GPU 6) hits an uncorrectable ECC error; the other ranks time out and srun
+    # reports its failed tasks by task slot, the first of them "task 1" on node0.
+    if with_kernel_log:
+        write(tmp_path / "node0" / "kern.log", [syslog(T0, "node0", XID48)])
+    write(tmp_path / "node0" / "rank6.log", [glog_tid(
+        T0 + timedelta(seconds=1), 6, "[PG 0 Rank 6] Process group watchdog thread terminated "
+        "with exception: CUDA error: uncorrectable ECC error encountered")])
+    write_rank_timeouts(tmp_path, [r for r in range(16) if r != 6], T0 + timedelta(minutes=10))
+    write(tmp_path / "slurm-4711.out", [
+        "srun: error: node0: task 1: Exited with exit code 1",
+        "srun: error: node1: task 9: Exited with exit code 1",
+        "srun: error: node0: task 6: Exited with exit code 1",
+    ])
+
+    _, incidents = classify(tmp_path)
+
+    assert len(incidents) == 1
+    inc = incidents[0]
+    assert inc.category is Category.GPU_MEMORY_ECC
+    assert (inc.host, inc.rank) == ("node0", 6)
+    if with_kernel_log:
+        assert inc.gpu == "0000:3b:00.0"
+    assert "rank 6" in inc.summary
+
+
+def test_launcher_task_names_the_rank_only_when_nothing_else_does(tmp_path: Path) -> None:
+    write(tmp_path / "slurm-4711.out", [
+        "[2024-05-01 10:00:00,000] ValueError: expected 2048 tokens per sample, got 2047",
+        "srun: error: node3: task 5: Exited with exit code 1",
+    ])
+    _, incidents = classify(tmp_path)
+    assert [(i.category, i.host, i.rank) for i in incidents] == [
+        (Category.USER_CODE_ERROR, "node3", 5)]
+
+
+def test_incident_starts_at_its_first_causal_event_not_a_benign_line_before_it(
+        tmp_path: Path) -> None:
+    # Overflows every 10 minutes from 09:20 (benign); the XID at 10:00; timeouts at 10:10.
+    write(tmp_path / "node0" / "train.log",
+          [ds_overflow(T0 - timedelta(minutes=m)) for m in (40, 30, 20, 10)])
+    write(tmp_path / "node0" / "kern.log", [syslog(T0, "node0", XID79)])
+    write_rank_timeouts(tmp_path, range(1, 8), T0 + timedelta(minutes=10))
+
+    _, incidents = classify(tmp_path)
+
+    assert len(incidents) == 1
+    inc = incidents[0]
+    assert inc.category is Category.GPU_HARDWARE
+    assert inc.start == T0.timestamp()
+    assert any(e.signature == "fp16_loss_scale_overflow" for e in inc.related)
+
+
+def test_benign_lines_do_not_chain_two_failures_into_one_incident(tmp_path: Path) -> None:
+    # An overflow every 10 minutes between an XID at 10:00 and a host OOM at 12:00: single
+    # linkage over every line would make one incident of both.
+    write(tmp_path / "node0" / "train.log",
+          [ds_overflow(T0 + timedelta(minutes=m)) for m in range(0, 130, 10)])
+    write(tmp_path / "node0" / "kern.log", [
+        syslog(T0, "node0", XID79), syslog(T0 + timedelta(hours=2), "node0", OOM_KILL)])
+
+    _, incidents = classify(tmp_path)
+
+    assert sorted((i.category, i.start) for i in incidents) == sorted([
+        (Category.GPU_HARDWARE, T0.timestamp()),
+        (Category.OOM_HOST, (T0 + timedelta(hours=2)).timestamp())])
+
+
+def test_bundled_sample_starts_at_the_xid_not_at_the_overflow_before_it() -> None:
+    sample = Path(__file__).resolve().parents[3] / "examples" / "incidents" / \
+        "xid79-allreduce-hang"
+    rules = load_rules()
+    events, _ = scan_paths([str(sample)], rules, ScanOptions(host_from_path=True))
+    inc = correlate(events, rules)[0]
+    assert inc.xid == 79
+    assert inc.start == inc.root_cause.time
+    assert any(e.signature == "fp16_loss_scale_overflow" and e.time is not None
+               and e.time < inc.root_cause.time for e in events)

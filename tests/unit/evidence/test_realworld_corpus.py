@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from trainguard.evidence import correlate, load_rules, scan_paths
+from trainguard.evidence import ScanOptions, correlate, load_rules, scan_paths
 
 CORPUS = Path(__file__).resolve().parents[2] / "data" / "realworld"
 LABELS = [json.loads(line) for line in (CORPUS / "labels.jsonl").read_text().splitlines()
@@ -24,7 +24,8 @@ LABELS = [json.loads(line) for line in (CORPUS / "labels.jsonl").read_text().spl
 
 def _first_incident(path: Path) -> tuple[str, str, set[int]]:
     rules = load_rules()
-    events, _ = scan_paths([str(path)], rules)
+    # As `trainguard logs classify` scans: lines with failure words only are reported too.
+    events, _ = scan_paths([str(path)], rules, ScanOptions(suspicious_lines=True))
     incidents = correlate(events, rules)
     xids = {e.xid for e in events if e.signature == "xid" and e.xid is not None}
     if not incidents:
@@ -73,3 +74,23 @@ def test_cli_does_not_crash_on_any_case() -> None:
     assert "Traceback" not in proc.stderr
     for line in proc.stdout.splitlines():
         json.loads(line)
+
+
+def _first_confidence(path: Path) -> tuple[str, float | None]:
+    rules = load_rules()
+    events, _ = scan_paths([str(path)], rules, ScanOptions(suspicious_lines=True))
+    incidents = correlate(events, rules)
+    if not incidents:
+        return "unknown", None
+    return incidents[0].category.value, incidents[0].root_cause.confidence
+
+
+def test_confidence_is_calibrated() -> None:
+    """A confident answer is a right one; a weak one says so."""
+    rows = [(lab["category"], *_first_confidence(CORPUS / str(lab["file"]))) for lab in LABELS]
+    confident = [(want, got) for want, got, conf in rows if conf is not None and conf >= 0.8]
+    right = sum(want == got for want, got in confident)
+    assert len(confident) >= len(rows) // 2
+    assert right / len(confident) >= 0.95, f"{right}/{len(confident)} confident answers right"
+    unknown = [conf for _, got, conf in rows if got == "unknown" and conf is not None]
+    assert all(conf < 0.5 for conf in unknown)
