@@ -3,12 +3,12 @@
 1. End to end from Parquet: 63 nodes x 8 GPUs x 100 GPU metrics (+ 16 node series) x 7 days at
    30 s (~1 billion samples) at scale 1.0, streamed with `iter_parquet_chunks` (2-h chunks) into
    `Detector.feed`. The file is built once and cached under `bench-data/` (the simulator's 27
-   GPU fields plus 73 noisy copies/transforms of them, written chunk by chunk). Target: >= 20 M
-   samples/s scoring, bounded memory.
+   GPU fields plus 73 noisy copies/transforms of them, written chunk by chunk). Targets: >= 20 M
+   samples/s scoring, >= 3x #3's end-to-end rate (1.3 M/s), bounded memory.
 2. Live scoring of one scrape: 504 GPUs x 751 metrics; a Detector warmed with a few hours of
    noise of that shape, then fed one scrape (a 1-time-point Telemetry) at a time. The detector
    scores in blocks of `block_s` (4 scrapes at 30 s): 3 of 4 feeds only buffer, the 4th scores
-   the block. Both are reported. Target: < 50 ms (p95).
+   the block. Both are reported. Target: < 50 ms median for the scrape that scores a block.
 3. Baselines on the first day of the same data, in memory: trainguard's batch `detect()` vs the
    DCGM-style static rules and PyOD ECOD.
 
@@ -66,7 +66,11 @@ LIVE_STEPS = 120
 """Scrapes timed in part 2 (30 scored blocks)."""
 SEED = 0
 SCORE_TARGET = 20e6
+E2E_BEFORE = 1.3e6
+"""End-to-end rate from Parquet measured for #3 (README, 2026-11-21): #20 asks for 3x that."""
+E2E_TARGET = 3 * E2E_BEFORE
 LIVE_TARGET_MS = 50.0
+"""Median time of a scrape that completes (and scores) a block."""
 
 # Simulator gauges the synthetic metrics are derived from (no XID / hard-error fields, whose
 # copies would be hard evidence, and none that the static rules match by name).
@@ -379,6 +383,7 @@ def report(rows: list[dict[str, Any]]) -> None:
           f"{r1['file_gb']:.2f} GB file, {r1['chunks']} 2-h chunks")
     print(f"{'measure':<30} {'value':>16} {'target':>14} {'met':>8}")
     ok_score = r1["score_rate"] >= SCORE_TARGET
+    ok_e2e = r1["e2e_rate"] >= E2E_TARGET
     bounded = r1["peak_rss_mb"] <= 1.25 * r1["rss_early_mb"] + 100
     lines = [
         ("samples", f"{r1['samples']:,}", "", ""),
@@ -386,7 +391,10 @@ def report(rows: list[dict[str, Any]]) -> None:
         ("reading seconds", f"{r1['read_s']:.1f}", "", ""),
         ("end-to-end seconds", f"{r1['wall_s']:.1f}", "", ""),
         ("scoring samples/s", f"{r1['score_rate'] / 1e6:.2f} M", ">= 20 M", _met(ok_score)),
-        ("end-to-end samples/s", f"{r1['e2e_rate'] / 1e6:.2f} M", "", ""),
+        ("reading samples/s", f"{r1['samples'] / max(r1['read_s'], 1e-9) / 1e6:.2f} M", "",
+         ""),
+        ("end-to-end samples/s", f"{r1['e2e_rate'] / 1e6:.2f} M",
+         f">= {E2E_TARGET / 1e6:.1f} M", _met(ok_e2e)),
         ("RSS after imports MB", f"{r1['rss_start_mb']:.0f}", "", ""),
         ("peak RSS after 2 chunks MB", f"{r1['rss_early_mb']:.0f}", "", ""),
         ("peak RSS at end MB", f"{r1['peak_rss_mb']:.0f}", "flat", _met(bounded)),
@@ -400,13 +408,14 @@ def report(rows: list[dict[str, Any]]) -> None:
           f"({r2['samples_per_scrape']:,} samples), detector warmed on {r2['warm_s'] / 3600:g} h "
           f"({r2['warm_samples']:,} samples, {r2['warm_rate'] / 1e6:.1f} M/s)")
     print(f"{'feed of one scrape':<36} {'n':>4} {'median ms':>10} {'p95 ms':>8} "
-          f"{'target':>8} {'met':>8}")
+          f"{'target':>12} {'met':>8}")
     for label, key in (("buffers only (3 of 4 scrapes)", "buffer_ms"),
                        ("completes a block (scores it)", "block_ms"),
                        ("every scrape", "all_ms")):
         med, p95, n = r2[key]
-        print(f"{label:<36} {n:>4} {med:>10.1f} {p95:>8.1f} {'< 50 p95':>8} "
-              f"{_met(p95 < LIVE_TARGET_MS):>8}")
+        target = f"< {LIVE_TARGET_MS:g} median" if key == "block_ms" else ""
+        met = _met(med < LIVE_TARGET_MS) if key == "block_ms" else ""
+        print(f"{label:<36} {n:>4} {med:>10.1f} {p95:>8.1f} {target:>12} {met:>8}")
     print(f"mean over every scrape {r2['mean_ms']:.1f} ms; peak RSS {r2['peak_rss_mb']:.0f} MB")
 
     r3 = [r for r in rows if r["part"] == 3]
@@ -434,8 +443,9 @@ def main(scale: float | None = None) -> None:
     if scale is None:
         scale = float(os.environ.get("BENCH_DETECT_SCALE", "1.0"))
     report(run(scale))
-    print(f"targets: >= 20 M samples/s scoring, flat RSS (part 1); < {LIVE_TARGET_MS:g} ms per "
-          "scrape, p95 (part 2)")
+    print(f"targets: >= 20 M samples/s scoring, >= {E2E_TARGET / 1e6:.1f} M samples/s end to end "
+          f"(3x #3's), flat RSS (part 1); < {LIVE_TARGET_MS:g} ms median for the scrape that "
+          "scores a block (part 2)")
 
 
 if __name__ == "__main__":

@@ -19,15 +19,16 @@ from trainguard.cli.console import err, fail, out, stderr_is_tty, warn
 from trainguard.cli.helptext import reflowed_doc
 from trainguard.detect.alerts import AlertEpisode, AlertKind, Signal
 from trainguard.detect.backtest import BASELINES, run_backtest
-from trainguard.detect.config import DetectorConfig
+from trainguard.detect.calibration import annotate, detector_file
 from trainguard.detect.detector import detect as run_detect
 from trainguard.detect.scorecard import Scorecard, compare
 from trainguard.detect.truth import (
     GroundTruth,
+    read_kernel_log_truth,
     truth_from_jsonl,
-    truth_from_kernel_logs,
     truth_from_xid_gauge,
 )
+from trainguard.detect.truthspan import SpanCheck, check_span, telemetry_span
 from trainguard.errors import ConfigError, TrainguardError
 from trainguard.sizes import parse_size
 from trainguard.telemetry.frame import Telemetry
@@ -35,7 +36,7 @@ from trainguard.timeparse import parse_timestamp
 from trainguard.valueorigin import InvalidValue, named
 
 if TYPE_CHECKING:
-    from trainguard.telemetry import PrometheusClient
+    from trainguard.telemetry import IdentityConfig, PrometheusClient, StampFor
 
 Sources = Annotated[list[str] | None, typer.Argument(
     help="OpenMetrics/Prometheus text files (.om/.prom/.txt, .gz), directories of them, or "
@@ -60,6 +61,30 @@ MaxMemory = Annotated[str, typer.Option(
     "--max-memory", help="Refuse input whose aligned arrays would need more than this, before "
     "allocating them (e.g. 8GiB, 512MiB; 0 = no limit).")]
 _DEFAULT_MAX_MEMORY = "8GiB"
+DetectorConfigFile = Annotated[Path | None, typer.Option(
+    "--config", help="Detector config file (TOML with a [detect] table, e.g. written by "
+    "`trainguard tune`); its [calibration] adds each alert kind's expected false alarms/day.")]
+NodeLabel = Annotated[list[str] | None, typer.Option(
+    "--node-label", metavar="NAME", help="The label that names the node, instead of the "
+    "built-in order (kubernetes_node, Hostname, hostname, node, nodename, instance); "
+    "repeatable (or NAME,NAME): tried in order. On Kubernetes dcgm-exporter's Hostname is its "
+    "pod, not the node.")]
+At = Annotated[list[str] | None, typer.Option(
+    "--at", metavar="TIME|mtime", help="Time for samples without a timestamp (a saved `curl "
+    ".../metrics` scrape): unix seconds, ISO-8601, or mtime (each file's modification time). "
+    "One value for all sources, or one per source; each file is one snapshot.")]
+
+
+def _identity(node_label: list[str] | None) -> IdentityConfig | None:
+    from trainguard.telemetry import IdentityConfig
+
+    return None if node_label is None else IdentityConfig().for_node_label(node_label)
+
+
+def _stamp(sources: list[str] | None, at: list[str] | None) -> StampFor | None:
+    from trainguard.telemetry import parse_at, snapshot_times
+
+    return snapshot_times(sources or [], [parse_at(a) for a in at or []])
 
 
 def _need_input(ctx: typer.Context, sources: list[str] | None, prometheus: str | None) -> None:
@@ -95,10 +120,12 @@ def max_memory_bytes(text: str) -> int:
 def load_telemetry(sources: list[str] | None, prometheus: str | None, start: str | None,
                    end: str | None, step: int | None, metrics: list[str] | None,
                    token_file: Path | None, basic_auth: str | None, *,
-                   max_memory: int | None = None) -> Telemetry:
+                   max_memory: int | None = None, identity: IdentityConfig | None = None,
+                   stamp: StampFor | None = None) -> Telemetry:
     """Files and/or a Prometheus range into one Telemetry; warnings go to stderr.
 
-    `max_memory` bounds the aligned matrices (None: the default limit, 0: none)."""
+    `max_memory` bounds the aligned matrices (None: the default limit, 0: none); `identity`
+    chooses the node label; `stamp` times file samples that have no timestamp (`--at`)."""
     from trainguard.telemetry import TelemetryBuilder, load_sources, read_prometheus
     from trainguard.telemetry.limits import DEFAULT_MAX_MEMORY_BYTES
 
@@ -108,12 +135,19 @@ def load_telemetry(sources: list[str] | None, prometheus: str | None, start: str
     if prometheus is None:
         with _progress("reading telemetry") as prog:
             tel, warnings = load_sources(sources or [], step_s=step, progress=prog,
-                                         max_memory_bytes=limit)
+                                         max_memory_bytes=limit, identity=identity,
+                                         stamp=stamp)
         for w in warnings:
             warn(w)
+        if tel.times.size == 1:
+            warn("the telemetry is one point in time (a single snapshot): the detector "
+                 "compares samples over time, so one snapshot shows no failure; several scrapes "
+                 "taken at different times (--at mtime) form a series")
         return tel
     if sources:
         raise ConfigError("read either files or --prometheus, not both")
+    if stamp is not None:
+        raise ConfigError("--at stamps files; Prometheus samples carry their own times")
     t_end = _parse_time(end, "end", time.time())
     t_start = _parse_time(start, "start")
     assert t_end is not None
@@ -122,7 +156,7 @@ def load_telemetry(sources: list[str] | None, prometheus: str | None, start: str
     if t_start >= t_end:
         raise ConfigError("--start must be before --end")
     client = _client(prometheus, token_file, basic_auth)
-    builder = TelemetryBuilder(step_s=step or 30, max_memory_bytes=limit)
+    builder = TelemetryBuilder(identity, step_s=step or 30, max_memory_bytes=limit)
     with _progress("querying Prometheus") as prog:
         read_prometheus(client, builder, metrics=metrics, start=t_start, end=t_end,
                         step_s=step or 30, progress=prog)
@@ -197,6 +231,9 @@ def detect(
         "--json", help="Print the alert episodes as JSON lines on stdout (no table).")] = False,
     limit: Annotated[int, typer.Option(help="Rows in the terminal table (0 = all).", min=0)] = 30,
     max_memory: MaxMemory = _DEFAULT_MAX_MEMORY,
+    node_label: NodeLabel = None,
+    at: At = None,
+    config: DetectorConfigFile = None,
 ) -> None:
     """Find failing nodes and GPUs in telemetry: predictive and hard alert episodes.
 
@@ -207,12 +244,14 @@ def detect(
     _need_input(ctx, sources, prometheus)
     mem = max_memory_bytes(max_memory)
     try:
+        dfile = detector_file(config, mem)
         tel = load_telemetry(sources, prometheus, start, end, step, metric, bearer_token_file,
-                             basic_auth, max_memory=mem)
+                             basic_auth, max_memory=mem, identity=_identity(node_label),
+                             stamp=_stamp(sources, at))
         if not any(m.per_gpu for m in tel.metrics):
             warn("no per-GPU series (no gpu/UUID label): scoring node-level metrics only")
         with _progress("detecting") as prog:
-            alerts = run_detect(tel, DetectorConfig(max_memory_bytes=mem), progress=prog)
+            alerts = annotate(run_detect(tel, dfile.detect, progress=prog), dfile.calibration)
     except TrainguardError as exc:
         fail(str(exc), 2)
     lines = [json.dumps(a.to_dict()) for a in alerts]
@@ -234,21 +273,34 @@ def detect(
 
 
 def _load_truth(tel: Telemetry, sources: list[str] | None, failures: Path | None,
-                kernel_logs: list[Path] | None) -> tuple[GroundTruth, str]:
+                kernel_logs: list[Path] | None, year: int | None = None,
+                ) -> tuple[GroundTruth, str, bool]:
+    """The ground truth, where it came from, and whether a syslog year was guessed."""
     if failures is not None:
         if not failures.is_file():
             raise ConfigError(f"--failures: no such file: {failures}")
-        return truth_from_jsonl(failures), str(failures)
+        return truth_from_jsonl(failures), str(failures), False
     if kernel_logs:
         for p in kernel_logs:
             if not p.exists():
                 raise ConfigError(f"--kernel-logs: no such file or directory: {p}")
-        return truth_from_kernel_logs(kernel_logs), "kernel logs"
+        found = read_kernel_log_truth(kernel_logs, year=year)
+        if found.year_note is not None:
+            warn(found.year_note)
+        return found.truth, "kernel logs", found.year_note is not None
     for s in sources or []:
         for cand in (Path(s) / "labels.jsonl", Path(s).parent / "labels.jsonl"):
             if cand.is_file():
-                return truth_from_jsonl(cand), f"{cand} (found next to the telemetry)"
-    return truth_from_xid_gauge(tel), "the XID gauge in the telemetry"
+                return truth_from_jsonl(cand), f"{cand} (found next to the telemetry)", False
+    return truth_from_xid_gauge(tel), "the XID gauge in the telemetry", False
+
+
+def _warn_span(span: SpanCheck, *, guessed_year: bool) -> None:
+    hint = "; lines without a year took a guessed one: give --year YYYY" \
+        if guessed_year else ""
+    for line in (span.warning(hint), span.node_warning()):
+        if line is not None:
+            warn(line)
 
 
 def _print_cards(cards: tuple[Scorecard, ...]) -> None:
@@ -302,6 +354,13 @@ def backtest(
         "--alerts-out", help="Also write every detector's alerts (JSON lines) to this file.")
     ] = None,
     max_memory: MaxMemory = _DEFAULT_MAX_MEMORY,
+    node_label: NodeLabel = None,
+    at: At = None,
+    year: Annotated[int | None, typer.Option(
+        "--year", metavar="YYYY", min=1970, max=2100,
+        help="Year of --kernel-logs lines that carry none (syslog 'Nov 18 03:12:01 host "
+        "kernel: ...'); default: each file's modification year, with a warning.")] = None,
+    config: DetectorConfigFile = None,
 ) -> None:
     """Score trainguard and the baselines against known failures (the report's Analysis 1).
 
@@ -317,13 +376,19 @@ def backtest(
     for p in kernel_logs or []:
         if not p.exists():
             fail(f"--kernel-logs: no such file or directory: {p}", 2)
+    if year is not None and not kernel_logs:
+        fail("--year dates --kernel-logs lines that carry no year; give --kernel-logs too", 2)
     try:
+        dfile = detector_file(config, mem)
         tel = load_telemetry(sources, prometheus, start, end, step, metric, bearer_token_file,
-                             basic_auth, max_memory=mem)
-        truth, truth_from = _load_truth(tel, sources, failures, kernel_logs)
+                             basic_auth, max_memory=mem, identity=_identity(node_label),
+                             stamp=_stamp(sources, at))
+        truth, truth_from, guessed_year = _load_truth(tel, sources, failures, kernel_logs, year)
+        span = check_span(truth, telemetry_span(tel), tel.nodes)
+        _warn_span(span, guessed_year=guessed_year)
         with _progress("backtesting") as prog:
             result = run_backtest(tel, truth, baselines=chosen,
-                                  cfg=DetectorConfig(max_memory_bytes=mem),
+                                  cfg=dfile.detect,
                                   progress=lambda _name, done, total: prog(done, total))
     except TrainguardError as exc:
         fail(str(exc), 2)
@@ -333,15 +398,20 @@ def backtest(
         try:
             with alerts_out.open("w") as fh:
                 for name, alerts in result.alerts.items():
-                    for a in alerts:
+                    # only trainguard's own alerts were calibrated
+                    cal = dfile.calibration if name == "trainguard" else None
+                    for a in annotate(alerts, cal):
                         fh.write(json.dumps({**a.to_dict(), "detector": name}) + "\n")
         except OSError as exc:
             fail(f"cannot write {alerts_out}: {exc.strerror}", 2)
     if json_out:
         typer.echo(json.dumps({"truth": truth_from, "n_failures": len(truth.failures),
+                               "n_failures_in_span": span.in_span,
+                               "span_check": span.to_dict(),
                                "cards": [c.to_dict() for c in result.cards]}, indent=2))
         return
     days = tel.times.size * tel.step_s / 86400
     out.print(f"{len(tel.nodes)} nodes, {len(tel.metrics)} metrics, {days:.1f} days; "
-              f"{len(truth.failures)} failures from {escape(truth_from)}")
+              f"{len(truth.failures)} failures from {escape(truth_from)}, {span.in_span} of "
+              "them in the telemetry's time span (scored)")
     _print_cards(result.cards)

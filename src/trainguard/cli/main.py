@@ -23,6 +23,7 @@ from trainguard.cli import (
     simulate,
     slurm,
     trace,
+    tune,
     watch,
     xid,
 )
@@ -43,6 +44,7 @@ app.command("agent")(agent_command)
 app.command("simulate")(simulate.simulate)
 app.command("detect")(detect.detect)
 app.command("backtest")(detect.backtest)
+app.command("tune")(tune.tune_command)
 app.command("run", help=run.run_help, no_args_is_help=True,
             context_settings={"allow_interspersed_args": False})(run.run)
 app.add_typer(run.inject_app, name="inject")

@@ -45,6 +45,7 @@ def _replay_from(url: str) -> tuple[Any, int]:
 def _overrides(flags: dict[str, Any]) -> dict[str, Any]:
     """WatchConfig overrides from the flags that were given: a flag left out is absent, so
     the config file's value (or the default) stays; ``--listen off`` is present, as None."""
+    from trainguard.telemetry.identity import parse_node_labels
     from trainguard.timeparse import parse_duration
     from trainguard.watch.config import FLAGS, read_secret
 
@@ -59,6 +60,8 @@ def _overrides(flags: dict[str, Any]) -> dict[str, Any]:
             value = max(1, round(parse_duration(value, flag)))
         elif name == "kernel_logs":
             value = tuple(value)
+        elif name == "node_label":
+            value = parse_node_labels(value, flag)
         elif name == "listen":
             value = None if value.strip().lower() == "off" else value
         elif name == "token":
@@ -78,6 +81,10 @@ def watch(
     config: Annotated[Path | None, typer.Option(
         "--config", help="TOML file (sections watch, detect, http, alertmanager, actions, "
         "kernel_logs, replay, prometheus; see docs/watch.md).")] = None,
+    detector_config: Annotated[Path | None, typer.Option(
+        "--detector-config", help="Detector config file written by `trainguard tune`: its "
+        "[detect] table replaces the --config file's, and alerts carry its calibrated "
+        "expected false alarms per day.")] = None,
     state_dir: Annotated[Path | None, typer.Option(
         "--state-dir", help="Where the state survives restarts (default ./trainguard-watch).")
     ] = None,
@@ -120,10 +127,11 @@ def watch(
     json_out: Annotated[bool, typer.Option(
         "--json", help="Alert changes as JSON lines on stdout.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every round.")] = False,
-    node_label: Annotated[str | None, typer.Option(
+    node_label: Annotated[list[str] | None, typer.Option(
         "--node-label", metavar="NAME", help="The label that names the node (watch.node_label; "
-        "default: the first of kubernetes_node, Hostname, hostname, node, nodename, instance). "
-        "On Kubernetes dcgm-exporter's Hostname is its pod, not the node.")] = None,
+        "default: the first of kubernetes_node, Hostname, hostname, node, nodename, instance); "
+        "repeatable: tried in order. On Kubernetes dcgm-exporter's Hostname is its pod, not the "
+        "node.")] = None,
 ) -> None:
     """Run the detector live against Prometheus: warm up from history, score each new
     interval, raise alerts (store, Alertmanager, /metrics), optionally act on them.
@@ -146,6 +154,11 @@ def watch(
         if simulator is not None:
             overrides["replay"], sim_step = _replay_from(simulator)
             overrides.setdefault("step_s", sim_step)
+        if detector_config is not None:
+            from trainguard.detect.calibration import load as load_detector_file
+
+            dfile = load_detector_file(detector_config)
+            overrides["detect"], overrides["calibration"] = dfile.detect, dfile.calibration
         cfg = load_config(config, overrides)
         if actions is not None:
             if actions not in _ACTIONS:

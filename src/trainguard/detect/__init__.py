@@ -10,10 +10,13 @@ from trainguard.detect.truth import (
     BenignWindow,
     Failure,
     GroundTruth,
+    KernelLogTruth,
+    read_kernel_log_truth,
     truth_from_jsonl,
     truth_from_kernel_logs,
     truth_from_xid_gauge,
 )
+from trainguard.detect.truthspan import SpanCheck, check_span
 
 __all__ = [
     "BASELINES",
@@ -26,10 +29,14 @@ __all__ = [
     "DetectorConfig",
     "Failure",
     "GroundTruth",
+    "KernelLogTruth",
     "Scorecard",
     "Signal",
+    "SpanCheck",
+    "check_span",
     "compare",
     "detect",
+    "read_kernel_log_truth",
     "run_backtest",
     "score",
     "truth_from_jsonl",

@@ -49,9 +49,13 @@ class AlertEpisode:
     kind: AlertKind
     signals: tuple[Signal, ...]
     source: str = "trainguard"
+    expected_fp_per_day: float | None = None
+    """False alarms per day per `expected_fp_per_nodes` nodes that alerts of this kind raised on
+    held-out history (`trainguard tune`); None when no calibration was given."""
+    expected_fp_per_nodes: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d: dict[str, Any] = {
             "node": self.node,
             "start": self.start,
             "end": self.end,
@@ -60,3 +64,7 @@ class AlertEpisode:
             "signals": [s.to_dict() for s in self.signals],
             "source": self.source,
         }
+        if self.expected_fp_per_day is not None:
+            d["expected_fp_per_day"] = round(self.expected_fp_per_day, 4)
+            d["expected_fp_per_nodes"] = self.expected_fp_per_nodes
+        return d

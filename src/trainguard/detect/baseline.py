@@ -66,6 +66,47 @@ class Baseline:
             z = (r - mu) / scale
         return np.where(n >= warm_n, z, np.nan)
 
+    def score_update(self, r: FloatArray, busy: BoolArray, floor: FloatArray, warm_n: float,
+                     alpha: float, clip: float, fast: BoolArray | None = None) -> FloatArray:
+        """`score(r, ...)` then `update(r, ...)` (the same numbers), each series' slot read once.
+
+        `busy` broadcasts against `r`; `fast` marks series relearning a new regime. Values
+        computed where `r` is NaN are never stored, so they are not masked first.
+        """
+        busy = np.broadcast_to(busy, r.shape)
+        mu = np.where(busy, self.mu[1], self.mu[0])
+        spread = np.where(busy, self.spread[1], self.spread[0])
+        n = np.where(busy, self.n[1], self.n[0])
+        scale = np.maximum(1.25 * spread, floor)
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            dev = r - mu
+            z: FloatArray = np.asarray(dev / scale, dtype=np.float64)
+            z[n < warm_n] = np.nan
+            sel = np.isfinite(r)
+            if not sel.any():
+                return z
+            n1 = n + 1.0
+            a = np.maximum(alpha, 1.0 / n1)
+            if fast is not None:
+                a = np.where(fast, np.maximum(a, 0.1), a)
+            lim = clip * scale
+            lim[n < 3] = np.inf  # too few points for a spread: do not clip yet
+            absdev = np.minimum(np.abs(dev), lim)
+            step = np.clip(dev, -lim, lim)
+            first = n == 0
+            step *= a
+            step += mu
+            new_mu = np.where(first, r, step)
+            absdev -= spread
+            absdev *= a
+            absdev += spread
+            new_spread = np.where(first, spread, absdev)
+        for slot, in_slot in ((0, sel & ~busy), (1, sel & busy)):
+            np.copyto(self.mu[slot], new_mu, where=in_slot)
+            np.copyto(self.spread[slot], new_spread, where=in_slot)
+            np.copyto(self.n[slot], n1, where=in_slot)
+        return z
+
     def update(self, r: FloatArray, busy: BoolArray, floor: FloatArray, alpha: float,
                clip: float, fast: BoolArray | None = None) -> None:
         """Learn from `r` (NaN = no observation). `fast` marks series relearning a new regime."""

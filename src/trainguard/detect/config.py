@@ -34,6 +34,30 @@ class DetectorConfig:
     """Consecutive anomalous blocks needed before an alert led by recurring error counts fires."""
     persist_gauge_blocks: int = 12
     """... and by a level deviation (temperature, power, clocks): those need to last longer."""
+    evidence_drift: float = 4.0
+    """Evidence of recurring specific deviations leaks away at this much per block (and each
+    block adds its score less this): see `episodes.EpisodeTracker.soft_block`."""
+    evidence_cap: float = 20.0
+    """One block adds at most this much evidence: one spike alone never opens an episode."""
+    evidence_counter: float = 20.0
+    """Accumulated evidence that opens an episode led by recurring error counts ..."""
+    evidence_activity: float = 40.0
+    """... and by a GPU whose activity departs from its siblings' (a stalling GPU)."""
+    precursor_window_blocks: int = 15
+    """Early warnings (`precursors.py`): blocks over which recurring error counts are counted,"""
+    precursor_min_events: int = 4
+    """... how many of them must have events ..."""
+    precursor_background_ratio: float = 4.0
+    """... at least this many times as often as the series' own long-run rate."""
+    jitter_ratio: float = 3.0
+    """A GPU whose power/clock moves this many times more than its siblings' ..."""
+    jitter_blocks: int = 5
+    """... for this many blocks in a row is a precursor."""
+    host_collapse_fraction: float = 0.25
+    """A busy node whose interrupts/context switches/runnable processes fall below this
+    fraction of its own level and of the other nodes' ..."""
+    host_collapse_blocks: int = 3
+    """... for this many blocks in a row is a precursor."""
     cooldown_s: float = 1800.0
     """An episode ends after this long below score_off; a new onset inside it is merged."""
     hard_cooldown_s: float = 3600.0
@@ -86,5 +110,11 @@ class DetectorConfig:
             raise ConfigError("detect.score_off must be <= detect.score_on")
         if not 0.5 <= self.calib_quantile < 1:
             raise ConfigError("detect.calib_quantile must be in [0.5, 1)")
+        if not 1 <= self.precursor_window_blocks <= 60:
+            raise ConfigError("detect.precursor_window_blocks must be in [1, 60]")
+        if self.precursor_min_events < 1 or self.jitter_blocks < 1 \
+                or self.host_collapse_blocks < 1:
+            raise ConfigError("detect.precursor_min_events, detect.jitter_blocks and "
+                              "detect.host_collapse_blocks must be >= 1")
         if self.min_gpus < 2 or self.min_peers < 2:
             raise ConfigError("detect.min_gpus and detect.min_peers must be >= 2")

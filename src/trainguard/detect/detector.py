@@ -27,12 +27,13 @@ import itertools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 
-from trainguard.detect.alerts import AlertEpisode
+from trainguard.detect.alerts import AlertEpisode, Signal
 from trainguard.detect.config import DetectorConfig
-from trainguard.detect.episodes import EpisodeTracker
+from trainguard.detect.episodes import LEAD_PRECURSOR, EpisodeTracker
 from trainguard.detect.hard import BoolArray, HardHit, counter_hits, vanished, xid_hits
 from trainguard.detect.knowledge import (
     ACTIVITY_METRICS,
@@ -43,6 +44,7 @@ from trainguard.detect.knowledge import (
 )
 from trainguard.detect.layout import DenseChunk, Layout
 from trainguard.detect.numeric import ffill, nanmedian_axis, previous_valid
+from trainguard.detect.precursors import PrecursorRules
 from trainguard.detect.scoring import BlockScorer
 from trainguard.errors import TelemetryError
 from trainguard.telemetry.frame import FloatArray, Telemetry
@@ -77,6 +79,7 @@ class Detector:
         self.cumulative = cumulative
         self.tracker = EpisodeTracker(self.cfg, self.layout.nodes)
         self.scorer = BlockScorer(self.cfg, self.layout)
+        self.precursors = PrecursorRules(self.cfg)
         self.step_s = 0
         self.steps_per_block = 1
         self._next_t: int | None = None
@@ -104,8 +107,8 @@ class Detector:
             self._next_t = int(tel.times[0]) // period * period
         elif tel.step_s != self.step_s:
             raise TelemetryError(f"chunk step {tel.step_s}s differs from {self.step_s}s")
-        self.samples += tel.n_samples
-        dense = self.layout.densify(tel)
+        dense, n_samples = self.layout.densify_counted(tel)
+        self.samples += n_samples
         dense = self._align(dense)
         if self._pending is not None:
             dense = _concat(self._pending, dense, self.layout)
@@ -274,7 +277,11 @@ class Detector:
         node = self._rates(d.node, flags.cumulative[mg_:], "rate_node", d.times)
         jobs = _jobs_per_block(tel, lay.nodes, d.times, self.steps_per_block) if tel else None
         hits.sort(key=lambda x: (x.t_index, x.node))
-        self.scorer.run(d.times, gpu, node, present, hits, self.tracker,
+        s = self.steps_per_block
+        early = self.precursors.scan(d, lay, flags.cumulative, s)
+        tracker = self.tracker if not early else cast(EpisodeTracker, _WithPrecursors(
+            self.tracker, {float(d.times[b * s + s - 1]): h for b, h in early.items()}))
+        self.scorer.run(d.times, gpu, node, present, hits, tracker,
                         flags.soft, flags.weights, flags.activity, jobs,
                         self.steps_per_block,
                         self._unit_blocks(d.gpu, d.node, d.times.size // self.steps_per_block),
@@ -389,6 +396,39 @@ class Detector:
             activity=_activity_index(lay))
         self._flags_cache = (key, flags)
         return flags
+
+
+class _WithPrecursors:
+    """The episode tracker as the scorer sees it for one chunk: each block's early-warning
+    hits (`precursors.py`) are folded into what that block hands the tracker (the node's score
+    at least score_on, led by `LEAD_PRECURSOR`, the rule's signal first), so a tracker that
+    records its input (`trainguard tune`) sees them too."""
+
+    def __init__(self, tracker: EpisodeTracker, hits: dict[float, list[tuple[int, Signal]]]
+                 ) -> None:
+        self._tracker = tracker
+        self._hits = hits
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tracker, name)
+
+    def soft_block(self, t: float, score: FloatArray, signals: dict[int, tuple[Signal, ...]],
+                   quiet: set[int], lead: np.ndarray | None = None) -> None:
+        got = self._hits.get(t)
+        if got:
+            score = score.copy()
+            lead = (np.zeros(score.shape[0], dtype=np.int8) if lead is None
+                    else np.array(lead, dtype=np.int8))
+            signals = dict(signals)
+            top = self._tracker.cfg.top_signals
+            for i, sig in got:
+                if i in quiet or i >= score.shape[0]:
+                    continue
+                lead[i] = LEAD_PRECURSOR
+                score[i] = max(float(np.nan_to_num(score[i], nan=0.0)),
+                               self._tracker.cfg.score_on)
+                signals[i] = (sig, *(x for x in signals.get(i, ()) if x != sig))[:top]
+        self._tracker.soft_block(t, score, signals, quiet, lead)
 
 
 @dataclass(frozen=True, eq=False)

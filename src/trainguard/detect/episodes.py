@@ -18,7 +18,16 @@ from trainguard.detect.alerts import AlertEpisode, AlertKind, Signal
 from trainguard.detect.config import DetectorConfig
 from trainguard.telemetry.frame import FloatArray
 
-__all__ = ["EpisodeTracker"]
+__all__ = ["LEAD_ACTIVITY", "LEAD_COUNTER", "LEAD_GAUGE", "LEAD_PRECURSOR", "EpisodeTracker"]
+
+LEAD_GAUGE = 0
+"""What leads a node's score in a block: a level deviation (temperature, power, clocks)..."""
+LEAD_COUNTER = 1
+"""... a recurring error counter (SBE, PCIe replays, NVLink CRC, remapped rows) ..."""
+LEAD_ACTIVITY = 2
+"""... a GPU whose activity departs from its siblings' (a stalling GPU in a synchronous job) ..."""
+LEAD_PRECURSOR = 3
+"""... or an early-warning rule completed in this block (`precursors.py`): alert at once."""
 
 
 @dataclass
@@ -41,6 +50,8 @@ class EpisodeTracker:
     last_soft_end: dict[int, float] = field(default_factory=dict)
     last_hard: dict[int, float] = field(default_factory=dict)
     closed: list[AlertEpisode] = field(default_factory=list)
+    evidence: FloatArray = field(default_factory=lambda: np.zeros(0))
+    """Per node: accumulated evidence of recurring specific deviations (see `soft_block`)."""
     last_scores: FloatArray | None = None
     """The latest block's node scores (index as `nodes`; NaN: no data), for live display."""
     last_t: float | None = None
@@ -52,11 +63,35 @@ class EpisodeTracker:
         return {i for i, th in self.last_hard.items() if t - th < q}
 
     def soft_block(self, t: float, score: FloatArray, signals: dict[int, tuple[Signal, ...]],
-                   quiet: set[int], counter_led: np.ndarray | None = None) -> None:
-        """Feed one block's node scores (`signals` for the nodes at or above score_on)."""
+                   quiet: set[int], lead: np.ndarray | None = None) -> None:
+        """Feed one block's node scores (`signals` for the nodes at or above score_on) and
+        what leads each node's score (`LEAD_*`; None: all gauge-led).
+
+        An episode opens on a node when either
+        1. its score stays at or above score_on for `persist_blocks` consecutive blocks when a
+           recurring error counter leads, `persist_gauge_blocks` otherwise; or
+        2. an early-warning rule completed on it in this block (`LEAD_PRECURSOR`); or
+        3. evidence from specific deviations (an error counter or a stalling GPU leads the
+           score) accumulates to `evidence_counter` / `evidence_activity` while this block is at
+           or above score_on: each such block adds min(score, evidence_cap) - evidence_drift,
+           every other block takes evidence_drift away (never below 0). Intermittent evidence
+           (a GPU that stalls every few minutes, error bursts that grow) adds up; a single spike
+           of a few minutes, or a level excursion, does not.
+        """
         cfg = self.cfg
+        n = score.shape[0]
         self.last_scores, self.last_t = score.copy(), t
-        above = np.flatnonzero(score >= cfg.score_on).tolist()
+        lead_ = np.zeros(n, dtype=np.int8) if lead is None else np.asarray(lead, dtype=np.int8)
+        if self.evidence.shape[0] != n:
+            self.evidence = np.pad(self.evidence, (0, max(0, n - self.evidence.shape[0])))[:n]
+        s = np.nan_to_num(score, nan=0.0)
+        specific = lead_ != LEAD_GAUGE
+        gain = np.where(specific, np.minimum(s, cfg.evidence_cap) - cfg.evidence_drift,
+                        -cfg.evidence_drift)
+        self.evidence = np.maximum(0.0, self.evidence + gain)
+        if quiet:
+            self.evidence[sorted(quiet)] = 0.0
+        above = np.flatnonzero(s >= cfg.score_on).tolist()
         for i in list(self.run):
             if i not in above or i in quiet:
                 del self.run[i]
@@ -64,20 +99,23 @@ class EpisodeTracker:
             if i in quiet:
                 continue
             self.run[i] = self.run.get(i, 0) + 1
-            need = (cfg.persist_blocks if counter_led is not None and counter_led[i]
-                    else cfg.persist_gauge_blocks)
-            if self.run[i] >= need and i not in self.soft:
+            need = cfg.persist_blocks if lead_[i] == LEAD_COUNTER else cfg.persist_gauge_blocks
+            bar = cfg.evidence_counter if lead_[i] == LEAD_COUNTER else cfg.evidence_activity
+            sustained = self.run[i] >= need
+            accumulated = bool(specific[i]) and self.evidence[i] >= bar
+            if (sustained or accumulated or lead_[i] == LEAD_PRECURSOR) and i not in self.soft:
+                self.evidence[i] = 0.0
                 sig = signals.get(i, ())
                 prev_end = self.last_soft_end.get(i)
                 if prev_end is not None and t - prev_end < cfg.cooldown_s and self._reopen(i):
                     continue
                 self.soft[i] = _Open(t, t, float(score[i]), sig)
         for i, ep in list(self.soft.items()):
-            s = float(score[i]) if not np.isnan(score[i]) else 0.0
-            if s >= cfg.score_off and i not in quiet:
+            si = float(score[i]) if not np.isnan(score[i]) else 0.0
+            if si >= cfg.score_off and i not in quiet:
                 ep.last = t
-                if s > ep.peak:
-                    ep.peak = s
+                if si > ep.peak:
+                    ep.peak = si
                     ep.signals = signals.get(i, ep.signals) or ep.signals
             elif t - ep.last >= cfg.cooldown_s or i in quiet:
                 self._close_soft(i)

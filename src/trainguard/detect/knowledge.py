@@ -14,6 +14,7 @@ from trainguard.evidence.xid import xid_info
 from trainguard.taxonomy import Category
 
 __all__ = [
+    "ACTIVITY_FIELDS",
     "ACTIVITY_METRICS",
     "is_hard_counter",
     "is_hardware_xid",
@@ -29,6 +30,10 @@ ACTIVITY_METRICS = (
     "DCGM_FI_PROF_SM_ACTIVE",
     "DCGM_FI_DEV_POWER_USAGE",
 )
+
+ACTIVITY_FIELDS = frozenset(ACTIVITY_METRICS[:3])
+"""GPU activity fields: a GPU whose activity departs from its siblings' in a synchronous job
+is stalling (power is not one: it also follows temperature and clocks)."""
 
 _XID = re.compile(r"XID", re.IGNORECASE)
 # Fields whose increase means an uncorrectable error already happened.

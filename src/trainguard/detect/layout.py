@@ -100,19 +100,35 @@ class Layout:
 
     def densify(self, tel: Telemetry) -> DenseChunk:
         """Register `tel`, then scatter its values into dense NaN-filled tensors."""
+        return self.densify_counted(tel)[0]
+
+    def densify_counted(self, tel: Telemetry) -> tuple[DenseChunk, int]:
+        """`densify`, and `tel.n_samples` (counted on the dense tensors when every series
+        has a cell of its own, which is one pass instead of one per metric)."""
         self.register(tel)
         mg, mn, n, g = self.shape
         t = tel.times.shape[0]
         gpu = np.full((mg, n, g, t), np.nan)
         node = np.full((mn, n, t), np.nan)
+        one_cell_each = True
         for m in tel.metrics:
             idx = self._cached(m) or self._build_index(m)
+            if idx.full == (n, g):  # rows already in layout order: one block copy
+                if idx.slots.size:
+                    gpu[self._gm[m.name]].reshape(n * g, t)[...] = m.values
+                else:
+                    node[self._nm[m.name]] = m.values
+                continue
+            one_cell_each = False
             if m.per_gpu:
                 gpu[self._gm[m.name], idx.nodes, idx.slots, :] = m.values[idx.keep]
             else:
                 node[self._nm[m.name], idx.nodes, :] = m.values
-        return DenseChunk(tel.times, gpu, node)
-
+        if one_cell_each and len({m.name for m in tel.metrics}) == len(tel.metrics):
+            samples = int(np.count_nonzero(~np.isnan(gpu)) + np.count_nonzero(~np.isnan(node)))
+        else:
+            samples = tel.n_samples
+        return DenseChunk(tel.times, gpu, node), samples
 
     def _build_index(self, m: MetricSeries) -> IndexArrays:
         """Where each row of `m` goes; cached per metric while its entities stay the same (a
@@ -128,7 +144,13 @@ class Layout:
             keep = np.arange(len(m.entities), dtype=np.intp)
             ni = np.array([self._nodes[e.node] for e in m.entities], dtype=np.intp)
             si = np.zeros(0, dtype=np.intp)
-        idx = IndexArrays(keep, ni, si)
+        _, _, n, g = self.shape
+        rows = len(m.entities)
+        in_order = keep.size == rows and bool((keep == np.arange(rows)).all()) and (
+            rows == n * g and bool((ni == np.repeat(np.arange(n), g)).all())
+            and bool((si == np.tile(np.arange(g), n)).all()) if m.per_gpu
+            else rows == n and bool((ni == np.arange(n)).all()))
+        idx = IndexArrays(keep, ni, si, (n, g) if in_order else (-1, -1))
         self._index[m.name] = (m.entities, idx)
         return idx
 
@@ -140,6 +162,9 @@ class IndexArrays:
     keep: npt.NDArray[np.intp]
     nodes: npt.NDArray[np.intp]
     slots: npt.NDArray[np.intp]
+    full: tuple[int, int] = (-1, -1)
+    """(nodes, GPU slots) of the layout in which these rows are every cell in order (a plain
+    block copy places them), else (-1, -1)."""
 
 
 def _entity_key(e: Entity) -> tuple[str, int, str]:

@@ -21,12 +21,13 @@ import numpy as np
 from trainguard.detect.alerts import Signal
 from trainguard.detect.baseline import Baseline
 from trainguard.detect.config import DetectorConfig
-from trainguard.detect.episodes import EpisodeTracker
+from trainguard.detect.episodes import LEAD_ACTIVITY, LEAD_COUNTER, LEAD_GAUGE, EpisodeTracker
 from trainguard.detect.groups import infer_groups
 from trainguard.detect.hard import BoolArray, HardHit
+from trainguard.detect.knowledge import ACTIVITY_FIELDS
 from trainguard.detect.layout import Layout
 from trainguard.detect.numeric import block_means, nanmedian_axis
-from trainguard.detect.sparse import SparseCounters
+from trainguard.detect.sparse import SparseCounters, step_rows
 from trainguard.telemetry.frame import FloatArray, IntArray
 
 __all__ = ["BlockScorer"]
@@ -225,39 +226,40 @@ class BlockScorer:
         warm_n = cfg.warmup_s / cfg.block_s
         alpha = 1.0 - 0.5 ** (cfg.block_s / cfg.halflife_s)
         floor = np.full(1, SELF_FLOOR)
-        z1 = self.base1.score(zp1, busy[None, :, None], floor, warm_n)
-        z2 = self.base2.score(zp2, busy[None, :], floor, warm_n)
+        z1 = self.base1.score_update(zp1, busy[None, :, None], floor, warm_n, alpha,
+                                     cfg.adapt_clip)
+        z2 = self.base2.score_update(zp2, busy[None, :], floor, warm_n, alpha, cfg.adapt_clip,
+                                     fast=np.broadcast_to(relearn[None, :], zp2.shape))
         z2[:, relearn] = np.nan
-        self.base1.update(zp1, np.broadcast_to(busy[None, :, None], zp1.shape), floor, alpha,
-                          cfg.adapt_clip)
-        self.base2.update(zp2, np.broadcast_to(busy[None, :], zp2.shape), floor, alpha,
-                          cfg.adapt_clip, fast=np.broadcast_to(relearn[None, :], zp2.shape))
 
         # Sparse counters (errors that are normally zero): recurrence, not level, is evidence.
-        cum_g, cum_n = cumulative[:mg], cumulative[mg:]
+        # Only counters (cumulative metrics) are looked at; for the others it is all NaN.
+        cum_g, cum_n = np.flatnonzero(cumulative[:mg]), np.flatnonzero(cumulative[mg:])
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-            k1 = np.where(cum_g[:, None, None], x / np.maximum(unit_floor[:mg], 1e-300)[
-                :, None, None], np.nan)
-            k2 = np.where(cum_n[:, None], xn / np.maximum(unit_floor[mg:], 1e-300)[:, None],
-                          np.nan)
+            k1 = x[cum_g] / np.maximum(unit_floor[:mg][cum_g], 1e-300)[:, None, None]
+            k2 = xn[cum_n] / np.maximum(unit_floor[mg:][cum_n], 1e-300)[:, None]
 
         # Only error-like counters (events in few series at any time) take the sparse path;
         # byte and time counters that are merely quiet on an idle node do not.
-        act1 = np.where(np.isnan(k1), np.nan, (k1 > 0.5).astype(np.float64))
-        act1 = _rows(act1)
-        act2 = np.where(np.isnan(k2), np.nan, (k2 > 0.5).astype(np.float64))
+        f1 = np.full(mg, np.nan)
+        f2 = np.full(xn.shape[0], np.nan)
         with np.errstate(invalid="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            f1 = np.nanmean(act1, axis=1) if act1.shape[1] else np.full(mg, np.nan)
-            f2 = np.nanmean(act2, axis=1) if act2.shape[1] else np.full(act2.shape[0], np.nan)
+            if cum_g.size and k1[0].size:
+                f1[cum_g] = np.nanmean(_rows(np.where(np.isnan(k1), np.nan, k1 > 0.5)), axis=1)
+            if cum_n.size and k2.shape[1]:
+                f2[cum_n] = np.nanmean(np.where(np.isnan(k2), np.nan, k2 > 0.5), axis=1)
         self.busy_frac = _ew_frac(self.busy_frac, np.concatenate([f1, f2]))
         rare = self.busy_frac <= RARE_EVENT_FRACTION
-        zs1, sparse1 = self.sparse1.step(k1, alpha, warm_n)
-        zs2, sparse2 = self.sparse2.step(k2, alpha, warm_n)
-        sparse1 = sparse1 & rare[:mg, None, None]
-        sparse2 = sparse2 & rare[mg:, None]
-        z1 = np.where(sparse1, zs1, z1)
-        z2[mg:] = np.where(sparse2, zs2, z2[mg:])
+        zs1, sp1 = step_rows(self.sparse1, cum_g, k1, alpha, warm_n)
+        zs2, sp2 = step_rows(self.sparse2, cum_n, k2, alpha, warm_n)
+        sp1 = sp1 & rare[:mg][cum_g, None, None]
+        sp2 = sp2 & rare[mg:][cum_n, None]
+        z1[cum_g] = np.where(sp1, zs1, z1[cum_g])
+        z2[mg + cum_n] = np.where(sp2, zs2, z2[mg + cum_n])
+        sparse_any = np.zeros(z2.shape, dtype=bool)  # (metric, node): a sparse series led
+        sparse_any[cum_g] = sp1.any(axis=2)
+        sparse_any[mg + cum_n] = sp2
         z1[:, settle, :] = np.nan
         z2[:, settle] = np.nan
 
@@ -291,14 +293,26 @@ class BlockScorer:
         signals = {int(i): self._signals(int(i), per_metric[:, i], s1[:, i], u2[:, i],
                                          gpu_best[:, i], z1, z2)
                    for i in wanted.tolist()}
-        # Recurring error counts are evidence sooner than a gauge excursion (thermal spikes and
-        # job-shaped wobbles last minutes; precursors persist): tell the tracker which it is.
+        # Recurring error counts, and a GPU whose activity departs from its siblings', are
+        # evidence sooner than a gauge excursion (thermal spikes and job-shaped wobbles last
+        # minutes; precursors recur): tell the tracker what leads each node's score.
         top_metric = per_metric.argmax(axis=0) if per_metric.size else np.zeros(0, np.intp)
-        counter_led = np.zeros(score.shape[0], dtype=bool)
+        lead = np.full(score.shape[0], LEAD_GAUGE, dtype=np.int8)
         if per_metric.size:
-            sp = np.concatenate([sparse1.any(axis=2), sparse2], axis=0)
-            counter_led = np.take_along_axis(sp, top_metric[None, :], axis=0)[0]
-        tracker.soft_block(t, score, signals, quiet, counter_led)
+            counter_led = np.take_along_axis(sparse_any, top_metric[None, :], axis=0)[0]
+            activity_led = self._activity_rows(act, per_metric.shape[0])[top_metric]
+            lead[activity_led] = LEAD_ACTIVITY
+            lead[counter_led] = LEAD_COUNTER
+        tracker.soft_block(t, score, signals, quiet, lead)
+
+    def _activity_rows(self, act: int | None, m: int) -> BoolArray:
+        """Per metric (GPU metrics first): is it a GPU activity field (utilisation, engine or
+        SM activity; not power, which also follows temperature and clocks)."""
+        names = self.layout.gpu_metrics
+        rows = np.zeros(m, dtype=bool)
+        for i, name in enumerate(names[:m]):
+            rows[i] = i == act or name in ACTIVITY_FIELDS
+        return rows
 
     def _signals(self, i: int, per_metric: FloatArray, s1: FloatArray, u2: FloatArray,
                  gpu_best: np.ndarray, z1: FloatArray, z2: FloatArray) -> tuple[Signal, ...]:
@@ -322,10 +336,19 @@ def _calibrate(cal: FloatArray, a: FloatArray, quantile: float) -> FloatArray:
     """Track each metric's cross-sectional quantile of |z| (slowly, NaN-aware)."""
     if a.shape[1] == 0:
         return cal
-    s = np.sort(a, axis=1)
-    k = np.sum(~np.isnan(a), axis=1)
+    k = a.shape[1] - np.count_nonzero(np.isnan(a), axis=1)
     pos = np.clip(np.floor(quantile * (k - 1)).astype(np.intp), 0, a.shape[1] - 1)
-    q = np.take_along_axis(s, pos[:, None], axis=1)[:, 0]
+    q = np.full(a.shape[0], np.nan)
+    rows = np.flatnonzero(k >= 20)  # the others are not updated
+    positions = np.unique(pos[rows])
+    if positions.size > 8:
+        q[rows] = np.take_along_axis(np.sort(a[rows], axis=1), pos[rows, None], axis=1)[:, 0]
+    else:
+        for p in positions.tolist():
+            # Rows sharing a position (the same count of valid values): one partial sort puts
+            # the same order statistic there as a full sort (NaN last in both).
+            sel = rows[pos[rows] == p]
+            q[sel] = np.partition(a[sel], p, axis=1)[:, p]
     ok = (k >= 20) & np.isfinite(q)
     upd = np.where(cal == 0, q, 0.99 * cal + 0.01 * q)
     return np.where(ok, upd, cal)

@@ -21,7 +21,7 @@ import numpy.typing as npt
 
 from trainguard.telemetry.frame import FloatArray
 
-__all__ = ["SPARSE_MAX_NORMAL", "WINDOW", "SparseCounters"]
+__all__ = ["SPARSE_MAX_NORMAL", "WINDOW", "SparseCounters", "step_rows"]
 
 WINDOW = 10
 """Blocks of activity history per series."""
@@ -75,6 +75,21 @@ class SparseCounters:
         self.normal = np.where(valid, self.normal + a * step, self.normal)
         self.n = np.where(valid, self.n + 1.0, self.n)
         return np.where(sparse, z, np.nan), sparse
+
+
+def step_rows(counters: SparseCounters, rows: npt.NDArray[np.intp], k: FloatArray,
+              alpha: float, warm_n: float) -> tuple[FloatArray, BoolArray]:
+    """`counters.step` for the metric rows `rows` only (`k` holds just those rows); the other
+    rows are left as a step with no data would leave them. Returns (z, sparse) of those rows.
+    A block's counters are few of its metrics: gauges need not pass through here at all."""
+    if rows.size == counters.mask.shape[0]:
+        return counters.step(k, alpha, warm_n)
+    part = SparseCounters(counters.mask[rows], counters.normal[rows], counters.n[rows])
+    z, sparse = part.step(k, alpha, warm_n)
+    counters.mask[rows] = part.mask
+    counters.normal[rows] = part.normal
+    counters.n[rows] = part.n
+    return z, sparse
 
 
 def _pad(x: npt.NDArray[np.generic], shape: tuple[int, ...]) -> npt.NDArray[np.generic]:

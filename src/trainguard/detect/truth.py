@@ -4,7 +4,9 @@ Three sources, one result (:class:`GroundTruth`):
 
 - a JSONL file written by hand or by the simulator (:func:`truth_from_jsonl`);
 - the DCGM XID gauge in the telemetry itself (:func:`truth_from_xid_gauge`);
-- kernel logs with NVRM XID lines (:func:`truth_from_kernel_logs`).
+- kernel logs with NVRM XID lines (:func:`read_kernel_log_truth`). Syslog lines carry no year
+  (``Nov 18 03:12:01 host kernel: NVRM: Xid ...``): it is given (``year``), else guessed from
+  each file's modification time, and the result says how many lines were guessed.
 
 Application XIDs (13/31 are bad addresses in the job's own kernels, 43/45 report a context that
 was already killed) are not hardware failures: they become :class:`AppXid` records, which the
@@ -21,8 +23,10 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +45,9 @@ __all__ = [
     "BenignWindow",
     "Failure",
     "GroundTruth",
+    "KernelLogTruth",
     "is_app_xid",
+    "read_kernel_log_truth",
     "truth_from_jsonl",
     "truth_from_kernel_logs",
     "truth_from_xid_gauge",
@@ -349,17 +355,50 @@ def truth_from_xid_gauge(tel: Telemetry) -> GroundTruth:
     return truth
 
 
-def truth_from_kernel_logs(paths: Sequence[str | Path], *, host_from_path: bool = True,
-                           default_year: int | None = None) -> GroundTruth:
+_YEARLESS = re.compile(
+    r"^(?:<\d{1,3}>)?(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +\d{1,2} "
+    r"\d\d:\d\d:\d\d")
+"""An RFC 3164 / journalctl-short prefix: month, day and time, but no year."""
+
+
+@dataclass(frozen=True, slots=True)
+class KernelLogTruth:
+    """Failures from kernel logs, and how far their times rest on a guessed year."""
+
+    truth: GroundTruth
+    yearless: int = 0
+    """XID lines whose time carries no year (syslog)."""
+    year: int | None = None
+    """The year given for them; None: guessed (see `year_note`)."""
+    guessed_years: tuple[int, ...] = ()
+    """The years the guess produced for yearless lines (UTC)."""
+
+    @property
+    def year_note(self) -> str | None:
+        """One line saying how the year was guessed; None when no year had to be guessed."""
+        if not self.yearless or self.year is not None:
+            return None
+        years = ", ".join(map(str, self.guessed_years))
+        return (f"kernel logs: {self.yearless} XID line(s) carry no year (syslog "
+                f"'Nov 18 03:12:01 host kernel: ...'); guessed {years} from each log file's "
+                "modification time (a date later than that time is taken from the year "
+                "before). Give --year YYYY if the logs are from another year")
+
+
+def read_kernel_log_truth(paths: Sequence[str | Path], *, year: int | None = None,
+                          host_from_path: bool = True) -> KernelLogTruth:
     """Failures from NVRM XID lines in kernel logs (files, directories, `.gz`).
 
     The host comes from the line's syslog prefix, else (with `host_from_path`) from the file name
-    or its directory (`node17.log`, `node17/kern.log`). Events without an absolute time or host
-    are skipped (logged at warning level with a count).
+    or its directory (`node17.log`, `node17/kern.log`). Lines without a year take `year`, else
+    the year of the file's modification time. Events without an absolute time or host are
+    skipped (logged at warning level with a count).
     """
     from trainguard.evidence import ScanOptions, TimeKind, load_rules, scan_paths
 
-    opts = ScanOptions(host_from_path=host_from_path, default_year=default_year)
+    if year is not None and not 1970 <= year <= 2100:
+        raise ConfigError(f"--year must be between 1970 and 2100, got {year}")
+    opts = ScanOptions(host_from_path=host_from_path, default_year=year)
     found, stats = scan_paths([str(p) for p in paths], load_rules([]), opts)
     for w in stats.warnings:
         log.warning("%s: %s", w.path, w.message)
@@ -367,15 +406,29 @@ def truth_from_kernel_logs(paths: Sequence[str | Path], *, host_from_path: bool 
         raise ConfigError("no kernel log could be read: " + ", ".join(str(p) for p in paths))
     events: list[_XidEvent] = []
     skipped = 0
+    yearless: list[float] = []
     for ev in found:
         if ev.xid is None:
             continue
         if ev.time is None or ev.time_kind is not TimeKind.ABSOLUTE or not ev.host:
             skipped += 1
             continue
+        if ev.evidence and _YEARLESS.match(ev.evidence[0].text):
+            yearless.append(ev.time)
         gpu = (str(ev.gpu_index) if ev.gpu_index is not None else ev.gpu_pci)
         events.append(_XidEvent(ev.host, ev.time, ev.xid, gpu))
     if skipped:
         log.warning("kernel logs: %d XID event(s) without an absolute time or host skipped",
                     skipped)
-    return _events_to_truth(events, "kernel_log")
+    guessed = tuple(sorted({datetime.fromtimestamp(t, UTC).year for t in yearless}))
+    return KernelLogTruth(_events_to_truth(events, "kernel_log"), len(yearless), year,
+                          () if year is not None else guessed)
+
+
+def truth_from_kernel_logs(paths: Sequence[str | Path], *, host_from_path: bool = True,
+                           default_year: int | None = None) -> GroundTruth:
+    """`read_kernel_log_truth(...).truth`; a guessed year is logged at warning level."""
+    found = read_kernel_log_truth(paths, year=default_year, host_from_path=host_from_path)
+    if found.year_note is not None:
+        log.warning("%s", found.year_note)
+    return found.truth

@@ -34,6 +34,7 @@ from trainguard.telemetry.openmetrics import (
     expand_paths,
     parse_series_text,
     read_openmetrics,
+    require_timestamps,
 )
 from trainguard.telemetry.parquet import (
     ParquetStats,
@@ -49,6 +50,13 @@ from trainguard.telemetry.prometheus import (
     read_prometheus,
 )
 from trainguard.telemetry.rates import detect_monotonic, to_rates
+from trainguard.telemetry.snapshot import (
+    MissingTimestamps,
+    SnapshotTime,
+    StampFor,
+    parse_at,
+    snapshot_times,
+)
 
 __all__ = [
     "OPENMETRICS_SUFFIXES",
@@ -60,13 +68,16 @@ __all__ = [
     "MemoryLimitError",
     "MetricKind",
     "MetricSeries",
+    "MissingTimestamps",
     "NotPrometheus",
     "ParquetStats",
     "ParquetWriter",
     "ParseStats",
     "PrometheusClient",
     "PrometheusUnreachable",
+    "SnapshotTime",
     "SourceStats",
+    "StampFor",
     "Telemetry",
     "TelemetryBuilder",
     "TimestampUnit",
@@ -76,11 +87,13 @@ __all__ = [
     "identify",
     "iter_parquet_chunks",
     "load_sources",
+    "parse_at",
     "parse_series_text",
     "read_openmetrics",
     "read_parquet",
     "read_prometheus",
     "render_key",
+    "snapshot_times",
     "strip_port",
     "to_rates",
     "write_parquet",
@@ -122,12 +135,13 @@ def load_sources(sources: Sequence[str | Path], *, identity: IdentityConfig | No
                  step_s: int | None = None, progress: Progress | None = None,
                  timestamp_unit: TimestampUnit = "auto",
                  max_memory_bytes: int | None = DEFAULT_MAX_MEMORY_BYTES,
-                 ) -> tuple[Telemetry, list[str]]:
+                 stamp: StampFor | None = None) -> tuple[Telemetry, list[str]]:
     """Read files and directories (OpenMetrics text, plain or gzip; long-format Parquet) into one
     `Telemetry`; also returns one-line warnings (malformed lines, series without a node label).
 
     Raises `TelemetryError` for a missing path, an unreadable file or no samples at all, and
     `MemoryLimitError` when the aligned matrices would exceed `max_memory_bytes`.
+    `stamp` times samples that carry no timestamp (see `snapshot.py`).
     """
     if not sources:
         raise TelemetryError("no telemetry sources given")
@@ -138,16 +152,18 @@ def load_sources(sources: Sequence[str | Path], *, identity: IdentityConfig | No
     warnings: list[str] = []
     if om:
         stats = read_openmetrics(
-            om, builder, timestamp_unit=timestamp_unit,
+            om, builder, timestamp_unit=timestamp_unit, stamp=stamp, require_samples=not pq,
             progress=None if progress is None else (lambda done, _t: progress(done, total)))
         warnings.extend(stats.warnings)
-        if stats.samples == 0 and stats.lines:
+        if stats.samples == 0 and stats.lines and not stats.untimestamped:
             warnings.append(f"no samples in {len(om)} OpenMetrics files ({stats.lines} lines)")
     if pq:
         read_parquet(
             pq, builder,
             progress=None if progress is None else (
                 lambda done, _t: progress(om_bytes + done, total)))
+        if om:
+            require_timestamps(stats, builder)
     tel = builder.build()
     warnings.extend(builder.last_stats.warnings)
     return tel, warnings

@@ -50,6 +50,7 @@ from trainguard.telemetry.identity import (
     IdentityConfig,
     identify,
     missing_node_label_message,
+    pod_node_warning,
     render_key,
 )
 from trainguard.telemetry.limits import (
@@ -129,6 +130,7 @@ class TelemetryBuilder:
         self._no_node: dict[str, int] = defaultdict(int)
         self._no_node_labels: set[str] = set()
         self._any_node = False
+        self._pod_nodes: set[str] = set()
         self._diffs: list[FloatArray] = []
         self._n_series = 0
         self._n_samples = 0
@@ -164,6 +166,8 @@ class TelemetryBuilder:
             self._no_node_labels.update(labels)
             return
         self._any_node = True
+        if ident.node_is_pod:
+            self._pod_nodes.add(ident.entity.node)
         ts_f, vals = self._valid_times(ts_f, vals)
         if ts_f.size == 0:
             return
@@ -225,6 +229,8 @@ class TelemetryBuilder:
             f"{n} series of {name} have no node label (looked for "
             f"{', '.join(self.identity.node_labels)}); skipped"
             for name, n in sorted(self._no_node.items())]
+        if self._pod_nodes:
+            warnings.append(pod_node_warning(self.identity, sorted(self._pod_nodes)))
         if samples_outside_grid:
             warnings.append(f"{samples_outside_grid} samples outside the requested time range")
         bad_time = self._time_warning()

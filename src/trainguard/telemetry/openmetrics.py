@@ -45,9 +45,14 @@ from trainguard.telemetry.limits import (
     MAX_LINE_BYTES,
 )
 from trainguard.telemetry.lines import LineBatch, iter_line_batches
+from trainguard.telemetry.snapshot import (
+    MissingTimestamps,
+    StampFor,
+    missing_timestamps_message,
+)
 
 __all__ = ["OPENMETRICS_SUFFIXES", "ParseStats", "expand_paths", "parse_series_text",
-           "read_openmetrics"]
+           "read_openmetrics", "require_timestamps"]
 
 log = logging.getLogger(__name__)
 
@@ -84,14 +89,27 @@ class ParseStats:
     malformed: int
     examples: tuple[str, ...]
     skipped_created: int = 0
+    untimestamped: int = 0
+    """Samples without a timestamp and no `stamp` for their file: skipped (see snapshot.py)."""
+    untimestamped_files: tuple[str, ...] = ()
+    """The first files holding such samples."""
+    n_untimestamped_files: int = 0
+    stamped: int = 0
+    """Samples without a timestamp that were given their file's `stamp` time."""
 
     @property
     def warnings(self) -> list[str]:
         """One-line summaries for the user (empty when every line parsed)."""
+        out: list[str] = []
+        if self.untimestamped:
+            out.append(
+                f"{self.untimestamped} samples without a timestamp skipped in "
+                f"{self.n_untimestamped_files} files (e.g. {self.untimestamped_files[0]}); "
+                "stamp them with --at TIME or --at mtime")
         if not self.malformed:
-            return []
+            return out
         head = f"{self.malformed} malformed OpenMetrics lines skipped"
-        return [head + (f"; first: {self.examples[0]}" if self.examples else ""),
+        return [*out, head + (f"; first: {self.examples[0]}" if self.examples else ""),
                 *self.examples[1:]]
 
 
@@ -157,6 +175,10 @@ class _Parser:
         self.skip_sink = (self.sink.append, self.sink.append)
         self.lines = self.samples = self.malformed = self.skipped_created = self.n_slow = 0
         self.examples: list[str] = []
+        self.stamp: float | None = None
+        """The current file's time for samples without one (None: they are skipped)."""
+        self.untimestamped = self.stamped = 0
+        self.untimestamped_files: dict[str, None] = {}
 
     # -- hot loop ---------------------------------------------------------------------------
     def feed(self, batch: LineBatch, where: str) -> None:
@@ -171,6 +193,9 @@ class _Parser:
         slow = self.slow
         last_miss = -1
         n_slow = self.n_slow
+        stamping = self.stamp is not None
+        stamp = self._stamp_value()
+        stamped = 0
         for line in lines:
             head, _, t = line.rpartition(b" ")
             prefix, _, v = head.rpartition(b" ")
@@ -185,6 +210,20 @@ class _Parser:
                 if ft is None:
                     ft = numbers[t] = float(t)
             except (TypeError, ValueError):
+                # A saved scrape stamped by --at: `series value`, no timestamp.
+                appenders = get(head) if stamping else None
+                if appenders is not None:
+                    fv = number(t)
+                    if fv is None:
+                        try:
+                            fv = numbers[t] = float(t)
+                        except ValueError:
+                            fv = None
+                    if fv is not None:
+                        appenders[0](fv)
+                        appenders[1](stamp)
+                        stamped += 1
+                        continue
                 # A line equal to this one since the last miss would have missed too, so the
                 # first equal line after the last miss is this one: its number costs nothing
                 # on the hot path.
@@ -194,10 +233,17 @@ class _Parser:
             append_value(fv)
             append_ts(ft)
         self.samples += len(lines) - (self.n_slow - n_slow) - len(self.sink) // 2
+        self.stamped += stamped
         self.lines += len(lines)
         del self.sink[:]
         if len(numbers) > _MAX_NUMBERS:
             numbers.clear()
+
+    def _stamp_value(self) -> float:
+        """The current file's `--at` time in the file's timestamp unit (0 when not stamping)."""
+        if self.stamp is None:
+            return 0.0
+        return self.stamp * 1000.0 if self.unit == "ms" else self.stamp
 
     # -- full parser ------------------------------------------------------------------------
     def slow(self, line: bytes, fast_prefix: bytes, where: str, lineno: int) -> None:
@@ -205,7 +251,7 @@ class _Parser:
         try:
             if len(line) > MAX_LINE_BYTES:  # the label regex would need memory per character
                 raise _Malformed(f"line longer than {MAX_LINE_BYTES} bytes")
-            self._parse(line, fast_prefix)
+            self._parse(line, fast_prefix, where)
         except _Malformed as exc:
             self.malformed += 1
             self._example(f"{where}:{lineno}: {exc}")
@@ -214,7 +260,7 @@ class _Parser:
         if len(self.examples) < _MAX_EXAMPLES:
             self.examples.append(text)
 
-    def _parse(self, raw: bytes, fast_prefix: bytes) -> None:
+    def _parse(self, raw: bytes, fast_prefix: bytes, where: str) -> None:
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError:
@@ -232,12 +278,20 @@ class _Parser:
         tokens = rest.split()
         if not tokens:
             raise _Malformed("sample has no value")
-        if len(tokens) == 1:
-            raise _Malformed("sample has no timestamp (backfill needs timestamped samples)")
         if len(tokens) > 2:
             raise _Malformed(f"unexpected text after the timestamp: {tokens[2][:40]!r}")
         value = _parse_float(tokens[0], "value")
-        ts = _parse_float(tokens[1], "timestamp")
+        if len(tokens) == 1:
+            if self.stamp is None:
+                self.untimestamped += 1
+                self.untimestamped_files.setdefault(where, None)
+                return
+            ts = self._stamp_value()
+            # The hot loop looks a stamped line up by the text before its last space.
+            head = raw.rpartition(b" ")[0]
+            fast_prefix = head if head == text[:pos].encode() else b""
+        else:
+            ts = _parse_float(tokens[1], "timestamp")
         key = (name, tuple(sorted(labels.items())))
         series = self.by_identity.get(key)
         if series is None:
@@ -252,6 +306,7 @@ class _Parser:
         series.values.append(value)
         series.ts.append(ts)
         self.samples += 1
+        self.stamped += len(tokens) == 1
         if fast_prefix and fast_prefix == text[:pos].encode():
             self.cache[fast_prefix] = (series.values.append, series.ts.append)
 
@@ -359,12 +414,19 @@ def _open(path: Path) -> tuple[io.BufferedIOBase, io.BufferedIOBase, bool]:
 
 def read_openmetrics(paths: Sequence[str | Path], builder: TelemetryBuilder, *,
                      progress: Progress | None = None,
-                     timestamp_unit: TimestampUnit = "auto") -> ParseStats:
+                     timestamp_unit: TimestampUnit = "auto",
+                     stamp: StampFor | None = None, require_samples: bool = True,
+                     ) -> ParseStats:
     """Parse OpenMetrics / Prometheus text files (plain or gzip) into `builder`.
 
     `timestamp_unit`: "s" (OpenMetrics), "ms" (Prometheus text format) or "auto" (a timestamp
     above 1e11 is taken as milliseconds). `progress(bytes_done, bytes_total)` is called after
     every chunk (bytes of the files on disk, i.e. compressed for gzip).
+
+    Samples without a timestamp (a saved scrape) get `stamp(file)` as their time; without
+    `stamp` they are skipped and counted, and when the builder then holds no sample at all
+    `MissingTimestamps` says what is missing and how to get a time series (`snapshot.py`;
+    `require_samples=False` leaves that check to a caller with more sources to read).
     """
     if timestamp_unit not in ("auto", "s", "ms"):
         raise ConfigError(f"telemetry.timestamp_unit must be auto, s or ms, not {timestamp_unit!r}")
@@ -374,6 +436,7 @@ def read_openmetrics(paths: Sequence[str | Path], builder: TelemetryBuilder, *,
     done = 0
     for path in files:
         parser.types = {}
+        parser.stamp = None if stamp is None else stamp(path)
         reader, raw, gzipped = _open(path)
         max_bytes = (max(GZIP_RATIO_FLOOR_BYTES, MAX_GZIP_RATIO * path.stat().st_size)
                      if gzipped else None)
@@ -390,12 +453,24 @@ def read_openmetrics(paths: Sequence[str | Path], builder: TelemetryBuilder, *,
         if progress is not None:
             progress(done, total)
     parser.flush(builder)
+    no_ts = list(parser.untimestamped_files)
     stats = ParseStats(len(files), total, parser.lines, parser.samples, len(parser.series),
-                       parser.malformed, tuple(parser.examples), parser.skipped_created)
+                       parser.malformed, tuple(parser.examples), parser.skipped_created,
+                       parser.untimestamped, tuple(no_ts[:_MAX_EXAMPLES]), len(no_ts),
+                       parser.stamped)
+    if require_samples:
+        require_timestamps(stats, builder)
     if stats.malformed:
         log.debug("%d malformed lines in %d files; first: %s", stats.malformed, stats.files,
                     stats.examples[0] if stats.examples else "-")
     return stats
+
+
+def require_timestamps(stats: ParseStats, builder: TelemetryBuilder) -> None:
+    """`MissingTimestamps` when samples lacked a timestamp and the builder holds none at all."""
+    if stats.untimestamped and builder.n_samples == 0:
+        raise MissingTimestamps(missing_timestamps_message(
+            stats.untimestamped, stats.untimestamped_files, stats.n_untimestamped_files))
 
 
 def _read_file(parser: _Parser, reader: io.BufferedIOBase, where: str,

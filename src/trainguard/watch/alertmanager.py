@@ -67,6 +67,8 @@ class NodeAlert:
     summary: str = ""
     generator_url: str = ""
     extra_labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    """Extra annotations (e.g. the calibrated ``expected_fp_per_day``)."""
 
     def __post_init__(self) -> None:
         if not self.node:
@@ -87,7 +89,8 @@ def to_payload(alerts: Sequence[NodeAlert]) -> list[dict[str, Any]]:
         labels = {**a.extra_labels, "alertname": names.ALERT_NAME, names.LABEL_NODE: a.node,
                   names.LABEL_SEVERITY: a.severity, names.LABEL_SOURCE: names.SOURCE,
                   "kind": a.kind}
-        annotations = {"summary": a.summary or f"trainguard {a.kind} alert on {a.node}"}
+        annotations = {**a.annotations,
+                       "summary": a.summary or f"trainguard {a.kind} alert on {a.node}"}
         if a.score is not None:
             annotations["score"] = f"{a.score:.3g}"
         item: dict[str, Any] = {"labels": labels, "annotations": annotations,

@@ -34,9 +34,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainguard.detect.calibration import Calibration
 from trainguard.detect.config import DetectorConfig
 from trainguard.errors import ConfigError
 from trainguard.fileread import UnreadableFile, read_bounded
+from trainguard.telemetry.identity import parse_node_labels
 from trainguard.timeparse import parse_duration
 from trainguard.valueorigin import InvalidValue, in_file, named
 from trainguard.watch.actions import ActionPolicy
@@ -119,6 +121,9 @@ class WatchConfig:
     state_dir: Path = Path("trainguard-watch")
     """Where the state is kept (see `watch.state`)."""
     detect: DetectorConfig = field(default_factory=DetectorConfig)
+    calibration: Calibration | None = None
+    """Expected false alarms per alert kind (`--detector-config` from `trainguard tune`);
+    None: alerts claim no rate."""
     replay: TimeMap = field(default_factory=TimeMap)
     alertmanager_url: str | None = None
     alertmanager_token: str | None = None
@@ -135,6 +140,9 @@ class WatchConfig:
     kernel_logs: tuple[str, ...] = ()
     """Kernel-log sources (see `watch.kernlog.parse_sources`)."""
     prometheus_token: str | None = None
+    node_label: tuple[str, ...] = ()
+    """The labels that name the node, tried in order (e.g. `kubernetes_node`); empty: the
+    built-in order (`telemetry.identity.IdentityConfig.node_labels`)."""
     origins: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
     """Key (KEYS) -> where its value came from, as messages name it: a flag, or the file and
     the key (see `load_config`); a key not listed is named as itself."""
@@ -165,6 +173,11 @@ class WatchConfig:
             except ConfigError:
                 raise InvalidValue(KEYS["listen"], f"must be [HOST:]PORT (port 0..65535) or "
                                    f"off, got {self.listen!r}") from None
+        try:
+            parse_node_labels(self.node_label)
+        except ConfigError as exc:
+            raise InvalidValue(KEYS["node_label"], "must name labels (a name, NAME,NAME or a "
+                               f"list of names): {exc}") from None
         if self.alertmanager_url is not None and not self.alertmanager_url.startswith(
                 ("http://", "https://")):
             raise InvalidValue(KEYS["alertmanager_url"], f"must be an http(s):// URL, got "
@@ -182,7 +195,8 @@ KEYS: dict[str, str] = {
     "exclude_prefixes": "watch.exclude_prefixes", "listen": "http.listen",
     "token": "http.token_file", "alertmanager_url": "alertmanager.url",
     "alertmanager_token": "alertmanager.token_file", "kernel_logs": "kernel_logs.sources",
-    "prometheus_token": "prometheus.token_file", "replay": "replay"}
+    "prometheus_token": "prometheus.token_file", "replay": "replay",
+    "node_label": "watch.node_label"}
 """WatchConfig field -> the config file's key, the name its validation messages use."""
 
 FLAGS: dict[str, str] = {
@@ -190,7 +204,7 @@ FLAGS: dict[str, str] = {
     "lag_s": "--lag", "step_s": "--step", "state_dir": "--state-dir", "listen": "--listen",
     "token": "--token-file", "alertmanager_url": "--alertmanager", "drain": "--drain",
     "supervisor_alerts": "--supervisor-alerts", "kernel_logs": "--kernel-log",
-    "replay": "--simulator"}
+    "replay": "--simulator", "node_label": "--node-label"}
 """WatchConfig field -> the `trainguard watch` flag that sets it (an override's name in
 messages)."""
 
@@ -361,6 +375,11 @@ def _watch_section(table: Mapping[str, Any]) -> dict[str, Any]:
             if not isinstance(value, str):
                 raise ConfigError(f"watch.prometheus must be a URL string, got {value!r}")
             kw[key] = value
+        elif key == "node_label":
+            if not isinstance(value, str | list):
+                raise ConfigError(f"watch.node_label must be a label name or a list of them, "
+                                  f"got {value!r}")
+            kw[key] = parse_node_labels(value, "watch.node_label")
         elif key == "drain":
             if not isinstance(value, bool):
                 raise ConfigError(f"watch.drain must be true or false, got {value!r}")

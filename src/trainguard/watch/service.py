@@ -293,6 +293,7 @@ class WatchService:
             return []
         changes = reconcile(self.state.alerts, tracker.open_episodes(), tracker.closed,
                             now=now, warm_until=self.state.warm_until, scored_to=scored_to)
+        changes = [replace(c, alert=self._calibrated(c.alert)) for c in changes]
         for c in changes:
             self._remember(c.alert)
         # Closed episodes the cool-down can no longer re-open have been reported: let go.
@@ -302,6 +303,15 @@ class WatchService:
         self.state.alerts = {k: a for k, a in self.state.alerts.items()
                              if a.open or a.pending or (a.end or 0) >= keep_from}
         return changes
+
+    def _calibrated(self, alert: LiveAlert) -> LiveAlert:
+        """The detector alert with its kind's calibrated false-alarm rate, when there is one."""
+        cal = self.cfg.calibration
+        rate = None if cal is None else cal.rate(alert.kind)
+        if cal is None or rate is None or alert.expected_fp_per_day is not None:
+            return alert
+        return replace(alert, expected_fp_per_day=rate.fp_per_day,
+                       expected_fp_per_nodes=cal.per_nodes)
 
     def _remember(self, alert: LiveAlert) -> None:
         self.state.alerts[alert.key] = alert
@@ -379,7 +389,10 @@ class WatchService:
                             end=None if alert.end is None else tm.to_prom(alert.end),
                             kind=alert.kind, score=alert.peak, summary=alert.summary,
                             extra_labels={} if alert.source == "detector"
-                            else {"evidence": alert.source})
+                            else {"evidence": alert.source},
+                            annotations={} if alert.expected_fp_per_day is None else {
+                                "expected_fp_per_day": f"{alert.expected_fp_per_day:.3g}",
+                                "expected_fp_per_nodes": str(alert.expected_fp_per_nodes)})
 
     def _post(self, alerts: list[LiveAlert], errors: list[str]) -> bool:
         if self.alertmanager is None:

@@ -76,6 +76,10 @@ class LiveAlert:
     """Actions were decided for the alert (once, when it fired)."""
     historical: bool = False
     """Opened and closed inside the first warm-up: stored and reported, never paged or acted on."""
+    expected_fp_per_day: float | None = None
+    """The alert kind's calibrated false alarms per day per `expected_fp_per_nodes` nodes
+    (`trainguard tune`); None without a calibration."""
+    expected_fp_per_nodes: int | None = None
 
     @property
     def key(self) -> str:
@@ -96,7 +100,9 @@ class LiveAlert:
                 "peak": round(self.peak, 4), "source": self.source, "raised_at": self.raised_at,
                 "signals": [dict(s) for s in self.signals], "summary": self.summary,
                 "store_id": self.store_id, "stored": self.stored, "sent": self.sent,
-                "acted": self.acted, "historical": self.historical}
+                "acted": self.acted, "historical": self.historical,
+                "expected_fp_per_day": self.expected_fp_per_day,
+                "expected_fp_per_nodes": self.expected_fp_per_nodes}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> LiveAlert:
@@ -110,11 +116,21 @@ class LiveAlert:
                    summary=str(d.get("summary", "")),
                    store_id=None if sid is None else int(sid), stored=bool(d.get("stored")),
                    sent=bool(d.get("sent")), acted=bool(d.get("acted")),
-                   historical=bool(d.get("historical")))
+                   historical=bool(d.get("historical")),
+                   expected_fp_per_day=_opt_float(d.get("expected_fp_per_day")),
+                   expected_fp_per_nodes=_opt_int(d.get("expected_fp_per_nodes")))
 
     def changed(self, **kw: Any) -> LiveAlert:
         """A new version whose deliveries are due again (`acted` stays: actions run once)."""
         return replace(self, **kw, stored=False, sent=False)
+
+
+def _opt_float(v: Any) -> float | None:
+    return None if v is None else float(v)
+
+
+def _opt_int(v: Any) -> int | None:
+    return None if v is None else int(v)
 
 
 def alert_key(node: str, kind: str, start: float, source: str) -> str:

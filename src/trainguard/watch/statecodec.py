@@ -34,6 +34,7 @@ from trainguard.detect.config import DetectorConfig
 from trainguard.detect.detector import Detector, _MetricFlags
 from trainguard.detect.episodes import EpisodeTracker, _Open
 from trainguard.detect.layout import DenseChunk, IndexArrays, Layout
+from trainguard.detect.precursors import PrecursorRules, _Host, _Jitter, _Recur
 from trainguard.detect.scoring import BlockScorer
 from trainguard.detect.sparse import SparseCounters
 from trainguard.errors import TrainguardError
@@ -52,6 +53,8 @@ CLASSES: dict[str, type] = {
     "SparseCounters": SparseCounters, "DetectorConfig": DetectorConfig,
     "AlertEpisode": AlertEpisode, "Signal": Signal, "Entity": Entity,
     "IndexArrays": IndexArrays, "MetricFlags": _MetricFlags, "DenseChunk": DenseChunk,
+    "PrecursorRules": PrecursorRules, "PrecursorRecur": _Recur, "PrecursorJitter": _Jitter,
+    "PrecursorHost": _Host,
 }
 """Every class a state file may contain, by the name the file uses for it."""
 ENUMS: dict[str, type[Enum]] = {"AlertKind": AlertKind, "MetricKind": MetricKind}

@@ -99,7 +99,6 @@ def _write(tmp_path: Path, text: str, name: str = "m.om") -> Path:
 
 
 @pytest.mark.parametrize(("line", "reason"), [
-    ('up{instance="a:1"} 1', "no timestamp"),
     ('up{instance="a:1"} abc 1700000000', "invalid value"),
     ('up{instance="a:1"} 1 17e', "invalid timestamp"),
     ('up{instance="a:1" 1 1700000000', "cannot parse labels"),

@@ -1,0 +1,211 @@
+"""`trainguard tune`: detector thresholds under a false-alarm budget, from the cluster's history."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from trainguard.cli.console import EXIT_FAILED, err, fail, out, warn
+from trainguard.cli.detect import (
+    BasicAuth,
+    End,
+    MaxMemory,
+    Metrics,
+    PromUrl,
+    Sources,
+    Start,
+    Step,
+    Token,
+    _load_truth,
+    _need_input,
+    load_telemetry,
+    max_memory_bytes,
+)
+from trainguard.cli.helptext import reflowed_doc
+from trainguard.detect.calibration import DetectorFile, detector_file, dumps
+from trainguard.detect.truth import GroundTruth
+from trainguard.detect.tune import Budget, BudgetUnreachable, Figures, TuneResult, tune
+from trainguard.errors import TrainguardError
+
+__all__ = ["tune_command"]
+
+
+def _fmt_t(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%MZ")
+
+
+class _StageProgress:
+    """One stderr line per stage, and its completion (works without a terminal)."""
+
+    def __init__(self) -> None:
+        self.stage = ""
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if stage != self.stage:
+            self.stage = stage
+            err.print(f"tune: {stage}...")
+        if done >= total:
+            err.print(f"tune: {stage} done")
+
+
+def _row(label: str, f: Figures) -> tuple[str, ...]:
+    return (label, f"{_fmt_t(f.span[0])} .. {_fmt_t(f.span[1])}", str(f.n_failures),
+            str(f.detected), str(f.early), str(f.false_positives), f"{f.fp_per_day:.2f}")
+
+
+def _print(res: TuneResult, out_file: Path | None) -> None:
+    c = res.chosen
+    out.print(f"chosen: score_on={c.score_on:g} score_off={c.score_off:g} "
+              f"persist_blocks={c.persist_blocks} persist_gauge_blocks={c.persist_gauge_blocks} "
+              f"cooldown_s={c.cooldown_s:g} ({res.candidates} settings tried)")
+    t = Table(title=f"budget {res.budget.fp_per_day:g} false alarms/day per "
+              f"{res.budget.per_nodes} nodes; {res.n_nodes} nodes; early = alerted >= 1 min "
+              "before the XID", title_justify="left")
+    for col in ("config / part", "range (UTC)", "failures", "detected", "early", "false alarms",
+                f"FA/day/{res.budget.per_nodes}"):
+        t.add_column(col)
+    t.add_row(*_row("tuned, tuning part", res.tune))
+    t.add_row(*_row("tuned, held-out part", res.heldout))
+    t.add_row(*_row("default, tuning part", res.base_tune))
+    t.add_row(*_row("default, held-out part", res.base_heldout))
+    out.print(t)
+    kinds = ", ".join(f"{k.kind} {k.fp_per_day:.2f} (95% up to {k.fp_per_day_upper95:.2f})"
+                      for k in res.heldout.kinds)
+    out.print(f"held-out false alarms/day/{res.budget.per_nodes} by kind: {kinds}")
+    if out_file is not None:
+        out.print(f"wrote {out_file}")
+
+
+def _warnings(res: TuneResult) -> None:
+    if res.hard_over_budget:
+        warn(f"hard-evidence alerts alone gave {res.replayed_tune.hard_fp_per_day:.2f} false "
+             f"alarms/day per {res.budget.per_nodes} nodes on the tuning part, over the budget "
+             "(thresholds do not change them; backtest --alerts-out lists them): predictive "
+             "alerts were tuned to raise none")
+    if res.heldout.fp_per_day > res.budget.fp_per_day:
+        warn(f"the held-out part has {res.heldout.fp_per_day:.2f} false alarms/day per "
+             f"{res.budget.per_nodes} nodes, over the budget: the tuning part did not predict "
+             "it (more history helps)")
+    if res.heldout.n_failures == 0:
+        warn("no known failure in the held-out part: its detection figures say nothing")
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
+    except OSError as exc:
+        fail(f"--out: cannot write {path}: {exc.strerror or exc}", 2)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        fail(f"--out: cannot write {path}: {exc.strerror or exc}", 2)
+
+
+def _store_truth(db: str) -> GroundTruth:
+    """Read before the telemetry: a wrong --db fails at once, not after minutes of reading."""
+    from trainguard.cli.storeopen import open_store
+    from trainguard.detect.tune_truth import truth_from_events
+
+    with open_store(db, readonly=True) as store:
+        return truth_from_events(store.events())
+
+
+@reflowed_doc
+def tune_command(
+    ctx: typer.Context,
+    sources: Sources = None,
+    prometheus: PromUrl = None,
+    start: Start = None,
+    end: End = None,
+    step: Step = None,
+    metric: Metrics = None,
+    bearer_token_file: Token = None,
+    basic_auth: BasicAuth = None,
+    failures: Annotated[Path | None, typer.Option(
+        help="Known failures as JSON lines (node, time, xid[, type]); default: --kernel-logs, "
+        "else --db, else labels.jsonl next to the telemetry, else the XID gauge.")] = None,
+    kernel_logs: Annotated[list[Path] | None, typer.Option(
+        "--kernel-logs", help="Take the failures from NVRM XID lines in these kernel logs.")
+    ] = None,
+    db: Annotated[str | None, typer.Option(
+        "--db", help="Take the failures from the XID events in this event store (SQLite path "
+        "or postgresql:// URL), as `logs --db` and `watch` record them.")] = None,
+    fp_per_day: Annotated[float, typer.Option(
+        "--fp-per-day", help="False-alarm budget: alerts per day per --per-nodes nodes.",
+        min=0.0)] = 0.3,
+    per_nodes: Annotated[int, typer.Option(
+        "--per-nodes", help="Cluster size the budget is stated for.", min=1)] = 64,
+    split: Annotated[float, typer.Option(
+        help="Tune on this fraction of the history (the earliest), measure on the rest.",
+        min=0.05, max=0.95)] = 0.5,
+    config: Annotated[Path | None, typer.Option(
+        "--config", help="Start from this detector config file (default: built-in defaults).")
+    ] = None,
+    out_file: Annotated[Path | None, typer.Option(
+        "--out", help="Write the chosen config and its calibration (TOML) to this file, for "
+        "`trainguard detect --config`, `trainguard backtest --config` and `trainguard watch "
+        "--detector-config`.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    max_memory: MaxMemory = "8GiB",
+) -> None:
+    """Choose the detector's thresholds and persistence from the cluster's own history and
+    known failures: the most failures alerted at least a minute early, within a false-alarm
+    budget. Tunes on the earlier part of the history and reports the figures of the later part
+    it never saw.
+
+    Exit status: 0 when a config was chosen; 1 when no setting meets the budget on the tuning
+    part; 2 when the history or the failures cannot be read, or are too few to tune on.
+    """
+    _need_input(ctx, sources, prometheus)
+    mem = max_memory_bytes(max_memory)
+    if out_file is not None and out_file.is_dir():
+        fail(f"--out: {out_file} is a directory", 2)
+    if out_file is not None and not out_file.parent.is_dir():
+        fail(f"--out: no such directory: {out_file.parent}", 2)
+    try:
+        base = detector_file(config, mem).detect
+        budget = Budget(fp_per_day, per_nodes)
+        stored = _store_truth(db) if db is not None and failures is None and not kernel_logs \
+            else None
+        tel = load_telemetry(sources, prometheus, start, end, step, metric, bearer_token_file,
+                             basic_auth, max_memory=mem)
+        if stored is not None:
+            truth, truth_from = stored, f"the XID events in {db}"
+        else:
+            truth, truth_from = _load_truth(tel, sources, failures, kernel_logs)[:2]
+        days = tel.times.size * tel.step_s / 86400
+        err.print(f"tune: {len(tel.nodes)} nodes, {days:.1f} days; {len(truth.failures)} "
+                  f"failures from {truth_from}")
+        res = tune(tel, truth, budget, base=base, fraction=split, progress=_StageProgress())
+    except BudgetUnreachable as exc:
+        fail(str(exc), EXIT_FAILED)
+    except TrainguardError as exc:
+        fail(str(exc), 2)
+    if out_file is not None:
+        header = (f"written by trainguard tune: budget {fp_per_day:g} false alarms/day per "
+                  f"{per_nodes} nodes, tuned on {_fmt_t(res.tune.span[0])} .. "
+                  f"{_fmt_t(res.tune.span[1])},",
+                  f"measured on {_fmt_t(res.heldout.span[0])} .. {_fmt_t(res.heldout.span[1])} "
+                  f"({res.n_nodes} nodes)")
+        _write(out_file, dumps(DetectorFile(res.chosen, res.calibration()), header))
+    _warnings(res)
+    if json_out:
+        doc = res.to_dict()
+        doc["truth"] = truth_from
+        if out_file is not None:
+            doc["out"] = str(out_file)
+        typer.echo(json.dumps(doc, indent=2))
+        return
+    _print(res, out_file)

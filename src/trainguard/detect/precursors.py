@@ -1,0 +1,318 @@
+"""Early-warning rules for the shapes that precede a hardware failure.
+
+The fused node score (scoring.py) is built to ignore what is brief, job-wide or always there;
+the precursors of a failing GPU are often exactly brief and intermittent. Three specific rules
+look for them in the raw samples of each block, each against the series' own history and its
+siblings, never against a fixed level:
+
+1. **Recurring error counts**: an error counter (correctable ECC / SBE, remapped rows, PCIe
+   replays, NVLink CRC, thermal violation time, InfiniBand symbol errors...) or a hardware
+   throttle reason (HW slowdown, HW/SW thermal, power brake) that fires in at least
+   `precursor_min_events` of the last `precursor_window_blocks` blocks, at least
+   `precursor_background_ratio` times as often as that series did over its own history. A single
+   blip, a GPU that ticks now and then, or one that always counts, does not.
+2. **Jitter**: a GPU whose power or SM clock moves from sample to sample `jitter_ratio` times as
+   much as its node's other GPUs do, for `jitter_blocks` blocks in a row, while the node is busy
+   and that GPU was not like that before (its own long-run ratio is below half the bar). A job
+   whose power oscillates moves every GPU alike.
+3. **Host collapse**: a busy node whose interrupt rate, context switches or runnable processes
+   fall below `host_collapse_fraction` of both their own recent level and the other nodes',
+   for `host_collapse_blocks` blocks in a row (a host that stopped feeding its GPUs).
+
+Each hit is a `Signal` for the block in which the rule completed, so an alert's onset is never
+before the samples that carry its evidence. State is carried across chunks per series; results
+do not depend on how the input was chunked.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from trainguard.detect.alerts import Signal
+from trainguard.detect.config import DetectorConfig
+from trainguard.detect.knowledge import ACTIVITY_METRICS, is_hard_counter
+from trainguard.detect.layout import DenseChunk, Layout
+from trainguard.detect.numeric import nanmedian_axis, previous_valid
+from trainguard.telemetry.frame import FloatArray
+
+__all__ = ["PrecursorHits", "PrecursorRules"]
+
+_ERROR_COUNTER = re.compile(
+    r"SBE|CORRECTABLE_REMAPPED|PCIE_REPLAY|REPLAY_ERR|NVLINK.*(CRC|ERR)|CRC_ERR|ECC_CORR|"
+    r"CORRECTED|RECOVERY_ERR|THERMAL_VIOLATION|SYMBOL_ERR|LINK_DOWN|RCV_ERR|PORT_XMIT_DISCARD",
+    re.IGNORECASE)
+_THROTTLE = re.compile(r"THROTTLE_REASONS|CLOCKS_EVENT_REASONS|CLOCK_EVENT_REASONS",
+                       re.IGNORECASE)
+_HW_THROTTLE_BITS = 0x8 | 0x20 | 0x40 | 0x80
+"""HW slowdown, SW thermal, HW thermal, HW power brake (not power cap, idle or app clocks)."""
+_JITTER = re.compile(r"POWER_USAGE|SM_CLOCK", re.IGNORECASE)
+_HOST = re.compile(r"node_intr|context_switches|procs_running", re.IGNORECASE)
+LONG_HALFLIFE_BLOCKS = 360.0
+"""Own history: 12 h of 2-min blocks."""
+SHORT_HALFLIFE_BLOCKS = 3.0
+
+PrecursorHits = dict[int, list[tuple[int, Signal]]]
+"""Block index (in the chunk) -> (node index, evidence) completed in that block."""
+
+
+def _base(name: str) -> str:
+    return name.split("{", 1)[0]
+
+
+def is_error_counter(name: str) -> bool:
+    """A counter of correctable errors or reliability events (not an uncorrectable one)."""
+    return bool(_ERROR_COUNTER.search(_base(name))) and not is_hard_counter(name)
+
+
+@dataclass
+class _Recur:
+    """Per series: the recent blocks with events (bit mask), the long-run event rate."""
+
+    mask: np.ndarray
+    rate: FloatArray
+    blocks: FloatArray
+    prev: FloatArray
+
+
+@dataclass
+class _Jitter:
+    short: FloatArray
+    long: FloatArray
+    blocks: FloatArray
+    run: FloatArray
+    prev: FloatArray
+
+
+@dataclass
+class _Host:
+    level: FloatArray
+    run: FloatArray
+    prev: FloatArray
+
+
+@dataclass
+class PrecursorRules:
+    """Mutable per-series state of the three rules (see the module docstring)."""
+
+    cfg: DetectorConfig
+    recur: dict[str, _Recur] = field(default_factory=dict)
+    jitter: dict[str, _Jitter] = field(default_factory=dict)
+    host: dict[str, _Host] = field(default_factory=dict)
+    level: float = float("nan")
+
+    def scan(self, d: DenseChunk, lay: Layout, cumulative: np.ndarray, s: int) -> PrecursorHits:
+        """Hits per block of chunk `d` (whole blocks of `s` samples)."""
+        nb = d.times.size // s
+        hits: PrecursorHits = {}
+        if nb == 0:
+            return hits
+        mg = len(lay.gpu_metrics)
+        busy = self._busy(d, lay, s, nb)
+        warm = self.cfg.warmup_s / self.cfg.block_s
+        for mi, name in enumerate(lay.gpu_metrics):
+            counter = bool(cumulative[mi]) and is_error_counter(name)
+            if counter or _THROTTLE.search(_base(name)):
+                self._recurring(name, d.gpu[mi], s, nb, counter, warm, hits,
+                                lambda ni, gi: lay.gpu_label(ni, gi))
+            elif _JITTER.search(_base(name)) and not cumulative[mi]:
+                self._jittery(name, d.gpu[mi], s, nb, busy, warm, hits, lay)
+        for k, name in enumerate(lay.node_metrics):
+            x = d.node[k][:, None, :]
+            if bool(cumulative[mg + k]) and is_error_counter(name):
+                self._recurring(name, x, s, nb, True, warm, hits, lambda _ni, _gi: None)
+            elif _HOST.search(_base(name)):
+                self._collapse(name, d.node[k], s, nb, bool(cumulative[mg + k]), busy, hits)
+        return hits
+
+    # -- activity ---------------------------------------------------------------------------
+    def _busy(self, d: DenseChunk, lay: Layout, s: int, nb: int) -> np.ndarray:
+        """[node, block]: the node's GPUs are busy (median activity >= half the cluster's)."""
+        n = len(lay.nodes)
+        for name in ACTIVITY_METRICS:
+            if name in lay.gpu_metrics:
+                x = d.gpu[lay.gpu_metrics.index(name)]
+                break
+        else:
+            return np.ones((n, nb), dtype=bool)
+        blocks = _block_mean(x, s, nb)                      # node, gpu, block
+        med, _ = nanmedian_axis(blocks, axis=1)             # node, block
+        out = np.zeros((n, nb), dtype=bool)
+        for b in range(nb):
+            col = med[:, b]
+            finite = col[np.isfinite(col)]
+            if finite.size:
+                p90 = float(np.percentile(finite, 90))
+                self.level = p90 if np.isnan(self.level) else 0.98 * self.level + 0.02 * p90
+            level = self.level if np.isfinite(self.level) and self.level > 0 else 1.0
+            out[:, b] = np.nan_to_num(col, nan=0.0) >= 0.5 * level
+        return out
+
+    # -- rule 1 -----------------------------------------------------------------------------
+    def _recurring(self, name: str, x: FloatArray, s: int, nb: int, counter: bool,
+                   warm: float, hits: PrecursorHits,
+                   label: Callable[[int, int], str | None]) -> None:
+        cfg = self.cfg
+        n, g, _t = x.shape
+        st = self.recur.get(name)
+        if st is None or st.rate.shape != (n, g):
+            st = self.recur[name] = _grow_recur(st, (n, g))
+        if counter:
+            prev, st.prev = previous_valid(x, st.prev)
+            with np.errstate(invalid="ignore"):
+                inc = np.where(x >= prev, x - prev, x)      # a reset counts from zero
+            ev = np.nan_to_num(inc, nan=0.0) > 0
+        else:
+            bits = np.nan_to_num(x, nan=0.0).astype(np.int64)
+            ev = (bits & _HW_THROTTLE_BITS) != 0
+        seen = ~np.isnan(x)
+        ev_b = np.asarray(ev[..., : nb * s].reshape(n, g, nb, s).any(axis=-1), dtype=bool)
+        seen_b = np.asarray(seen[..., : nb * s].reshape(n, g, nb, s).any(axis=-1), dtype=bool)
+        w = cfg.precursor_window_blocks
+        full = (1 << w) - 1
+        alpha = 1.0 - 0.5 ** (1.0 / LONG_HALFLIFE_BLOCKS)
+        for b in range(nb):
+            e = ev_b[..., b]
+            ok = seen_b[..., b]
+            st.mask = np.where(ok, ((st.mask << 1) | e.astype(np.int64)) & full, st.mask)
+            count = _popcount(st.mask)
+            recent = count / w
+            fire = (ok & e & (count >= cfg.precursor_min_events) & (st.blocks >= warm)
+                    & (recent >= cfg.precursor_background_ratio * st.rate + 0.05))
+            for ni, gi in zip(*np.nonzero(fire), strict=True):
+                what = "error count" if counter else "hardware throttling"
+                lab = label(int(ni), int(gi))
+                hits.setdefault(b, []).append((int(ni), Signal(
+                    name, lab, float(count[ni, gi]),
+                    f"{what} recurring: {int(count[ni, gi])} of the last {w} blocks "
+                    f"(usually {float(st.rate[ni, gi]) * w:.1f})")))
+                st.mask[ni, gi] = 0  # one hit per burst; the episode carries it on
+            st.rate = np.where(ok, st.rate + alpha * (e - st.rate), st.rate)
+            st.blocks = st.blocks + ok
+
+    # -- rule 2 -----------------------------------------------------------------------------
+    def _jittery(self, name: str, x: FloatArray, s: int, nb: int, busy: np.ndarray,
+                 warm: float, hits: PrecursorHits, lay: Layout) -> None:
+        cfg = self.cfg
+        n, g, _t = x.shape
+        st = self.jitter.get(name)
+        if st is None or st.short.shape != (n, g):
+            st = self.jitter[name] = _grow_jitter(st, (n, g))
+        prev, st.prev = previous_valid(x, st.prev)
+        step = np.abs(x - prev)
+        jit = _block_mean(step, s, nb)                       # node, gpu, block
+        level = _block_mean(np.abs(x), s, nb)
+        a_s = 1.0 - 0.5 ** (1.0 / SHORT_HALFLIFE_BLOCKS)
+        a_l = 1.0 - 0.5 ** (1.0 / LONG_HALFLIFE_BLOCKS)
+        bar = np.log(cfg.jitter_ratio)
+        for b in range(nb):
+            j = jit[..., b]
+            med, cnt = nanmedian_axis(j, axis=1)
+            lvl, _ = nanmedian_axis(level[..., b], axis=1)
+            floor = np.maximum(0.01 * np.nan_to_num(lvl, nan=0.0), 1e-9)
+            ratio = j / np.maximum(med, floor)[:, None]
+            ok = np.isfinite(ratio) & (cnt >= self.cfg.min_gpus)[:, None] & busy[:, b][:, None]
+            lr = np.log(np.clip(np.nan_to_num(ratio, nan=1.0), 1e-3, 1e3))
+            st.short = np.where(ok, st.short + a_s * (lr - st.short), st.short)
+            high = ok & (st.short >= bar)
+            st.run = np.where(high, st.run + 1, np.where(ok, 0, st.run))
+            fire = (st.run == cfg.jitter_blocks) & (st.blocks >= warm) & (st.long < bar / 2)
+            for ni, gi in zip(*np.nonzero(fire), strict=True):
+                hits.setdefault(b, []).append((int(ni), Signal(
+                    name, lay.gpu_label(int(ni), int(gi)), float(np.exp(st.short[ni, gi])),
+                    f"jitter {float(np.exp(st.short[ni, gi])):.1f}x the node's other GPUs "
+                    f"for {cfg.jitter_blocks} blocks")))
+            st.long = np.where(ok, st.long + a_l * (lr - st.long), st.long)
+            st.blocks = st.blocks + ok
+
+    # -- rule 3 -----------------------------------------------------------------------------
+    def _collapse(self, name: str, x: FloatArray, s: int, nb: int, counter: bool,
+                  busy: np.ndarray, hits: PrecursorHits) -> None:
+        cfg = self.cfg
+        n = x.shape[0]
+        st = self.host.get(name)
+        if st is None or st.level.shape != (n,):
+            st = self.host[name] = _grow_host(st, n)
+        if counter:
+            prev, st.prev = previous_valid(x, st.prev)
+            with np.errstate(invalid="ignore"):
+                v = np.where(x >= prev, x - prev, np.nan)
+        else:
+            v = x
+        vb = _block_mean(v[:, None, :], s, nb)[:, 0, :]     # node, block
+        alpha = 1.0 - 0.5 ** (1.0 / 60.0)
+        f = cfg.host_collapse_fraction
+        for b in range(nb):
+            val = vb[:, b]
+            ok = np.isfinite(val) & busy[:, b]
+            peers = val[ok]
+            if peers.size < cfg.min_peers:
+                continue
+            peer = float(np.median(peers))
+            low = ok & (val < f * st.level) & (val < f * peer) & (st.level > 0)
+            st.run = np.where(low, st.run + 1, np.where(ok, 0, st.run))
+            warm_ok = st.level > 0
+            for ni in np.flatnonzero((st.run == cfg.host_collapse_blocks) & warm_ok).tolist():
+                hits.setdefault(b, []).append((ni, Signal(
+                    name, None, float(val[ni]),
+                    f"host collapse: {float(val[ni]):.3g} against its usual "
+                    f"{float(st.level[ni]):.3g} and the other busy nodes' {peer:.3g}")))
+            learn = ok & ~low
+            st.level = np.where(learn & (st.level == 0), val,
+                                np.where(learn, st.level + alpha * (val - st.level), st.level))
+
+
+def _block_mean(x: FloatArray, s: int, nb: int) -> FloatArray:
+    """Mean over each block's samples on the last axis (NaN-aware); [..., nb]."""
+    v = x[..., : nb * s].reshape(*x.shape[:-1], nb, s)
+    valid = ~np.isnan(v)
+    k = valid.sum(axis=-1)
+    total = np.where(valid, v, 0.0).sum(axis=-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(k > 0, total / np.maximum(k, 1), np.nan)
+
+
+_POP = np.array([bin(i).count("1") for i in range(1 << 8)], dtype=np.int64)
+
+
+def _popcount(mask: np.ndarray) -> np.ndarray:
+    out = np.zeros(mask.shape, dtype=np.int64)
+    m = mask.copy()
+    while m.any():
+        out += _POP[m & 0xFF]
+        m >>= 8
+    return out
+
+
+def _pad(x: np.ndarray, shape: tuple[int, ...], fill: float) -> np.ndarray:
+    out = np.full(shape, fill, dtype=x.dtype)
+    out[tuple(slice(0, min(a, b)) for a, b in zip(x.shape, shape, strict=True))] = \
+        x[tuple(slice(0, min(a, b)) for a, b in zip(x.shape, shape, strict=True))]
+    return out
+
+
+def _grow_recur(st: _Recur | None, shape: tuple[int, int]) -> _Recur:
+    if st is None:
+        return _Recur(np.zeros(shape, dtype=np.int64), np.zeros(shape), np.zeros(shape),
+                      np.full(shape, np.nan))
+    return _Recur(_pad(st.mask, shape, 0), _pad(st.rate, shape, 0.0),
+                  _pad(st.blocks, shape, 0.0), _pad(st.prev, shape, np.nan))
+
+
+def _grow_jitter(st: _Jitter | None, shape: tuple[int, int]) -> _Jitter:
+    if st is None:
+        z = np.zeros(shape)
+        return _Jitter(z.copy(), z.copy(), z.copy(), z.copy(), np.full(shape, np.nan))
+    return _Jitter(_pad(st.short, shape, 0.0), _pad(st.long, shape, 0.0),
+                   _pad(st.blocks, shape, 0.0), _pad(st.run, shape, 0.0),
+                   _pad(st.prev, shape, np.nan))
+
+
+def _grow_host(st: _Host | None, n: int) -> _Host:
+    if st is None:
+        return _Host(np.zeros(n), np.zeros(n), np.full(n, np.nan))
+    return _Host(_pad(st.level, (n,), 0.0), _pad(st.run, (n,), 0.0),
+                 _pad(st.prev, (n,), np.nan))

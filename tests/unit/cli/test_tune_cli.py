@@ -1,0 +1,151 @@
+"""`trainguard tune` on a small held-out-generator cluster, and the config file it writes as
+read by `detect --config` and `backtest --config`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from script_module import load_script
+from typer.testing import CliRunner, Result
+
+from trainguard.cli.main import app
+from trainguard.detect.calibration import load
+from trainguard.detect.tune import BudgetUnreachable
+
+runner = CliRunner()
+
+
+def invoke(*args: str) -> Result:
+    return runner.invoke(app, list(args))
+
+
+def _error(result: Result) -> str:
+    assert "Traceback" not in result.output
+    lines = [ln for ln in result.stderr.splitlines() if ln.startswith("error: ")]
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """8 nodes x 4 GPUs x 1 day at 2 min, about 19 hardware failures (seed 3)."""
+    gen = load_script("benchmarks/heldout/gen.py", "heldout_gen_tune")
+    d = tmp_path_factory.mktemp("tune") / "ho"
+    gen.generate(d, nodes=8, gpus=4, days=1.0, seed=3, interval_s=120, workers=1,
+                 failure_rate=200.0)
+    return d
+
+
+@pytest.fixture(scope="module")
+def tuned(cluster: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
+    out = tmp_path_factory.mktemp("tuned") / "detector.toml"
+    r = invoke("tune", str(cluster / "metrics"), "--fp-per-day", "0.3", "--per-nodes", "64",
+               "--split", "0.5", "--out", str(out), "--json")
+    assert r.exit_code == 0, r.output
+    assert "tune: scoring" in r.stderr  # progress goes to stderr, JSON alone to stdout
+    return json.loads(r.stdout), out
+
+
+def test_tune_reports_both_parts_and_writes_a_config(tuned: tuple[dict, Path]) -> None:
+    doc, path = tuned
+    tune_part, held = doc["tuned"]["run"], doc["heldout"]
+    assert tune_part["span"][1] == pytest.approx(held["span"][0])  # time-ordered split
+    assert tune_part["failures"] > 0 and held["failures"] > 0
+    assert tune_part["failures"] + held["failures"] == 19
+    for part in (tune_part, held, doc["default"]["tuned"], doc["default"]["heldout"]):
+        assert part["early"] <= part["detected"] <= part["failures"]
+        assert set(part["by_kind"]) == {"predictive", "hard"}
+    # the choice was made within the budget on the tuning part (by replay)
+    assert doc["tuned"]["replay"]["fp_per_day"] <= 0.3
+    f = load(path)
+    assert f.calibration is not None
+    for key, value in doc["chosen"].items():
+        assert getattr(f.detect, key) == pytest.approx(value)
+    assert f.calibration.heldout_span == pytest.approx(tuple(held["span"]))
+    assert f.calibration.n_nodes == doc["n_nodes"] == 8
+    for k in f.calibration.kinds:
+        assert k.fp_per_day == pytest.approx(held["by_kind"][k.kind]["fp_per_day"], abs=1e-4)
+
+
+def test_detect_and_backtest_read_the_config(cluster: Path, tuned: tuple[dict, Path],
+                                             tmp_path: Path) -> None:
+    _, path = tuned
+    cal = load(path).calibration
+    assert cal is not None
+    rates = {k.kind: k.fp_per_day for k in cal.kinds}
+    r = invoke("detect", str(cluster / "metrics"), "--config", str(path), "--json")
+    assert r.exit_code == 0, r.output
+    alerts = [json.loads(line) for line in r.stdout.splitlines()]
+    assert alerts
+    for a in alerts:
+        assert a["expected_fp_per_day"] == pytest.approx(rates[a["kind"]], abs=1e-4)
+        assert a["expected_fp_per_nodes"] == 64
+    plain = invoke("detect", str(cluster / "metrics"), "--json")
+    assert plain.exit_code == 0
+    assert all("expected_fp_per_day" not in json.loads(line)
+               for line in plain.stdout.splitlines())
+    alerts_out = tmp_path / "alerts.jsonl"
+    b = invoke("backtest", str(cluster / "metrics"), "--config", str(path), "--baseline", "none",
+               "--alerts-out", str(alerts_out), "--json")
+    assert b.exit_code == 0, b.output
+    rows = [json.loads(line) for line in alerts_out.read_text().splitlines()]
+    assert rows and all("expected_fp_per_day" in row for row in rows)
+
+
+@pytest.mark.parametrize("command", ["detect", "backtest", "tune"])
+def test_a_bad_config_file_is_exit_2(cluster: Path, tmp_path: Path, command: str) -> None:
+    r = invoke(command, str(cluster / "metrics"), "--config", str(tmp_path / "nope.toml"))
+    assert r.exit_code == 2
+    assert "no such file" in _error(r)
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[detect]\nscore_onn = 3\n")
+    r = invoke(command, str(cluster / "metrics"), "--config", str(bad))
+    assert r.exit_code == 2
+    assert "unknown key(s): score_onn" in _error(r)
+
+
+def test_too_little_history_says_how_much_is_needed(cluster: Path, tmp_path: Path) -> None:
+    out = tmp_path / "d.toml"
+    r = invoke("tune", str(cluster / "metrics"), "--split", "0.2", "--out", str(out))
+    assert r.exit_code == 2
+    assert "too little history" in _error(r) and "needs at least 45.0 h" in _error(r)
+    assert not out.exists()
+
+
+def test_no_failure_in_the_tuning_part(cluster: Path, tmp_path: Path) -> None:
+    labels = [json.loads(x) for x in (cluster / "labels.jsonl").read_text().splitlines()]
+    t_max = max(rec["time"] for rec in labels if rec["type"] == "failure")
+    late = tmp_path / "late.jsonl"
+    late.write_text(json.dumps({"node": labels[0]["node"], "time": t_max, "xid": 79}) + "\n")
+    r = invoke("tune", str(cluster / "metrics"), "--failures", str(late))
+    assert r.exit_code == 2
+    assert "no known failure in the tuning part" in _error(r)
+
+
+def test_an_unreachable_budget_is_exit_1(cluster: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import trainguard.cli.tune as cli_tune
+
+    def unreachable(*_a: object, **_k: object) -> None:
+        raise BudgetUnreachable("no setting keeps false alarms within 0/day")
+
+    monkeypatch.setattr(cli_tune, "tune", unreachable)
+    r = invoke("tune", str(cluster / "metrics"), "--fp-per-day", "0")
+    assert r.exit_code == 1
+    assert "no setting keeps false alarms" in _error(r)
+
+
+@pytest.mark.parametrize(("args", "match"), [
+    (["--split", "1.5"], "--split"), (["--per-nodes", "0"], "--per-nodes"),
+    (["--fp-per-day", "-1"], "--fp-per-day")])
+def test_bad_options_are_usage_errors(cluster: Path, args: list[str], match: str) -> None:
+    r = invoke("tune", str(cluster / "metrics"), *args)
+    assert r.exit_code == 2
+    assert match in r.output
+
+
+def test_a_missing_store_is_exit_2_before_reading_telemetry(tmp_path: Path) -> None:
+    r = invoke("tune", str(tmp_path / "no-such-metrics"), "--db", str(tmp_path / "none.db"))
+    assert r.exit_code == 2
+    assert "none.db" in _error(r)
