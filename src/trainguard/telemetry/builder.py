@@ -8,8 +8,9 @@ series' timestamps and values as arrays; `build()` does the rest with numpy only
    sample to that of the last;
 3. each sample goes to the first grid point at or after it (`grid_index`): the value known at that
    time, as Prometheus reads a series at an evaluation time, so nothing is stamped before the
-   sample that carries it; if two samples of one series land on one point the later one wins (for equal timestamps, the one added later); NaN samples are skipped so they
-   never overwrite a reported value;
+   sample that carries it; if two samples of one series land on one point the later one wins
+   (for equal timestamps, the one added later); NaN samples are skipped so they never overwrite
+   a reported value;
 4. series with the same (metric key, entity) are merged (e.g. the same series in several files);
 5. a label that never splits an entity into several series of one metric name (a kernel or driver
    version) is dropped from the key, so constant attributes do not fragment metrics.

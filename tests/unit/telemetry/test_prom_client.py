@@ -5,8 +5,8 @@ from __future__ import annotations
 import base64
 import itertools
 import json
-import socket
 import re
+import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
