@@ -55,7 +55,8 @@ def record(src: str, sim_dir: str, out: str) -> None:
     EpisodeTracker.hard_event = hard_spy  # type: ignore[method-assign]
     runs: dict[str, Any] = {}
     tel, _ = load_sources([sim_dir])
-    runs["memory"] = (list(rec), [repr(a) for a in detect(tel)])
+    alerts = [repr(a) for a in detect(tel)]
+    runs["memory"] = (list(rec), alerts)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "t.parquet"
         write_parquet(tel, path)
@@ -64,9 +65,11 @@ def record(src: str, sim_dir: str, out: str) -> None:
             m.name for m in tel.metrics if m.kind is MetricKind.COUNTER or detect_monotonic(m)))
         for chunk in iter_parquet_chunks([path], 7200, step_s=tel.step_s):
             det.feed(chunk)
-        runs["parquet stream"] = (list(rec), [repr(a) for a in det.finish()])
+        alerts = [repr(a) for a in det.finish()]
+        runs["parquet stream"] = (list(rec), alerts)
         rec.clear()
-        runs["parquet file"] = (list(rec), [repr(a) for a in detect(load_sources([path])[0])])
+        alerts = [repr(a) for a in detect(load_sources([path])[0])]
+        runs["parquet file"] = (list(rec), alerts)
     with open(out, "wb") as f:
         pickle.dump(runs, f)
     print(f"{out}: " + ", ".join(f"{k}: {len(v[0])} tracker calls, {len(v[1])} alerts"

@@ -12,8 +12,10 @@ import json
 from pathlib import Path
 
 import pytest
-from prometheus_server import StartPrometheus
-from prometheus_server import prometheus_factory_fixture  # noqa: F401
+from prometheus_server import (
+    StartPrometheus,
+    prometheus_factory_fixture,  # noqa: F401
+)
 from script_module import load_script
 
 from trainguard.detect.detector import detect

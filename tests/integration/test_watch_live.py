@@ -35,7 +35,7 @@ pytestmark = pytest.mark.integration
 SIM = SimConfig(nodes=6, gpus_per_node=2, days=0.1, seed=2, failures_per_day=6,
                 maintenances_per_day=0, benign_per_day=0, scrape_gaps_per_day=0,
                 app_xids_per_day=0, no_precursor_fraction=0)
-"""node01: an XID at +2520 s; node03: NVLink CRC errors from +3246 s, predicted at +3450 s."""
+"""node01: an XID at +2520 s; node03: NVLink CRC errors from +3246 s, predicted at +3570 s."""
 DET = DetectorConfig(warmup_s=1800)
 SPEED = 90.0
 """One 30 s simulated sample every 1/3 s of wall time."""
@@ -126,7 +126,7 @@ def test_live_watch_matches_offline_survives_a_kill_and_reaches_alertmanager(
         first = Watch(args, tmp_path / "watch1.log")
         lines: list[dict[str, Any]] = []
         try:
-            # past node01's XID (+2520 s), before node03's precursor alert (+3450 s)
+            # past node01's XID (+2520 s), before node03's precursor alert (+3570 s)
             _wait_status(port, first, T0 + 2700)
         finally:
             lines += first.stop(signal.SIGKILL)
@@ -135,7 +135,7 @@ def test_live_watch_matches_offline_survives_a_kill_and_reaches_alertmanager(
         time.sleep(1.0)  # down for a second: 90 simulated seconds it must catch up on
         second = Watch(args, tmp_path / "watch2.log")
         try:
-            st = _wait_status(port, second, T0 + 3450 + 600)
+            st = _wait_status(port, second, T0 + 3570 + 600)
             metrics = _get(f"http://127.0.0.1:{port}/metrics").decode()
             webhook = f"http://127.0.0.1:{port}/alertmanager/webhook"
             statuses = [_post(webhook, b"{not json"), _post(webhook, b'{"alerts": 7}'),

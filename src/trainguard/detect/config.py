@@ -43,12 +43,20 @@ class DetectorConfig:
     """Accumulated evidence that opens an episode led by recurring error counts ..."""
     evidence_activity: float = 40.0
     """... and by a GPU whose activity departs from its siblings' (a stalling GPU)."""
+    precursor_warmup_s: float = 3600.0
+    """Early warnings: observed (busy) time a series needs before its rules may fire (its own
+    usual rate is learned from it)."""
     precursor_window_blocks: int = 15
     """Early warnings (`precursors.py`): blocks over which recurring error counts are counted,"""
     precursor_min_events: int = 4
     """... how many of them must have events ..."""
     precursor_background_ratio: float = 4.0
     """... at least this many times as often as the series' own long-run rate."""
+    stall_fraction: float = 0.8
+    """A GPU whose activity (block mean) is below this fraction of its siblings' is stalled;
+    recurring stalls are a precursor (`precursor_min_events` of `precursor_window_blocks`)."""
+    stall_min_events: int = 3
+    """... in this many of the window's blocks, with the GPU back in between at least twice."""
     jitter_ratio: float = 3.0
     """A GPU whose power/clock moves this many times more than its siblings' ..."""
     jitter_blocks: int = 5
@@ -112,9 +120,9 @@ class DetectorConfig:
             raise ConfigError("detect.calib_quantile must be in [0.5, 1)")
         if not 1 <= self.precursor_window_blocks <= 60:
             raise ConfigError("detect.precursor_window_blocks must be in [1, 60]")
-        if self.precursor_min_events < 1 or self.jitter_blocks < 1 \
+        if min(self.precursor_min_events, self.stall_min_events, self.jitter_blocks) < 1 \
                 or self.host_collapse_blocks < 1:
-            raise ConfigError("detect.precursor_min_events, detect.jitter_blocks and "
-                              "detect.host_collapse_blocks must be >= 1")
+            raise ConfigError("detect.precursor_min_events, detect.stall_min_events, "
+                              "detect.jitter_blocks and detect.host_collapse_blocks must be >= 1")
         if self.min_gpus < 2 or self.min_peers < 2:
             raise ConfigError("detect.min_gpus and detect.min_peers must be >= 2")

@@ -57,6 +57,8 @@ _DENSE_COPIES = 6
 """Live copies of a chunk's dense tensor while it is scored (densify, align, rates, blocks...)."""
 _PEER_BYTES_PER_PAIR = 40
 """Peer-group inference holds node x node matrices: correlation, distances, adjacency, labels."""
+SETTLED_DECREASES = 100
+SETTLED_INCREASES = 5000
 VERDICT_EVERY_S = 3600
 """Which metrics are cumulative is decided again at every multiple of this (epoch-aligned, in
 whole blocks) from everything seen before it, so the decision, and every score after it, does
@@ -93,6 +95,9 @@ class Detector:
         self._mono: dict[str, list[int]] = {}
         """Per metric: increases, resets, other decreases, negative values seen (0/1)."""
         self._decided_once = False
+        self._settled: dict[str, bool] = {}
+        """Metrics whose verdict can no longer change in practice (a gauge with many decreases,
+        negative values; a counter with thousands of increases and no decrease): not counted."""
 
     # --- input ---------------------------------------------------------------------------------
 
@@ -187,11 +192,18 @@ class Detector:
         lay = self.layout
         for names, raw, key in ((lay.gpu_metrics, d.gpu, "mono:gpu"),
                                 (lay.node_metrics, d.node, "mono:node")):
-            m = raw.shape[0]
-            if m == 0:
+            idx = [i for i, name in enumerate(names) if name not in self._settled]
+            if not idx or raw.shape[0] == 0:
                 continue
             carry = self._carry_for(key, raw.shape[:-1], np.nan)
-            prev, self._carry[key] = previous_valid(raw, carry)
+            if len(idx) == raw.shape[0]:
+                prev, self._carry[key] = previous_valid(raw, carry)
+            else:
+                names = [names[i] for i in idx]
+                raw = raw[idx]
+                prev, last = previous_valid(raw, carry[idx])
+                carry[idx] = last
+            m = raw.shape[0]
             with np.errstate(invalid="ignore"):
                 diff = raw - prev
                 dec = diff < 0
@@ -221,6 +233,9 @@ class Detector:
             if name in self.cumulative or c is None:
                 continue
             now = cumulative_verdict(name, c[0], c[1], c[2], bool(c[3]))
+            if c[3] or (c[2] >= SETTLED_DECREASES and 10 * c[2] > c[0]) \
+                    or (c[0] >= SETTLED_INCREASES and c[2] == 0):
+                self._settled[name] = True  # decided for good: no need to keep counting
             if now != self._is_cumulative(name):
                 self._verdicts[name] = now
                 flipped.append(i)

@@ -15,7 +15,11 @@ siblings, never against a fixed level:
    much as its node's other GPUs do, for `jitter_blocks` blocks in a row, while the node is busy
    and that GPU was not like that before (its own long-run ratio is below half the bar). A job
    whose power oscillates moves every GPU alike.
-3. **Host collapse**: a busy node whose interrupt rate, context switches or runnable processes
+3. **Stalls**: a GPU whose activity falls below `stall_fraction` of its siblings' on a busy
+   node, in at least `stall_min_events` of the last `precursor_window_blocks` blocks, and
+   recovers in between at least twice (a GPU that stalls again and again in a synchronous job;
+   one that stays idle, or whose job ended, is not stalling), beyond its own usual rate.
+4. **Host collapse**: a busy node whose interrupt rate, context switches or runnable processes
    fall below `host_collapse_fraction` of both their own recent level and the other nodes',
    for `host_collapse_blocks` blocks in a row (a host that stopped feeding its GPUs).
 
@@ -102,6 +106,9 @@ class PrecursorRules:
     recur: dict[str, _Recur] = field(default_factory=dict)
     jitter: dict[str, _Jitter] = field(default_factory=dict)
     host: dict[str, _Host] = field(default_factory=dict)
+    stall: dict[str, _Recur] = field(default_factory=dict)
+    stall_back: dict[str, np.ndarray] = field(default_factory=dict)
+    """Per activity metric: blocks (bit mask) in which a stalled GPU came back."""
     level: float = float("nan")
 
     def scan(self, d: DenseChunk, lay: Layout, cumulative: np.ndarray, s: int) -> PrecursorHits:
@@ -112,7 +119,7 @@ class PrecursorRules:
             return hits
         mg = len(lay.gpu_metrics)
         busy = self._busy(d, lay, s, nb)
-        warm = self.cfg.warmup_s / self.cfg.block_s
+        warm = self.cfg.precursor_warmup_s / self.cfg.block_s
         for mi, name in enumerate(lay.gpu_metrics):
             counter = bool(cumulative[mi]) and is_error_counter(name)
             if counter or _THROTTLE.search(_base(name)):
@@ -120,6 +127,9 @@ class PrecursorRules:
                                 lambda ni, gi: lay.gpu_label(ni, gi))
             elif _JITTER.search(_base(name)) and not cumulative[mi]:
                 self._jittery(name, d.gpu[mi], s, nb, busy, warm, hits, lay)
+        act = _activity_metric(lay)
+        if act is not None:
+            self._stalls(lay.gpu_metrics[act], d.gpu[act], s, nb, busy, warm, hits, lay)
         for k, name in enumerate(lay.node_metrics):
             x = d.node[k][:, None, :]
             if bool(cumulative[mg + k]) and is_error_counter(name):
@@ -177,7 +187,8 @@ class PrecursorRules:
         for b in range(nb):
             e = ev_b[..., b]
             ok = seen_b[..., b]
-            st.mask = np.where(ok, ((st.mask << 1) | e.astype(np.int64)) & full, st.mask)
+            # The window is the last w blocks of time: a block without samples counts as quiet.
+            st.mask = ((st.mask << 1) | (e & ok).astype(np.int64)) & full
             count = _popcount(st.mask)
             recent = count / w
             fire = (ok & e & (count >= cfg.precursor_min_events) & (st.blocks >= warm)
@@ -192,6 +203,48 @@ class PrecursorRules:
                 st.mask[ni, gi] = 0  # one hit per burst; the episode carries it on
             st.rate = np.where(ok, st.rate + alpha * (e - st.rate), st.rate)
             st.blocks = st.blocks + ok
+
+    # -- stalls -----------------------------------------------------------------------------
+    def _stalls(self, name: str, x: FloatArray, s: int, nb: int, busy: np.ndarray,
+                warm: float, hits: PrecursorHits, lay: Layout) -> None:
+        cfg = self.cfg
+        n, g, _t = x.shape
+        st = self.stall.get(name)
+        if st is None or st.rate.shape != (n, g):
+            st = self.stall[name] = _grow_recur(st, (n, g))
+            back = self.stall_back.get(name)
+            self.stall_back[name] = (np.zeros((n, g), dtype=np.int64) if back is None
+                                     else _pad(back, (n, g), 0))
+        back = self.stall_back[name]
+        act = _block_mean(x, s, nb)                         # node, gpu, block
+        w = cfg.precursor_window_blocks
+        full = (1 << w) - 1
+        alpha = 1.0 - 0.5 ** (1.0 / LONG_HALFLIFE_BLOCKS)
+        for b in range(nb):
+            a = act[..., b]
+            med, cnt = nanmedian_axis(a, axis=1)
+            ok = (np.isfinite(a) & (cnt >= cfg.min_gpus)[:, None] & busy[:, b][:, None]
+                  & (med > 0)[:, None])
+            stalled = ok & (a < cfg.stall_fraction * med[:, None])
+            was = (st.mask & 1).astype(bool)
+            came_back = ok & ~stalled & was
+            # The window is the last w blocks of time: idle or missing blocks count as quiet.
+            st.mask = ((st.mask << 1) | stalled.astype(np.int64)) & full
+            back = ((back << 1) | came_back.astype(np.int64)) & full
+            count = _popcount(st.mask)
+            fire = (ok & came_back & (count >= cfg.stall_min_events)
+                    & (_popcount(back) >= 2) & (st.blocks >= warm)
+                    & (count / w >= cfg.precursor_background_ratio * st.rate + 0.05))
+            for ni, gi in zip(*np.nonzero(fire), strict=True):
+                hits.setdefault(b, []).append((int(ni), Signal(
+                    name, lay.gpu_label(int(ni), int(gi)), float(count[ni, gi]),
+                    f"GPU stalls while its siblings run: {int(count[ni, gi])} of the last {w} "
+                    f"blocks below {cfg.stall_fraction:.0%} of theirs")))
+                st.mask[ni, gi] = 0
+                back[ni, gi] = 0
+            st.rate = np.where(ok, st.rate + alpha * (stalled - st.rate), st.rate)
+            st.blocks = st.blocks + ok
+        self.stall_back[name] = back
 
     # -- rule 2 -----------------------------------------------------------------------------
     def _jittery(self, name: str, x: FloatArray, s: int, nb: int, busy: np.ndarray,
@@ -263,6 +316,14 @@ class PrecursorRules:
             learn = ok & ~low
             st.level = np.where(learn & (st.level == 0), val,
                                 np.where(learn, st.level + alpha * (val - st.level), st.level))
+
+
+def _activity_metric(lay: Layout) -> int | None:
+    """Index of the GPU activity field (utilisation first), if any."""
+    for name in ACTIVITY_METRICS[:3]:
+        if name in lay.gpu_metrics:
+            return lay.gpu_metrics.index(name)
+    return None
 
 
 def _block_mean(x: FloatArray, s: int, nb: int) -> FloatArray:

@@ -31,7 +31,7 @@ from trainguard.watch.state import FULL_NAME, JSON_NAME, load_state
 SIM = SimConfig(nodes=6, gpus_per_node=2, days=0.1, seed=2, failures_per_day=6,
                 maintenances_per_day=0, benign_per_day=0, scrape_gaps_per_day=0,
                 app_xids_per_day=0, no_precursor_fraction=0)
-"""Within 6300 s: an XID on node01 (2520 s), a predictive alert on node03 (3450 s) ahead of its
+"""Within 6300 s: an XID on node01 (2520 s), a predictive alert on node03 (3570 s) ahead of its
 XID (5580 s)."""
 DET = DetectorConfig(warmup_s=1800)
 T0 = float(SIM.start_s)
@@ -133,7 +133,7 @@ def test_a_restart_mid_stream_loses_no_alert_and_repeats_none(rig: Rig, damage: 
     rig.run(svc, T0 + 3000)  # after node01's XID, before node03's precursor alert
     assert rig.fired() == [("node01", "hard", T0 + 2520)]
     del svc  # killed: nothing more is saved
-    rig.now += 1500  # down for 25 minutes; node03's alert (3450 s) falls inside
+    rig.now += 1500  # down for 25 minutes; node03's alert (3570 s) falls inside
     if damage == "pickle":
         (rig.state_dir / FULL_NAME).write_bytes(b"{\"format\": garbage")
     svc2 = rig.service()
@@ -142,7 +142,7 @@ def test_a_restart_mid_stream_loses_no_alert_and_repeats_none(rig: Rig, damage: 
     fired = rig.fired()
     assert len(fired) == len(set(fired))
     assert sorted(fired) == [("node01", "hard", T0 + 2520), ("node03", "hard", T0 + 5580),
-                             ("node03", "predictive", T0 + 3450)]
+                             ("node03", "predictive", T0 + 3570)]
 
 
 def test_prometheus_down_costs_rounds_not_alerts(rig: Rig) -> None:
@@ -159,7 +159,7 @@ def test_prometheus_down_costs_rounds_not_alerts(rig: Rig) -> None:
     assert svc.state.errors_total["query"] == 4
     rig.prom.down = False
     rig.run(svc, END)
-    assert ("node03", "predictive", T0 + 3450) in rig.fired()
+    assert ("node03", "predictive", T0 + 3570) in rig.fired()
 
 
 def test_store_and_alertmanager_get_each_alert_once_and_failed_posts_are_retried(
@@ -182,7 +182,7 @@ def test_store_and_alertmanager_get_each_alert_once_and_failed_posts_are_retried
         rows = [(a.node, a.kind, a.start, a.source) for a in store.alerts()]
         assert sorted(rows) == [("node01", "hard", T0 + 2520, "trainguard-watch"),
                                 ("node03", "hard", T0 + 5580, "trainguard-watch"),
-                                ("node03", "predictive", T0 + 3450, "trainguard-watch")]
+                                ("node03", "predictive", T0 + 3570, "trainguard-watch")]
         pred = next(a for a in store.alerts() if a.kind == "predictive")
         assert pred.end is not None and pred.end > pred.start  # resolved in the store too
 
@@ -235,7 +235,7 @@ def test_replayed_time_maps_prometheus_time_to_simulated_time(rig: Rig) -> None:
     from trainguard.watch.config import TimeMap
 
     tm = TimeMap(speed=60, sim_start=T0, wall_start=1_000_000.0, phase_s=0.45)
-    for t in (T0, T0 + 30, T0 + 3450):
+    for t in (T0, T0 + 30, T0 + 3570):
         assert tm.to_det(tm.to_prom(t)) == pytest.approx(t)
     assert tm.to_prom(T0 + 60) == pytest.approx(1_000_000.0 + 1 + 0.45)
     assert not tm.identity and TimeMap().identity

@@ -25,7 +25,7 @@ from trainguard.watch.state import LiveAlert
 SIM = SimConfig(nodes=6, gpus_per_node=2, days=0.1, seed=2, failures_per_day=6,
                 maintenances_per_day=0, benign_per_day=0, scrape_gaps_per_day=0,
                 app_xids_per_day=0, no_precursor_fraction=0)
-"""An XID on node01 at 2520 s, a predictive alert on node03 at 3450 s (see test_service.py)."""
+"""An XID on node01 at 2520 s, a predictive alert on node03 at 3570 s (see test_service.py)."""
 T0 = float(SIM.start_s)
 URL = "http://prom.test:9090"
 CAL = Calibration(64, 0.3, 16, (T0 - 2e5, T0 - 1e5), (T0 - 1e5, T0),
