@@ -162,6 +162,38 @@ def test_prometheus_down_costs_rounds_not_alerts(rig: Rig) -> None:
     assert ("node03", "predictive", T0 + 3570) in rig.fired()
 
 
+def test_a_warm_up_reports_what_it_found_in_history_and_pages_only_what_is_open(
+        rig: Rig, tmp_path: Path) -> None:
+    """A first start at END with the whole scenario as history: node01's XID episode (closed a
+    hard cool-down after 2520 s) is history: stored, reported as fired with historical=True,
+    listed under /status' history, never posted to Alertmanager; what is still open is live."""
+    rig.now = END
+    rig.prom.advance(rig.now)
+    with Store.open(str(tmp_path / "tg.db")) as store:
+        am = AlertmanagerClient("http://am.test:9093", transport=rig.am_transport, retries=0)
+        cfg = WatchConfig(prometheus=URL, detect=DET, history_s=END - T0,
+                          state_dir=rig.state_dir)
+        svc = WatchService(cfg, client=rig.client(), clock=lambda: rig.now, store=store,
+                           alertmanager=am, on_change=rig.changes.append)
+        svc.load()
+        report = svc.round()
+        stored = {(a.node, a.kind, a.start) for a in store.alerts()}
+    assert not report.errors
+    history = [c.alert for c in rig.changes if c.kind == "fired" and c.alert.historical]
+    live = [c.alert for c in rig.changes if c.kind == "fired" and not c.alert.historical]
+    assert ("node01", "hard", T0 + 2520) in {(a.node, a.kind, a.start) for a in history}
+    assert all(a.end is not None for a in history) and all(a.end is None for a in live)
+    # everything is stored; only the live alerts reach Alertmanager and the counters
+    assert stored == {(a.node, a.kind, a.start) for a in history + live}
+    posted = {(x["labels"]["node"], x["labels"]["kind"]) for batch in rig.posted for x in batch}
+    assert ("node01", "hard") not in posted
+    assert posted == {(a.node, a.kind) for a in live}
+    assert sum(svc.state.alerts_total.values()) == len(live)
+    status = svc.status()
+    assert {(a["node"], a["start"]) for a in status["history"]} == {
+        (a.node, a.start) for a in history}
+
+
 def test_store_and_alertmanager_get_each_alert_once_and_failed_posts_are_retried(
         rig: Rig, tmp_path: Path) -> None:
     with Store.open(str(tmp_path / "tg.db")) as store:
