@@ -51,7 +51,7 @@ from trainguard.telemetry.frame import FloatArray, Telemetry
 from trainguard.telemetry.limits import check_memory
 from trainguard.telemetry.rates import RESET_DROP, cumulative_verdict
 
-__all__ = ["Detector", "check_detector_memory", "detect"]
+__all__ = ["Detector", "check_detector_memory", "detect", "run_detector"]
 
 _DENSE_COPIES = 6
 """Live copies of a chunk's dense tensor while it is scored (densify, align, rates, blocks...)."""
@@ -522,7 +522,13 @@ def check_detector_memory(tel: Telemetry, cfg: DetectorConfig, chunk_s: int) -> 
 def detect(tel: Telemetry, cfg: DetectorConfig | None = None, *,
            progress: Callable[[int, int], None] | None = None) -> list[AlertEpisode]:
     """Run the detector over a whole `Telemetry` (batch mode) and return its alert episodes."""
-    det = Detector(cfg)
+    return run_detector(Detector(cfg), tel, progress=progress)
+
+
+def run_detector(det: Detector, tel: Telemetry, *,
+                 progress: Callable[[int, int], None] | None = None) -> list[AlertEpisode]:
+    """Feed all of `tel` to `det` in the batch chunk size and return its episodes (`detect`,
+    and `trainguard tune`'s recording run with its own tracker in `det`)."""
     chunk_s = det.cfg.block_s * 60
     check_detector_memory(tel, det.cfg, chunk_s)
     total = int(tel.times.size)

@@ -116,7 +116,8 @@ class EpisodeTracker:
                 ep.last = t
                 if si > ep.peak:
                     ep.peak = si
-                    ep.signals = signals.get(i, ep.signals) or ep.signals
+                    ep.signals = _keep_findings(ep.signals, signals.get(i, ()),
+                                                cfg.top_signals)
             elif t - ep.last >= cfg.cooldown_s or i in quiet:
                 self._close_soft(i)
 
@@ -182,3 +183,13 @@ class EpisodeTracker:
         for i in list(self.hard):
             self._close_hard(i)
         return sorted(self.closed, key=lambda e: (e.start, e.node, e.kind.value))
+
+
+def _keep_findings(old: tuple[Signal, ...], new: tuple[Signal, ...], top: int
+                   ) -> tuple[Signal, ...]:
+    """The signals of a new peak, after any early-warning finding the episode opened with
+    (a signal with a `detail`): what made it page stays first."""
+    if not new:
+        return old
+    kept = tuple(s for s in old if s.detail)
+    return (*kept, *(s for s in new if s not in kept))[:top]

@@ -161,7 +161,7 @@ class PrecursorRules:
             out[:, b] = np.nan_to_num(col, nan=0.0) >= 0.5 * level
         return out
 
-    # -- rule 1 -----------------------------------------------------------------------------
+    # -- rule 1: recurring error counts ------------------------------------------------------
     def _recurring(self, name: str, x: FloatArray, s: int, nb: int, counter: bool,
                    warm: float, hits: PrecursorHits,
                    label: Callable[[int, int], str | None]) -> None:
@@ -204,7 +204,7 @@ class PrecursorRules:
             st.rate = np.where(ok, st.rate + alpha * (e - st.rate), st.rate)
             st.blocks = st.blocks + ok
 
-    # -- stalls -----------------------------------------------------------------------------
+    # -- rule 3: stalls ----------------------------------------------------------------------
     def _stalls(self, name: str, x: FloatArray, s: int, nb: int, busy: np.ndarray,
                 warm: float, hits: PrecursorHits, lay: Layout) -> None:
         cfg = self.cfg
@@ -246,7 +246,7 @@ class PrecursorRules:
             st.blocks = st.blocks + ok
         self.stall_back[name] = back
 
-    # -- rule 2 -----------------------------------------------------------------------------
+    # -- rule 2: jitter ----------------------------------------------------------------------
     def _jittery(self, name: str, x: FloatArray, s: int, nb: int, busy: np.ndarray,
                  warm: float, hits: PrecursorHits, lay: Layout) -> None:
         cfg = self.cfg
@@ -281,7 +281,7 @@ class PrecursorRules:
             st.long = np.where(ok, st.long + a_l * (lr - st.long), st.long)
             st.blocks = st.blocks + ok
 
-    # -- rule 3 -----------------------------------------------------------------------------
+    # -- rule 4: host collapse ---------------------------------------------------------------
     def _collapse(self, name: str, x: FloatArray, s: int, nb: int, counter: bool,
                   busy: np.ndarray, hits: PrecursorHits) -> None:
         cfg = self.cfg

@@ -28,9 +28,9 @@ import numpy as np
 
 from trainguard.detect.alerts import AlertEpisode, Signal
 from trainguard.detect.config import DetectorConfig
-from trainguard.detect.detector import Detector, check_detector_memory
+from trainguard.detect.detector import Detector, run_detector
 from trainguard.detect.episodes import EpisodeTracker
-from trainguard.telemetry.frame import FloatArray, MetricKind, Telemetry
+from trainguard.telemetry.frame import FloatArray, Telemetry
 
 __all__ = ["ExpireStep", "HardStep", "RecordingTracker", "SoftStep", "Trace", "record",
            "replay"]
@@ -109,25 +109,12 @@ def record(tel: Telemetry, cfg: DetectorConfig, *,
            ) -> tuple[Trace, list[AlertEpisode]]:
     """Run the detector over `tel` once, recording its trace; also returns the alerts `cfg`
     itself raises (the same as :func:`trainguard.detect.detector.detect`)."""
-    from trainguard.telemetry.rates import detect_monotonic
-
-    cumulative = frozenset(m.name for m in tel.metrics
-                           if m.kind is MetricKind.COUNTER or detect_monotonic(m))
-    det = Detector(cfg, cumulative)
+    det = Detector(cfg)
     # The scorer receives the tracker from the detector on every chunk: swapping it here is
     # enough. `nodes` must stay the layout's own list, which grows as nodes appear.
     rec = RecordingTracker(det.cfg, det.layout.nodes)
     det.tracker = rec
-    chunk_s = det.cfg.block_s * 60
-    check_detector_memory(tel, det.cfg, chunk_s)
-    total = int(tel.times.size)
-    done = 0
-    for chunk in tel.chunks(chunk_s):
-        det.feed(chunk)
-        done += int(chunk.times.size)
-        if progress is not None:
-            progress(done, total)
-    alerts = det.finish()
+    alerts = run_detector(det, tel, progress=progress)
     return rec.trace(), alerts
 
 
