@@ -7,7 +7,9 @@ Why the server runs with ``--query.lookback-delta`` below the scrape interval: b
 carry no staleness markers, so with the default 5-min lookback ``query_range`` repeats a series'
 last value for up to 5 min into every gap (a scrape gap, a missing sample, a GPU that fell off the
 bus). A live-scraped Prometheus writes staleness markers at those points and shows the gap; the
-backfill would not. ``test_default_lookback_fills_gaps_of_backfilled_series`` pins that artifact.
+backfill would not. trainguard itself reads each metric with ``last_over_time(x[step - 1ms])``,
+which sees exactly the files' samples under any lookback:
+``test_default_lookback_does_not_fill_gaps_of_backfilled_series`` pins both.
 """
 
 from __future__ import annotations
@@ -166,11 +168,11 @@ def test_cli_detect_unreachable_prometheus_is_one_error_line() -> None:
     assert result.stdout == ""
 
 
-def test_default_lookback_fills_gaps_of_backfilled_series(
+def test_default_lookback_does_not_fill_gaps_of_backfilled_series(
         tmp_path: Path, prometheus_factory: StartPrometheus) -> None:
-    """Why the comparison above needs NO_GAP_FILL: with Prometheus' default 5-min lookback a
-    backfilled series (no staleness markers) reads as present 5 min into a gap and 5 min past
-    its last sample, where the files, and a live-scraped Prometheus, have nothing."""
+    """With Prometheus' default 5-min lookback a backfilled series (no staleness markers) reads
+    as present 5 min into a gap and 5 min past its last sample when queried plainly. trainguard
+    reads each metric with last_over_time(x[step - 1ms]): exactly the samples the files hold."""
     t0 = CFG.first_window_s
     present = [i for i in range(40) if not 10 <= i < 24]  # a 7-min gap; the series ends at 39
     lines = ["# TYPE DCGM_FI_DEV_GPU_TEMP gauge"]
@@ -179,13 +181,17 @@ def test_default_lookback_fills_gaps_of_backfilled_series(
     path = tmp_path / "gap.om"
     path.write_text("\n".join([*lines, "# EOF"]) + "\n")
     server = prometheus_factory([path])
+    client = PrometheusClient(server.url)
+
+    # the artifact, in a plain query: the last value carried 10 grid points into the gap
+    ((_labels, ts, _vals),) = client.query_range("DCGM_FI_DEV_GPU_TEMP", t0, t0 + 49 * STEP,
+                                                  STEP)
+    lookback = 300 // STEP
+    steps = ((ts - t0) / STEP).astype(int).tolist()
+    assert steps == [*range(0, 10 + lookback), *range(24, 40 + lookback)]
 
     builder = TelemetryBuilder(step_s=STEP)
-    read_prometheus(PrometheusClient(server.url), builder, start=t0,
-                    end=t0 + 49 * STEP, step_s=STEP)
+    read_prometheus(client, builder, start=t0, end=t0 + 49 * STEP, step_s=STEP)
     row = builder.build().metrics[0].values[0]
-    filled = np.flatnonzero(~np.isnan(row)).tolist()
-    lookback = 300 // STEP  # 10 grid points
-    assert filled == [*range(0, 10 + lookback), *range(24, 40 + lookback)]
-    # The value carried into the gap is the last one before it.
-    assert row[10:20].tolist() == [40.0 + 9] * lookback
+    assert np.flatnonzero(~np.isnan(row)).tolist() == present
+    assert row[present].tolist() == [40.0 + i for i in present]
