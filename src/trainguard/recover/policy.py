@@ -161,14 +161,29 @@ def _exclude(failure: Failure, state: ChainState, policy: RetryPolicy) -> Decisi
                   tuple(nodes), tuple(bad))
 
 
+CHECKPOINT_WRITE_SIGNATURES = frozenset({"checkpoint_write_failed"})
+"""A checkpoint that could not be *written*: the storage under it is suspect, not the saved
+checkpoints (rolling back to an older one cannot help), so it is handled as a storage error."""
+
+
+def is_storage_failure(failure: Failure) -> bool:
+    """A storage error, or a checkpoint failure caused by the storage (full, read-only, a
+    failing write) rather than by a damaged checkpoint."""
+    if failure.category is Category.STORAGE_IO or failure.storage_exhausted:
+        return True
+    root = failure.events[0] if failure.events else None
+    return (failure.category is Category.CHECKPOINT and root is not None
+            and root.signature in CHECKPOINT_WRITE_SIGNATURES)
+
+
 def _storage(failure: Failure, state: ChainState, policy: RetryPolicy) -> Decision | None:
-    if failure.category is not Category.STORAGE_IO:
+    if not is_storage_failure(failure):
         return None
     if failure.storage_exhausted:
         return Decision(Verdict.STOP, "stop: the storage is full or read-only, a relaunch "
                         "cannot help; free space (or fix the mount) and run again (no node "
                         "excluded)")
-    seen = sum(1 for f in state.history if f.category is Category.STORAGE_IO)
+    seen = sum(1 for f in state.history if is_storage_failure(f))
     if seen >= policy.confirm_retries:
         return Decision(Verdict.STOP, f"stop: a storage error on {seen + 1} attempts: check "
                         "the storage (no node excluded)")

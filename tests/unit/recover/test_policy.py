@@ -159,6 +159,22 @@ def test_a_storage_stop_names_the_storage_problem() -> None:
     assert full.summary in stop_message(d, full)  # the final message keeps the failure
 
 
+def test_a_checkpoint_that_cannot_be_written_is_a_storage_problem_not_a_rollback() -> None:
+    from trainguard.evidence.events import FailureEvent
+    from trainguard.taxonomy import Action, Severity
+
+    def failure(signature: str) -> Failure:
+        ev = FailureEvent(category=Category.CHECKPOINT, action=Action.CHECK_STORAGE,
+                          severity=Severity.FATAL, signature=signature, summary=signature)
+        return crash(Category.CHECKPOINT, events=(ev,))
+
+    state = ChainState(NODES, ("n4",), 3)
+    write = decide(failure("checkpoint_write_failed"), state, POLICY)
+    assert "storage" in write.reason and write.excluded == ()
+    corrupt = decide(failure("checkpoint_corrupt_zip"), state, POLICY)
+    assert corrupt.verdict is not write.verdict or "storage" not in corrupt.reason
+
+
 def test_repeated_crashes_without_evidence_exclude_no_host_until_the_budget() -> None:
     """The reviewer's case: a teardown abort on every relaunch never burns a healthy host."""
     history: tuple[Failure, ...] = ()
