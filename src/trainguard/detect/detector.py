@@ -49,7 +49,7 @@ from trainguard.detect.scoring import BlockScorer
 from trainguard.errors import TelemetryError
 from trainguard.telemetry.frame import FloatArray, Telemetry
 from trainguard.telemetry.limits import check_memory
-from trainguard.telemetry.rates import RESET_DROP, cumulative_verdict
+from trainguard.telemetry.rates import cumulative_verdict, monotone_counts
 
 __all__ = ["Detector", "check_detector_memory", "detect", "run_detector"]
 
@@ -204,16 +204,7 @@ class Detector:
                 prev, last = previous_valid(raw, carry[idx])
                 carry[idx] = last
             m = raw.shape[0]
-            with np.errstate(invalid="ignore"):
-                diff = raw - prev
-                dec = diff < 0
-                resets = dec & (raw < RESET_DROP * prev)
-                flat = (m, -1)
-                pos = np.count_nonzero((diff > 0).reshape(flat), axis=1)
-                n_reset = np.count_nonzero(resets.reshape(flat), axis=1)
-                other = np.count_nonzero(dec.reshape(flat), axis=1) - n_reset
-                neg = (raw < 0).reshape(flat).any(axis=1)
-            counts = np.stack([pos, n_reset, other, np.asarray(neg, dtype=np.int64)], axis=1)
+            counts = monotone_counts(raw.reshape(m, -1), prev.reshape(m, -1))
             for name, row in zip(names, counts.tolist(), strict=True):
                 seen = self._mono.setdefault(name, [0, 0, 0, 0])
                 seen[0] += row[0]

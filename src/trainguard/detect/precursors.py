@@ -40,7 +40,7 @@ from trainguard.detect.alerts import Signal
 from trainguard.detect.config import DetectorConfig
 from trainguard.detect.knowledge import ACTIVITY_METRICS, is_hard_counter
 from trainguard.detect.layout import DenseChunk, Layout
-from trainguard.detect.numeric import nanmedian_axis, previous_valid
+from trainguard.detect.numeric import block_means, nanmedian_axis, previous_valid
 from trainguard.telemetry.frame import FloatArray
 
 __all__ = ["PrecursorHits", "PrecursorRules"]
@@ -148,7 +148,7 @@ class PrecursorRules:
                 break
         else:
             return np.ones((n, nb), dtype=bool)
-        blocks = _block_mean(x, s, nb)                      # node, gpu, block
+        blocks = block_means(x, s)                          # node, gpu, block
         med, _ = nanmedian_axis(blocks, axis=1)             # node, block
         out = np.zeros((n, nb), dtype=bool)
         for b in range(nb):
@@ -216,7 +216,7 @@ class PrecursorRules:
             self.stall_back[name] = (np.zeros((n, g), dtype=np.int64) if back is None
                                      else _pad(back, (n, g), 0))
         back = self.stall_back[name]
-        act = _block_mean(x, s, nb)                         # node, gpu, block
+        act = block_means(x, s)                             # node, gpu, block
         w = cfg.precursor_window_blocks
         full = (1 << w) - 1
         alpha = 1.0 - 0.5 ** (1.0 / LONG_HALFLIFE_BLOCKS)
@@ -256,8 +256,8 @@ class PrecursorRules:
             st = self.jitter[name] = _grow_jitter(st, (n, g))
         prev, st.prev = previous_valid(x, st.prev)
         step = np.abs(x - prev)
-        jit = _block_mean(step, s, nb)                       # node, gpu, block
-        level = _block_mean(np.abs(x), s, nb)
+        jit = block_means(step, s)                          # node, gpu, block
+        level = block_means(np.abs(x), s)
         a_s = 1.0 - 0.5 ** (1.0 / SHORT_HALFLIFE_BLOCKS)
         a_l = 1.0 - 0.5 ** (1.0 / LONG_HALFLIFE_BLOCKS)
         bar = np.log(cfg.jitter_ratio)
@@ -295,7 +295,7 @@ class PrecursorRules:
                 v = np.where(x >= prev, x - prev, np.nan)
         else:
             v = x
-        vb = _block_mean(v[:, None, :], s, nb)[:, 0, :]     # node, block
+        vb = block_means(v, s)                              # node, block
         alpha = 1.0 - 0.5 ** (1.0 / 60.0)
         f = cfg.host_collapse_fraction
         for b in range(nb):
@@ -324,16 +324,6 @@ def _activity_metric(lay: Layout) -> int | None:
         if name in lay.gpu_metrics:
             return lay.gpu_metrics.index(name)
     return None
-
-
-def _block_mean(x: FloatArray, s: int, nb: int) -> FloatArray:
-    """Mean over each block's samples on the last axis (NaN-aware); [..., nb]."""
-    v = x[..., : nb * s].reshape(*x.shape[:-1], nb, s)
-    valid = ~np.isnan(v)
-    k = valid.sum(axis=-1)
-    total = np.where(valid, v, 0.0).sum(axis=-1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(k > 0, total / np.maximum(k, 1), np.nan)
 
 
 _POP = np.array([bin(i).count("1") for i in range(1 << 8)], dtype=np.int64)

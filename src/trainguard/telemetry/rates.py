@@ -26,10 +26,12 @@ from __future__ import annotations
 import re
 
 import numpy as np
+import numpy.typing as npt
 
 from trainguard.telemetry.frame import FloatArray, MetricKind, MetricSeries, Telemetry
 
-__all__ = ["MAX_RESET_FRACTION", "cumulative_verdict", "detect_monotonic", "to_rates"]
+__all__ = ["MAX_RESET_FRACTION", "cumulative_verdict", "detect_monotonic", "monotone_counts",
+           "to_rates"]
 
 MAX_RESET_FRACTION = 0.02
 """A cumulative gauge may decrease (reset) in at most this fraction of its increases."""
@@ -64,16 +66,30 @@ def detect_monotonic(series: MetricSeries) -> bool:
     v = series.values
     if v.size == 0 or not np.isfinite(v).any():
         return False
-    finite = v[~np.isnan(v)]
     prev, _ = _previous_valid(v)
-    d = v - prev
-    n_pos = int(np.count_nonzero(d > 0))
-    dec = d < 0
-    resets = dec & (v < RESET_DROP * prev)
-    n_reset = int(np.count_nonzero(resets))
-    n_other = int(np.count_nonzero(dec)) - n_reset
+    n_pos, n_reset, n_other, negative = monotone_counts(v.reshape(1, -1),
+                                                        prev.reshape(1, -1))[0].tolist()
     return n_pos > 0 and cumulative_verdict(series.name, n_pos, n_reset, n_other,
-                                            bool((finite < 0).any()))
+                                            bool(negative))
+
+
+def monotone_counts(values: FloatArray, prev: FloatArray) -> npt.NDArray[np.int64]:
+    """Per row of `values` [row, samples] (`prev`: each sample's previous reported value):
+    increases, resets (a drop below `RESET_DROP` of the previous value), other decreases, and
+    1 if any value is negative; shape [row, 4]. What `cumulative_verdict` is decided from.
+
+    >>> v = np.array([[0.0, 5.0, 7.0, 0.0, 2.0, 1.0]])
+    >>> monotone_counts(v, np.array([[np.nan, 0.0, 5.0, 7.0, 0.0, 2.0]])).tolist()
+    [[3, 1, 1, 0]]
+    """
+    with np.errstate(invalid="ignore"):
+        diff = values - prev
+        dec = diff < 0
+        resets = dec & (values < RESET_DROP * prev)
+        n_reset = np.count_nonzero(resets, axis=1)
+        return np.stack([np.count_nonzero(diff > 0, axis=1), n_reset,
+                         np.count_nonzero(dec, axis=1) - n_reset,
+                         (values < 0).any(axis=1).astype(np.int64)], axis=1)
 
 
 def cumulative_verdict(name: str, n_pos: int, n_reset: int, n_other: int,
