@@ -106,7 +106,7 @@ async def _agent(i: int, node: str, address: tuple[str, int], secret: bytes, ses
 
     async def acks() -> None:
         while data := await conn.reader.read(conn.frames.limit):
-            for msg in conn.frames.feed(data):
+            for msg in conn.feed(data):
                 if msg.get("t") == "ack" and isinstance(msg.get("seq"), int):
                     outbox.ack(msg["seq"])
 
@@ -121,12 +121,12 @@ async def _agent(i: int, node: str, address: tuple[str, int], secret: bytes, ses
             k += 1
             now = time.time()
             rec = {"t": now, "rank": i, "kind": "step", "step": k, "loss": 1.0, "step_s": 0.5}
-            conn.writer.write(outbox.add({"t": "sdk", "rank": i,
-                                          "data": (json.dumps(rec) + "\n").encode()}))
+            conn.send([outbox.add({"t": "sdk", "rank": i,
+                                   "data": (json.dumps(rec) + "\n").encode()})])
             sent[i] += 1
             if loop.time() >= next_beat:
                 next_beat = loop.time() + AGENT_HEARTBEAT_S
-                conn.writer.write(beat)
+                conn.send([beat])
             await conn.writer.drain()
             await asyncio.sleep(max(0.0, start + k * DEFAULT_HEARTBEAT_S - loop.time()))
     finally:

@@ -15,6 +15,7 @@ from benchmarks import (
     bench_check,
     bench_checkpoint,
     bench_classify,
+    bench_controller_scale,
     bench_detect,
     bench_openmetrics,
     bench_recovery,
@@ -47,5 +48,7 @@ if __name__ == "__main__":
         bench_agents.main(["--only", "controller"])
     else:
         bench_agents.main([])
+    print("\n== the controller with 1,024 simulated agents, steady and flooded (issue #26) ==")
+    bench_controller_scale.main([])
     print("\n== host checks on a namespaced 8-host cluster (issue #19) ==")
     bench_check.main([])

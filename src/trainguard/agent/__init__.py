@@ -1,7 +1,11 @@
 """Multi-host runs: a per-host agent, the controller's hub, and the wire between them.
 
-- :mod:`~trainguard.agent.wire`: msgpack frames, limits, the HMAC handshake;
+- :mod:`~trainguard.agent.wire`: msgpack frames, limits, the HMAC handshake, sealed frames;
+- :mod:`~trainguard.agent.secret`: how an agent takes the secret out of its environment;
+- :mod:`~trainguard.agent.admission`: caps on unauthenticated connections, flood logging;
+- :mod:`~trainguard.agent.validate`: checks of every field the controller reads from an agent;
 - :mod:`~trainguard.agent.hub`: the controller's listener (:class:`AgentHub`);
+- :mod:`~trainguard.agent.peers`: what the hub keeps per agent; the sequence-number rule;
 - :mod:`~trainguard.agent.client`: the dialing side and the agent's outbox;
 - :mod:`~trainguard.agent.host`: an agent's work on its own host (ranks, kernel log, stacks);
 - :mod:`~trainguard.agent.runner`: ``trainguard agent`` itself;

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from trainguard.agent.secret import SecretError, take_secret
 from trainguard.agent.start import AgentUsageError, start_agent
 
 
@@ -22,12 +23,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--node")
     ap.add_argument("--work-dir", type=Path)
     ap.add_argument("--secret-file", type=Path)
+    ap.add_argument("--secret-stdin", action="store_true",
+                    help="read the secret from the first line of standard input")
     ap.add_argument("--poll-interval", type=float, default=0.05)
     args = ap.parse_args(argv)
     try:
+        # First: out of the environment (a re-exec; see trainguard.agent.secret).
+        secret = take_secret(reexec=argv is None, stdin=args.secret_stdin)
         return start_agent(args.controller, args.session, args.attempt, args.node,
-                           args.work_dir, args.secret_file, args.poll_interval)
-    except AgentUsageError as exc:
+                           args.work_dir, args.secret_file, args.poll_interval, secret)
+    except (AgentUsageError, SecretError) as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2
 

@@ -7,8 +7,10 @@ a subprocess, optionally through a prefix such as ``ssh {node}`` or a namespace 
 watches its kernel log); the agents dial the controller's :class:`~trainguard.agent.hub.AgentHub`
 and the attempt is followed as a :class:`~trainguard.agent.remote.RemoteAttempt`.
 
-The run's secret reaches the agents in their environment (``TRAINGUARD_AGENT_SECRET``), never
-on a command line.
+The run's secret never goes on a command line. :class:`LocalLauncher` writes it to each agent's
+standard input (``--secret-stdin``; through ``ssh`` or a namespace entry too), so it is in no
+process's environment; Slurm passes it in the step's environment (``TRAINGUARD_AGENT_SECRET``),
+which the agent leaves at once (:mod:`trainguard.agent.secret`).
 """
 
 from __future__ import annotations
@@ -80,6 +82,17 @@ class SubprocessAgents:
         threading.Thread(target=self.reap, args=(wait_s,), name="agent-reaper",
                          daemon=True).start()
 
+    def fence(self, nodes: tuple[str, ...]) -> None:
+        """Kill ``nodes``' agents now: each launcher's process group (the agent dies with
+        its launcher: ``PR_SET_PDEATHSIG``, also through ``nsenter``, and its ranks with the
+        agent), even a stopped one."""
+        for node in nodes:
+            proc = self._procs.get(node)
+            if proc is not None and proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
     def reap(self, wait_s: float) -> None:
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline and any(p.poll() is None for p in self._procs.values()):
@@ -118,17 +131,46 @@ class LocalLauncher:
         log_dir.mkdir(parents=True, exist_ok=True)
         procs: dict[str, subprocess.Popen[bytes]] = {}
         try:
+            secret = env.get(SECRET_ENV)
+            clean = {k: v for k, v in env.items() if k != SECRET_ENV}
             for node in nodes:
-                argv = [*self.prefix(node), *argv_for(node)]
+                argv = [*self.prefix(node), *argv_for(node),
+                        *(["--secret-stdin"] if secret is not None else [])]
                 with open(log_dir / f"agent-{node}.log", "ab") as out:
-                    procs[node] = subprocess.Popen(
-                        argv, env=dict(env), stdin=subprocess.DEVNULL, stdout=out,
-                        stderr=subprocess.STDOUT, start_new_session=True,
+                    proc = procs[node] = subprocess.Popen(
+                        argv, env=clean,
+                        stdin=subprocess.DEVNULL if secret is None else subprocess.PIPE,
+                        stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                         preexec_fn=die_with_parent)
+                if secret is not None and proc.stdin is not None:
+                    with contextlib.suppress(BrokenPipeError):  # it died: reported as it exits
+                        proc.stdin.write(secret.encode() + b"\n")
+                    with contextlib.suppress(BrokenPipeError):
+                        proc.stdin.close()
         except OSError as exc:
             SubprocessAgents(procs).reap(0.0)
             raise LaunchError(f"cannot start an agent: {exc.strerror or exc}") from exc
         return SubprocessAgents(procs)
+
+
+def fencing_orphan_timeout(node_timeout_s: float, orphan_timeout_s: float | None = None
+                           ) -> float:
+    """How long an agent may miss the controller before it kills its ranks: 10 s less than
+    the node timeout, but at least half of it (a heartbeat each way, the agent's check and the
+    kill fit in the margin), so a host the controller declares lost has killed its own ranks
+    before the relaunch (fencing; README, "Fencing a lost host"). `ConfigError` for a given one
+    that is not shorter than the node timeout.
+
+    >>> fencing_orphan_timeout(30.0), fencing_orphan_timeout(6.0)
+    (20.0, 3.0)
+    """
+    if orphan_timeout_s is None:
+        return max(node_timeout_s / 2, node_timeout_s - 10.0)
+    if not 0 < orphan_timeout_s < node_timeout_s:
+        raise ConfigError(f"the agents' orphan timeout ({orphan_timeout_s:g} s) must be shorter "
+                          f"than the node timeout ({node_timeout_s:g} s): a lost host's ranks "
+                          "must be dead before the relaunch")
+    return orphan_timeout_s
 
 
 class AgentBackend:
@@ -152,8 +194,7 @@ class AgentBackend:
         self._listen, self._advertise, self._port = listen, advertise, port
         self.node_timeout_s = node_timeout_s
         self.connect_timeout_s = connect_timeout_s
-        self.orphan_timeout_s = orphan_timeout_s if orphan_timeout_s is not None \
-            else max(node_timeout_s, 10.0)
+        self.orphan_timeout_s = fencing_orphan_timeout(node_timeout_s, orphan_timeout_s)
         self._python = python
         self._env = dict(os.environ if env is None else env)
         self._clock, self._sleep = clock, sleep
@@ -235,10 +276,9 @@ class AgentBackend:
     def _ring(self, report: CheckReport, hosts: Sequence[str], work_dir: Path,
               status: Callable[[str], None]) -> CheckReport:
         """The ring-wide all-reduce over the hosts that passed, added to ``report``."""
-        from dataclasses import replace
-
         from trainguard.check.agents import ring_plan, run_ring
         from trainguard.check.allreduce import collective_finding, parse_result
+        from trainguard.check.ringrun import distinct_masters, split_ring, with_ring, with_split
 
         status(f"ring-wide all-reduce over {len(hosts)} host(s)")
         plan = ring_plan(hosts, work_dir, (self.master_addr(tuple(hosts)),
@@ -251,8 +291,14 @@ class AgentBackend:
             why = "no result line from rank 0"
         finding = collective_finding(result, hosts, why)
         status(finding.reason)
-        return replace(report, findings=(*report.findings, finding),
-                       duration_s=report.duration_s + self._clock() - started)
+        findings = [finding]
+        if result is None:  # which host breaks it: rings over subsets (check.ringsplit)
+            findings = with_split(finding, split_ring(
+                self, hosts, work_dir, distinct_masters(self.master_addr, self.free_port),
+                self._python, status=status, clock=self._clock, sleep=self._sleep))
+            for f in findings:
+                status(f.reason)
+        return with_ring(report, findings, self._clock() - started)
 
     def control(self) -> dict[str, object]:
         """How an operator reaches this run (``trainguard inject``): address, session, secret.

@@ -43,7 +43,10 @@ def _text(msg: Mapping[str, Any], key: str, limit: int = 4096) -> str:
 
 
 def run_check(msg: Mapping[str, Any], node: str) -> dict[str, Any]:
-    """The ``check`` command: this host's probe results."""
+    """The ``check`` command: this host's probe results, with the host's clock read when the
+    command arrived (``t_host_recv``) and at the reply (``t_host``), after holding the reply
+    ``hold_s`` (at most 0.1 s; :mod:`trainguard.check.clocksync`)."""
+    t_host_recv = time.time()
     from trainguard.check.probe_base import ProbeParams
     from trainguard.check.probes import default_probes, run_probes
 
@@ -64,8 +67,11 @@ def run_check(msg: Mapping[str, Any], node: str) -> dict[str, Any]:
     else:
         raise WireError("probes must be a list of names")
     results = run_probes(chosen, params)
-    return {"results": [r.to_dict() for r in results], "t_host": time.time(),
-            "machine": machine_id()}
+    hold_s = _number(msg, "hold_s", 0.0, 0.0, 0.1)
+    if hold_s:
+        time.sleep(hold_s)
+    return {"results": [r.to_dict() for r in results], "t_host_recv": t_host_recv,
+            "t_host": time.time(), "machine": machine_id()}
 
 
 def machine_id() -> str:
@@ -83,13 +89,16 @@ class LinkServers:
     def __init__(self) -> None:
         self._open: list[Any] = []
 
-    def serve(self, msg: Mapping[str, Any], local_addr: str) -> dict[str, Any]:
+    def serve(self, msg: Mapping[str, Any], local_addr: str,
+              secret: bytes | None = None) -> dict[str, Any]:
+        """``secret``: the run's, mixed into the session key (strangers holding only the
+        token are refused)."""
         from trainguard.check.linkprobe import LinkServer
 
         self._open = [s for s in self._open if s.wait(0) is None]  # drop the finished
         token = _text(msg, "token", 256)
         timeout_s = _number(msg, "timeout_s", 30.0, 0.1, 600.0)
-        server = LinkServer(local_addr, token, timeout_s=timeout_s)
+        server = LinkServer(local_addr, token, timeout_s=timeout_s, secret=secret)
         server.start()
         self._open.append(server)
         return {"addr": local_addr, "port": server.port}
@@ -100,8 +109,10 @@ class LinkServers:
         self._open = []
 
 
-def probe_link(msg: Mapping[str, Any], node: str) -> dict[str, Any]:
-    """The ``link_probe`` command: this host's side of a link measurement."""
+def probe_link(msg: Mapping[str, Any], node: str,
+               secret: bytes | None = None) -> dict[str, Any]:
+    """The ``link_probe`` command: this host's side of a link measurement (``secret``: the
+    run's, as for :meth:`LinkServers.serve`)."""
     from trainguard.check.linkprobe import DEFAULT_NBYTES, measure
 
     port = msg.get("port")
@@ -112,7 +123,7 @@ def probe_link(msg: Mapping[str, Any], node: str) -> dict[str, Any]:
                      peer=_text(msg, "peer", 256),
                      nbytes=nbytes if isinstance(nbytes, int) and 0 < nbytes <= 1 << 30
                      else DEFAULT_NBYTES,
-                     timeout_s=_number(msg, "timeout_s", 10.0, 0.1, 600.0))
+                     timeout_s=_number(msg, "timeout_s", 10.0, 0.1, 600.0), secret=secret)
     return {"result": result.to_dict()}
 
 

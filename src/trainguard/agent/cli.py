@@ -11,6 +11,7 @@ from typing import Annotated, NoReturn
 
 import typer
 
+from trainguard.agent.secret import SecretError, take_secret
 from trainguard.agent.start import AgentUsageError, start_agent
 
 log = logging.getLogger(__name__)
@@ -32,20 +33,27 @@ def agent(
         "--node", help="This host's node name [default: $SLURMD_NODENAME, else the "
         "hostname].")] = None,
     work_dir: Annotated[Path | None, typer.Option(
-        "--work-dir", help="Where this host's rank outputs and SDK files go [default: "
-        "$TMPDIR/trainguard-agent/SESSION/ATTEMPT/NODE].")] = None,
+        "--work-dir", help="Where this agent creates its private directory for the rank "
+        "outputs and SDK files (removed when it exits; each level must be owned by root or "
+        "this user) [default: $TMPDIR].")] = None,
     secret_file: Annotated[Path | None, typer.Option(
         "--secret-file", help="Read the run's secret from this file instead of "
         "$TRAINGUARD_AGENT_SECRET.")] = None,
+    secret_stdin: Annotated[bool, typer.Option(
+        "--secret-stdin", help="Read the run's secret from the first line of standard "
+        "input (as the local launcher passes it).")] = False,
     poll_interval: Annotated[float, typer.Option(
         "--poll-interval", min=0.005, max=5.0, help="Seconds between looks at the ranks.")]
     = 0.05,
 ) -> None:
     """Run this host's part of one attempt for a trainguard controller."""
     try:
+        # First: out of the environment (a re-exec; see trainguard.agent.secret).
+        secret = take_secret(reexec=sys.argv[1:2] == ["agent"],  # not under a test runner
+                             stdin=secret_stdin)
         status = start_agent(controller, session, attempt, node, work_dir, secret_file,
-                             poll_interval)
-    except AgentUsageError as exc:
+                             poll_interval, secret)
+    except (AgentUsageError, SecretError) as exc:
         fail(str(exc), code=2)
     raise typer.Exit(status)
 

@@ -20,19 +20,33 @@ from typing import Any
 from trainguard.agent.dirwatch import DirWatch
 from trainguard.agent.klog import JOURNALCTL, KMSG, KernelLog, open_kernel_log
 from trainguard.agent.wire import CHUNK, SECRET_ENV, WireError, integer
+from trainguard.agent.workdir import create_empty
 from trainguard.errors import LaunchError
 from trainguard.evidence.rules import RuleSet
 from trainguard.filetail import FileTail
-from trainguard.recover.backend import LaunchPlan, RankLaunch
+from trainguard.recover.backend import LaunchPlan, RankExit, RankLaunch
 from trainguard.recover.inject import append_line
 from trainguard.recover.local import LocalAttempt, LocalBackend
-from trainguard.trace.collect import STACK_SIGNAL, catches, process_state, request_stacks
+from trainguard.trace.collect import (
+    STACK_SIGNAL,
+    catches,
+    group_usage,
+    process_state,
+    request_stacks,
+)
 from trainguard.trace.runfiles import stacks_path, trace_path
 
 log = logging.getLogger(__name__)
 
 PROC_EVERY_S = 0.5
 """How often process states (stopped?) and the kernel log are looked at."""
+PROCSTAT_EVERY_S = 1.0
+"""How often each rank's state and CPU time (``procstat``) go to the controller, which judges
+with them whether the ranks advance (:mod:`trainguard.recover.liveness`)."""
+EXIT_HOLD_S = 60.0
+"""How long a rank's exit may wait for its last output to be read (see :meth:`HostWork.poll`):
+after a stalled controller the backlog goes first; a file that never stops growing (something
+the rank left behind still writing) does not hold the exit forever."""
 _TRACE_MAX = 1 << 20
 
 
@@ -131,10 +145,17 @@ class HostWork:
         self.kernel_log: Path | None = None
         self._stopped: frozenset[int] = frozenset()
         self._next_slow = 0.0
+        self._next_stat = 0.0
         self._watch: DirWatch | None = None
         self._stopping = False
         self._again: set[str] = set()
         """Files a poll read only part of (``CHUNK``): read again without a new change."""
+        self._held: list[tuple[RankExit, float]] = []
+        """Exits seen while their rank's output was still unread, and since when."""
+
+    def wall_time(self) -> float:
+        """This host's own wall clock (injected in tests)."""
+        return self._clock()
 
     # -- commands ----------------------------------------------------------------------------
 
@@ -155,10 +176,18 @@ class HostWork:
     def launch(self, msg: Mapping[str, Any]) -> dict[int, int]:
         """Start this host's ranks; returns their pids. :class:`LaunchError` when it cannot."""
         plan = local_plan(msg, self.node, self.work_dir)
-        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.work_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         with self._lock:
             if self._attempt is not None:
                 raise LaunchError(f"{self.node}: the attempt's ranks were already started")
+            for rl in plan.ranks:  # new files only, never through a symlink
+                for path in (rl.output, Path(rl.env["TRAINGUARD_EVENTS"])):
+                    try:
+                        create_empty(path)
+                    except OSError as exc:
+                        raise LaunchError(f"{self.node}: refusing to write {path}: "
+                                          f"{exc.strerror or exc} (placed there by someone "
+                                          "else?)") from exc
             self._files = {rl.rank: RankFiles(rl.rank, rl.output,
                                               Path(rl.env["TRAINGUARD_EVENTS"]))
                            for rl in plan.ranks}
@@ -203,31 +232,58 @@ class HostWork:
     def running(self) -> frozenset[int]:
         return self._attempt.running() if self._attempt is not None else frozenset()
 
-    def poll(self, now: float) -> list[dict[str, Any]]:
+    def poll(self, now: float, budget: int | None = None, *,
+             hold_exits: bool = True) -> list[dict[str, Any]]:
         """What is new, as messages: output and SDK events, then exits (a rank's last output
         goes before its exit), and every :data:`PROC_EVERY_S` stopped ranks and kernel-log
-        evidence."""
+        evidence.
+
+        ``budget``: at most about this many bytes of output are read (None: a ``CHUNK`` per
+        file); what is not read stays in the rank's file for a later look (backpressure). A
+        rank's exit waits while its files are not read to their end, at most
+        :data:`EXIT_HOLD_S` (``hold_exits=False``: not at all, the agent's last look)."""
         out: list[dict[str, Any]] = []
         with self._lock:
             attempt = self._attempt
             # stop() reaps in another thread: from then on, ask every rank.
             exits = attempt.poll() if attempt is not None \
                 and (self._stopping or _child_exited()) else []
-            changed = self._changed()
+            self._held += [(ex, now) for ex in exits]
+            left = budget
+            changed = self._changed() if left is None or left > 0 else set()
+            behind: set[int] = set()
             for rank, (output, events) in self._tails.items():
                 for kind, tail in (("out", output), ("sdk", events)):
                     if changed is not None and tail.name not in changed:
                         continue
+                    if left is not None and left <= 0:
+                        self._again.add(tail.name)  # no room: left in the file for now
+                        behind.add(rank)
+                        continue
                     data, more = tail.read(CHUNK)
                     if more:
                         self._again.add(tail.name)
+                        behind.add(rank)
                     if data:
                         out.append({"t": kind, "rank": rank, "data": data})
-        out += [{"t": "exit", "rank": ex.rank, "code": ex.returncode} for ex in exits]
+                        if left is not None:
+                            left -= len(data)
+            if self._held and left is not None and left <= 0:
+                behind |= set(self._tails)  # unread changes may be anyone's last output
+            ready = [ex for ex, since in self._held if not hold_exits
+                     or ex.rank not in behind or now - since >= EXIT_HOLD_S]
+            self._held = [(ex, since) for ex, since in self._held if ex not in ready]
+        out += [{"t": "exit", "rank": ex.rank, "code": ex.returncode} for ex in ready]
         if now >= self._next_slow:
             self._next_slow = now + PROC_EVERY_S
             out += self._slow(now)
         return out
+
+    @property
+    def behind(self) -> bool:
+        """Some output was left unread by the last look (a full ``CHUNK``, or no budget): look
+        again soon."""
+        return bool(self._again)
 
     def _changed(self) -> set[str] | None:
         """The files to look at now (None: all of them, when no watch says which)."""
@@ -235,8 +291,24 @@ class HostWork:
         again, self._again = self._again, set()
         return None if names is None else names | again
 
+    def _procstat(self) -> dict[str, Any] | None:
+        """Each running rank's ``[rank, state, cpu_s]`` (its process group, from ``/proc``)."""
+        attempt = self._attempt
+        if attempt is None:
+            return None
+        running = attempt.running()
+        pids = {r: pid for r, pid in attempt.pids().items() if r in running}
+        usage = group_usage(pids) if pids else {}
+        return {"t": "procstat", "ranks": [[r, state, round(cpu, 3)]
+                                           for r, (state, cpu) in sorted(usage.items())]}
+
     def _slow(self, now: float) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
+        if now >= self._next_stat:
+            self._next_stat = now + PROCSTAT_EVERY_S
+            stat = self._procstat()
+            if stat is not None:
+                out.append(stat)
         if self._attempt is not None:
             stopped = frozenset(r for r in self._attempt.running()
                                 if self._attempt.is_stopped(r))

@@ -5,7 +5,21 @@ send for the supervisor's poll loop (:meth:`AgentHub.take`), acknowledges it so 
 drop what arrived, and passes the controller's commands on (:meth:`AgentHub.send`). It runs its
 own asyncio loop in a daemon thread; every public method is thread-safe. A connection that sends
 garbage, a wrong MAC, a frame over the limit, or nothing during the handshake is closed with one
-log line; the others, and the run, go on.
+log line; the others, and the run, go on. Connections that have not authenticated yet are capped
+in all and per peer address (:mod:`trainguard.agent.admission`), and a flood is logged once per
+interval.
+
+After the handshake every frame is sealed with the connection's own keys
+(:class:`~trainguard.agent.wire.Channel`), and an agent's sequence numbers must advance within
+:data:`SEQ_WINDOW`: a message beyond it is dropped with one log line, never taken as the new
+high-water mark.
+
+**One agent instance per node and attempt.** Each agent process presents a random instance id
+in its (authenticated) hello. The first one to authenticate for a node of the current attempt
+owns that node's session; a reconnect presenting the same id replaces its lost connection, and
+a connection presenting another id is refused, whether or not the owner is connected now. (The
+backend starts exactly one agent per node and attempt; the ranks are that agent's children, so
+no other process could carry on for it.)
 
 An ``operator`` connection (``trainguard inject`` against a running job) authenticates the same
 way and gets one answer per request from the ``operator`` callback.
@@ -19,14 +33,16 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from trainguard.agent.admission import RateLog, gate_for
+from trainguard.agent.peers import SEQ_WINDOW, Inbound, Peer, PeerView, sequence_verdict
 from trainguard.agent.wire import (
     HANDSHAKE_FRAME,
     HANDSHAKE_TIMEOUT_S,
     MAX_FRAME,
     PROTOCOL,
+    Channel,
     FrameReader,
     WireError,
     integer,
@@ -35,51 +51,21 @@ from trainguard.agent.wire import (
     pack,
     read_one,
     same_mac,
+    session_keys,
     text,
 )
 from trainguard.errors import LaunchError
+from trainguard.fdlimit import raise_nofile_limit, reserve_fds, soft_nofile_limit
 
 log = logging.getLogger(__name__)
 
 _WRITE_BUFFER_MAX = 8 << 20
 """An agent that does not read its commands for this many bytes is dropped."""
 
+_OPERATORS_MAX = 8
+"""Authenticated operator connections at once."""
+
 Operator = Callable[[Mapping[str, Any]], dict[str, Any]]
-
-
-@dataclass(frozen=True, slots=True)
-class Inbound:
-    """One message from an agent, in arrival order."""
-
-    node: str
-    attempt: int
-    msg: Mapping[str, Any]
-    at: float
-
-
-@dataclass(frozen=True, slots=True)
-class PeerView:
-    """What the hub knows of one node's agent."""
-
-    connected: bool
-    last_seen: float
-    """When anything last arrived from it (or when it was expected, before it connected)."""
-    ever_connected: bool
-    closed_reason: str | None = None
-    connection: int = 0
-    """How many times it connected (a new number after each reconnect)."""
-
-
-class _Peer:
-    def __init__(self, node: str, attempt: int, since: float) -> None:
-        self.node = node
-        self.attempt = attempt
-        self.seq = 0
-        self.last_seen = since
-        self.writer: asyncio.StreamWriter | None = None
-        self.ever = False
-        self.closed_reason: str | None = None
-        self.connections = 0
 
 
 class AgentHub:
@@ -100,11 +86,18 @@ class AgentHub:
         self._beats: asyncio.Task[None] | None = None
         self._lock = threading.Lock()
         self._inbox: list[Inbound] = []
-        self._peers: dict[str, _Peer] = {}
+        self._peers: dict[str, Peer] = {}
         self._attempt = -1
         self.rejected = 0
         """Connections refused or dropped for a protocol violation (for tests and status)."""
+        self.refused = 0
+        """Connections closed unheard because too many others had not authenticated yet."""
+        self.out_of_window = 0
+        """Messages dropped for a sequence number outside the window."""
         self.address: tuple[str, int] = (host, port)
+        self._gate = gate_for(soft_nofile_limit())
+        self._operators = 0
+        self._ratelog = RateLog(log)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -113,8 +106,13 @@ class AgentHub:
         ready = threading.Event()
         failure: list[BaseException] = []
 
+        raise_nofile_limit()
+        reserve_fds()
+        self._gate = gate_for(soft_nofile_limit())
+
         def main() -> None:
             loop = asyncio.new_event_loop()
+            loop.set_exception_handler(self._loop_error)
             self._loop = loop
             try:
                 self._server = loop.run_until_complete(asyncio.start_server(
@@ -168,7 +166,9 @@ class AgentHub:
         with self._lock:
             self._attempt = attempt
             old = self._peers
-            self._peers = {n: _Peer(n, attempt, now) for n in nodes}
+            self._peers = {n: Peer(n, attempt, now) for n in nodes}
+            caps = gate_for(soft_nofile_limit(), len(self._peers))
+            self._gate.total, self._gate.per_address = caps.total, caps.per_address
             self._inbox = [m for m in self._inbox if m.attempt == attempt]
         for peer in old.values():
             if peer.writer is not None:
@@ -197,6 +197,13 @@ class AgentHub:
         self._call(lambda: self._write(node, writer, data))
         return True
 
+    def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        """asyncio's own errors (``accept`` out of descriptors, ...): one line per interval."""
+        exc = context.get("exception")
+        what = str(context.get("message", "error"))
+        self._ratelog.warning(f"loop:{what}", "agent hub: %s%s", what,
+                              f": {exc}" if exc is not None else "")
+
     # -- the loop's side ---------------------------------------------------------------------
 
     def _call(self, fn: Callable[[], object]) -> None:
@@ -210,13 +217,18 @@ class AgentHub:
                 loop.call_soon_threadsafe(fn)
 
     def _write(self, node: str, writer: asyncio.StreamWriter, data: bytes) -> None:
-        if writer.is_closing():
+        """``data`` (packed messages) sealed for ``node``'s current connection, if it is still
+        ``writer`` (in the loop's thread only: the frame counter follows the write order)."""
+        with self._lock:
+            peer = self._peers.get(node)
+            channel = peer.channel if peer is not None and peer.writer is writer else None
+        if channel is None or writer.is_closing():
             return
         if writer.transport.get_write_buffer_size() > _WRITE_BUFFER_MAX:
             log.warning("agent of %s does not read its commands: dropping its connection", node)
             writer.close()
             return
-        writer.write(data)
+        writer.write(channel.seal([data]))
 
     async def _heartbeats(self) -> None:
         beat = pack({"t": "hb"})
@@ -227,41 +239,73 @@ class AgentHub:
             for node, writer in writers:
                 self._write(node, writer, beat)
 
+    def _admit(self, address: str, writer: asyncio.StreamWriter) -> bool:
+        if self._gate.admit(address):
+            return True
+        self.refused += 1
+        self._ratelog.warning("flood", "agent hub: %d connection(s) refused so far: more than "
+                              "%d waiting to authenticate, or %d from one address (latest "
+                              "from %s)", self.refused, self._gate.total,
+                              self._gate.per_address, address)
+        writer.transport.abort()
+        return False
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         where = writer.get_extra_info("peername")
-        peer: _Peer | None = None
+        address = str(where[0]) if isinstance(where, tuple) and where else "?"
+        if not self._admit(address, writer):
+            return
+        peer: Peer | None = None
+        operator = False
         try:
-            role, node, attempt, frames = await self._handshake(reader, writer)
+            try:
+                role, node, attempt, instance, frames, channel = \
+                    await self._handshake(reader, writer)
+            finally:  # authenticated or not: its place is free
+                self._gate.release(address)
             if role == "operator":
-                await self._operate(reader, writer, frames)
+                if self._operators >= _OPERATORS_MAX:
+                    raise WireError(f"more than {_OPERATORS_MAX} operator connections")
+                self._operators += 1
+                operator = True
+                await self._operate(reader, writer, frames, channel)
                 return
             with self._lock:
                 peer = self._peers.get(node)
                 if peer is None or peer.attempt != attempt:
                     raise WireError(f"agent of {node} for attempt {attempt} is not expected "
                                     f"(current attempt {self._attempt})")
+                if peer.instance is not None and peer.instance != instance:
+                    peer = None
+                    raise WireError(f"{node} already has its agent for attempt {attempt}: "
+                                    "a second agent instance is refused")
+                peer.instance = instance
                 old, peer.writer, peer.ever = peer.writer, writer, True
+                peer.channel = channel
                 peer.connections += 1
                 peer.last_seen = self._clock()
                 peer.closed_reason = None
             if old is not None and old is not writer:
-                old.close()  # a reconnect replaces the connection it lost
-            await self._receive(peer, reader, writer, frames)
+                old.close()  # the same agent's reconnect replaces the connection it lost
+            await self._receive(peer, reader, writer, frames, channel)
         except WireError as exc:
             self.rejected += 1
-            log.warning("agent connection from %s dropped: %s", where, exc)
+            self._ratelog.warning("drop", "agent connection from %s dropped: %s", where, exc)
         except (ConnectionError, OSError) as exc:
             log.info("agent connection from %s lost: %s", where, exc)
         finally:
+            if operator:
+                self._operators -= 1
             if peer is not None:
                 with self._lock:
                     if peer.writer is writer:
                         peer.writer = None
+                        peer.channel = None
                         peer.closed_reason = "connection closed"
             writer.close()
 
     async def _handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-                         ) -> tuple[str, str, int, FrameReader]:
+                         ) -> tuple[str, str, int, bytes, FrameReader, Channel]:
         ours = nonce()
         writer.write(pack({"t": "challenge", "proto": PROTOCOL, "nonce": ours}, HANDSHAKE_FRAME))
         frames = FrameReader(HANDSHAKE_FRAME)
@@ -272,11 +316,12 @@ class AgentHub:
         node = text(hello, "node", 64)
         session = text(hello, "session", 64)
         attempt = integer(hello, "attempt")
-        theirs = hello.get("nonce")
+        theirs, instance = hello.get("nonce"), hello.get("instance")
         if role not in ("agent", "operator") or not isinstance(theirs, bytes) \
-                or len(theirs) != 16:
+                or len(theirs) != 16 or not isinstance(instance, bytes) or len(instance) != 16:
             raise WireError("malformed hello")
-        expected = mac(self._secret, b"hello", ours, theirs, role, node, session, str(attempt))
+        who = (role, node, session, str(attempt), instance)
+        expected = mac(self._secret, b"hello", ours, theirs, *who)
         if not same_mac(expected, hello.get("mac")):
             raise WireError(f"wrong secret (hello as {role} of {node!r})")
         if session != self.session:
@@ -284,47 +329,68 @@ class AgentHub:
         with self._lock:
             peer = self._peers.get(node)
             if role == "agent" and (peer is None or peer.attempt != attempt):
+                if attempt < self._attempt:  # authentic, its attempt is over: it must fence
+                    writer.write(pack({"t": "stale", "attempt": self._attempt, "mac": mac(
+                        self._secret, b"stale", theirs, ours, str(self._attempt))}))
                 raise WireError(f"agent of {node} for attempt {attempt} is not expected "
                                 f"(current attempt {self._attempt})")
+            if role == "agent" and peer is not None and peer.instance is not None \
+                    and peer.instance != instance:
+                raise WireError(f"{node} already has its agent for attempt {attempt}: "
+                                "a second agent instance is refused")
             acked = peer.seq if peer is not None else 0
         writer.write(pack({"t": "welcome", "acked": acked,
-                           "mac": mac(self._secret, b"welcome", theirs, ours)}))
+                           "mac": mac(self._secret, b"welcome", theirs, ours, str(acked))}))
+        to_server, to_client = session_keys(self._secret, ours, theirs, *who)
         frames.relimit(MAX_FRAME)
-        return role, node, attempt, frames
+        return role, node, attempt, instance, frames, Channel(to_client, to_server)
 
-    async def _receive(self, peer: _Peer, reader: asyncio.StreamReader,
-                       writer: asyncio.StreamWriter, frames: FrameReader) -> None:
+    async def _receive(self, peer: Peer, reader: asyncio.StreamReader,
+                       writer: asyncio.StreamWriter, frames: FrameReader,
+                       channel: Channel) -> None:
         while True:
             data = await reader.read(MAX_FRAME)
             if not data:
                 return
-            msgs = frames.feed(data)
+            msgs, bad = _open_all(frames, channel, data)
             now = self._clock()
             fresh = []
+            numbered = False
             with self._lock:
-                if self._peers.get(peer.node) is not peer:
-                    return  # a newer attempt took over
+                if self._peers.get(peer.node) is not peer or peer.writer is not writer:
+                    return  # a newer attempt, or this agent's newer connection, took over
                 peer.last_seen = now
                 for msg in msgs:
-                    seq = msg.get("seq")
-                    if isinstance(seq, int) and not isinstance(seq, bool):
-                        if seq <= peer.seq:
+                    if "seq" in msg:
+                        seq = msg["seq"]
+                        numbered = True
+                        verdict = sequence_verdict(peer.seq, seq)
+                        if verdict == "refused":
+                            self.out_of_window += 1
+                            self._ratelog.warning(
+                                f"seq:{peer.node}", "message %r from %s's agent dropped: "
+                                "sequence number %s outside (%d, %d]", str(msg["t"])[:40],
+                                peer.node, str(seq)[:24], peer.seq, peer.seq + SEQ_WINDOW)
+                            continue
+                        if verdict == "seen":
                             continue  # sent again after a reconnect; already have it
                         peer.seq = seq
                     if msg.get("t") != "hb":
                         fresh.append(Inbound(peer.node, peer.attempt, msg, now))
                 self._inbox.extend(fresh)
                 acked = peer.seq
-            if any(isinstance(m.get("seq"), int) for m in msgs):
+            if numbered:
                 self._write(peer.node, writer, pack({"t": "ack", "seq": acked}))
+            if bad is not None:
+                raise bad
 
     async def _operate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                       frames: FrameReader) -> None:
+                       frames: FrameReader, channel: Channel) -> None:
         while True:
             data = await reader.read(MAX_FRAME)
             if not data:
                 return
-            for msg in frames.feed(data):
+            for msg in [m for frame in frames.feed(data) for m in channel.open(frame)]:
                 if self.operator is None:
                     answer: dict[str, Any] = {"ok": False, "message": "no attempt is running"}
                 else:
@@ -332,8 +398,21 @@ class AgentHub:
                         answer = self.operator(msg)
                     except WireError as exc:
                         answer = {"ok": False, "message": str(exc)}
-                writer.write(pack({"t": "answer", **answer}))
+                writer.write(channel.seal([pack({"t": "answer", **answer})]))
                 await writer.drain()
+
+
+def _open_all(frames: FrameReader, channel: Channel, data: bytes
+              ) -> tuple[list[dict[str, Any]], WireError | None]:
+    """The messages of the sealed frames ``data`` completes, up to the first bad one (which is
+    returned: the messages before it still count)."""
+    msgs: list[dict[str, Any]] = []
+    try:
+        for frame in frames.feed(data):
+            msgs += channel.open(frame)
+    except WireError as exc:
+        return msgs, exc
+    return msgs, None
 
 
 __all__ = ["AgentHub", "Inbound", "Operator", "PeerView"]

@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from trainguard.agent.workdir import create_private
 from trainguard.errors import ConfigError
 from trainguard.evidence.events import FailureEvent
 from trainguard.evidence.rules import RuleSet
@@ -100,9 +101,9 @@ def _journalctl(node: str, rules: RuleSet, since: float, work_dir: Path) -> Kern
     start = datetime.fromtimestamp(max(0.0, since - HISTORY_S), UTC)
     argv = [JOURNALCTL, "-k", "-o", "export", "-f", "--no-pager",
             "--since", start.strftime("%Y-%m-%d %H:%M:%S UTC")]
-    work_dir.mkdir(parents=True, exist_ok=True)
+    work_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     try:
-        with open(copy, "ab") as out:
+        with os.fdopen(create_private(copy), "ab") as out:
             proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.DEVNULL,
                                     stdin=subprocess.DEVNULL)
     except OSError as exc:
@@ -126,12 +127,16 @@ def _kmsg(node: str, rules: RuleSet, since: float, work_dir: Path) -> KernelLog:
         raise ConfigError(f"cannot read {KMSG}: {exc.strerror or exc}") from exc
     os.lseek(fd, 0, os.SEEK_END)  # new records only: kmsg has no wall-clock times to filter by
     copy = work_dir / "kmsg.log"
-    work_dir.mkdir(parents=True, exist_ok=True)
-    copy.touch()
+    try:
+        work_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        copy_fd = create_private(copy)
+    except OSError as exc:
+        os.close(fd)
+        raise ConfigError(f"cannot create {copy}: {exc.strerror or exc}") from exc
     done = threading.Event()
 
     def pump() -> None:
-        with open(copy, "a", encoding="utf-8") as out:
+        with os.fdopen(copy_fd, "a", encoding="utf-8") as out:
             while not done.is_set():
                 try:
                     record = os.read(fd, 8192)

@@ -17,18 +17,23 @@ reason to take hosts out of service.
 from __future__ import annotations
 
 import logging
+import math
 import signal
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
+from trainguard.agent.clock import ClockOffsets
 from trainguard.agent.hub import AgentHub, Inbound
+from trainguard.agent.validate import check_message, rank_entries, rank_key
 from trainguard.agent.wire import WireError, integer
-from trainguard.errors import LaunchError
+from trainguard.errors import LaunchError, TrainguardError
 from trainguard.evidence.events import EvidenceLine, FailureEvent
 from trainguard.recover.backend import LaunchPlan, RankExit
+from trainguard.recover.liveness import ProcSample
 from trainguard.taxonomy import Action, Category, Severity
+from trainguard.trace.collect import PROCESS_STATES
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +51,16 @@ class AgentProcesses(Protocol):
 
     def close(self, wait_s: float) -> None:
         """The attempt is over: give the launchers ``wait_s`` to end, then kill them."""
+        ...
+
+
+@runtime_checkable
+class Fences(Protocol):
+    """Agent launchers that can fence a lost host: kill its agent, and with it its ranks,
+    from here (the launcher's process group, the Slurm step or job), before a relaunch."""
+
+    def fence(self, nodes: tuple[str, ...]) -> None:
+        """Kill ``nodes``' agents now and wait (bounded) until they are gone."""
         ...
 
 
@@ -101,6 +116,8 @@ class RemoteAttempt:
         self._exits: list[RankExit] = []
         self._reported: set[int] = set()
         self._stopped: dict[str, frozenset[int]] = {}
+        self._samples: dict[int, ProcSample] = {}
+        """The newest ``procstat`` of each rank not yet taken by :meth:`proc_samples`."""
         self._events: list[FailureEvent] = []
         self._seen = seen_events if seen_events is not None else set()
         self.lost: dict[str, str] = {}
@@ -109,6 +126,8 @@ class RemoteAttempt:
         self._req = 0
         self.pids_seen: dict[int, int] = {}
         self.started_at = clock()
+        self._since = since
+        self._clocks = ClockOffsets()
 
     # -- following the agents ----------------------------------------------------------------
 
@@ -119,12 +138,19 @@ class RemoteAttempt:
             # connection can drop between our send and its read.
             if view.connected and node not in self._answered and node not in self.lost \
                     and self._sent.get(node) != view.connection \
-                    and self._hub.send(node, self._launch[node]):
+                    and self._hub.send(node, self._with_elapsed(self._launch[node])):
                 self._sent[node] = view.connection
+        now = self._clock()
+        for node, view in peers.items():  # each host's clock, sampled (trainguard.agent.clock)
+            if view.connected and node in self._launch and self._clocks.due(node, now) \
+                    and self._hub.send(node, {"t": "clock", "t0": now}):
+                self._clocks.sent(node, now)
         for inbound in self._hub.take():
             try:
+                check_message(inbound.msg)  # every field read below has its type
                 self._dispatch(inbound)
-            except (WireError, OSError, ValueError, KeyError, TypeError) as exc:
+            except (TrainguardError, OSError, ValueError, LookupError, TypeError,
+                    AttributeError, OverflowError) as exc:  # a lying agent: drop, go on
                 log.warning("message %r from %s's agent ignored: %s",
                             str(inbound.msg.get("t"))[:40], inbound.node, exc)
         self._liveness(peers)
@@ -145,6 +171,10 @@ class RemoteAttempt:
             if rank not in self._reported:
                 self._reported.add(rank)
                 self._exits.append(RankExit(rank, integer(msg, "code")))
+        elif kind == "clock":
+            self._clocks.reply(node, msg.get("t0"), msg.get("host"), inbound.at)
+        elif kind == "procstat":
+            self._procstat(node, msg.get("ranks"))
         elif kind == "procs":
             stopped = msg.get("stopped")
             if isinstance(stopped, list):
@@ -162,8 +192,8 @@ class RemoteAttempt:
             self._answered.add(node)
             pids = msg.get("pids")
             if isinstance(pids, dict):
-                self.pids_seen.update({int(r): p for r, p in pids.items()
-                                       if isinstance(p, int)})
+                self.pids_seen.update({rank_key(r, "started"): p for r, p in pids.items()
+                                       if self._node_of.get(rank_key(r, "started")) == node})
         elif kind == "reply":
             self._node_replies[(integer(msg, "req"), node)] = msg
         elif kind == "error":
@@ -176,6 +206,44 @@ class RemoteAttempt:
                     if n == node and rank not in self._reported:
                         self._reported.add(rank)
                         self._exits.append(RankExit(rank, 127))
+
+    def _procstat(self, node: str, ranks: object) -> None:
+        """An agent's ``[[rank, state, cpu_s], ...]``: validated whole, else dropped."""
+        if not isinstance(ranks, list) or len(ranks) > len(self._node_of):
+            raise WireError("procstat: ranks must be a list of at most one entry per rank")
+        found: dict[int, ProcSample] = {}
+        for entry in ranks:
+            if not isinstance(entry, list) or len(entry) != 3:
+                raise WireError("procstat: an entry must be [rank, state, cpu_s]")
+            rank, state, cpu = entry
+            if not isinstance(rank, int) or isinstance(rank, bool):
+                raise WireError("procstat: rank must be an integer")
+            self._own_rank(node, rank)
+            if state not in PROCESS_STATES:
+                raise WireError(f"procstat: unknown process state {str(state)[:20]!r}")
+            if not isinstance(cpu, (int, float)) or isinstance(cpu, bool) \
+                    or not math.isfinite(cpu) or cpu < 0:
+                raise WireError("procstat: cpu_s must be a finite number >= 0")
+            found[rank] = ProcSample(rank, self._clock(), state, float(cpu))
+        self._samples.update(found)
+
+    def proc_samples(self) -> list[ProcSample]:
+        """Each rank's newest state and CPU time its agent sent since the last call (the
+        caller times them: they are as old as its last poll at most)."""
+        samples, self._samples = list(self._samples.values()), {}
+        return samples
+
+    def _with_elapsed(self, launch: dict[str, Any]) -> dict[str, Any]:
+        """The launch message with how long ago the run started: a duration, which the agent
+        places on its own clock (the controller's may be off; trainguard.agent.clock)."""
+        if self._since <= 0:
+            return launch
+        return {**launch, "elapsed_s": max(0.0, self._clock() - self._since)}
+
+    def clock_offsets(self) -> dict[str, dict[str, float | int]]:
+        """Each host's clock minus the controller's, from the sample with the smallest round
+        trip, with its uncertainty (for the attempt's record)."""
+        return {node: off.to_dict() for node, off in sorted(self._clocks.offsets().items())}
 
     def _own_rank(self, node: str, rank: int) -> int:
         if self._node_of.get(rank) != node:
@@ -292,12 +360,13 @@ class RemoteAttempt:
                            timeout_s + 2.0)
         out: dict[int, Mapping[str, Any]] = {}
         for node, reply in got.items():
-            ranks = reply.get("ranks")
-            if isinstance(ranks, dict):
-                for key, info in ranks.items():
-                    rank = int(key)
-                    if self._node_of.get(rank) == node and isinstance(info, dict):
-                        out[rank] = info
+            try:
+                entries = rank_entries(reply.get("ranks"))
+            except WireError as exc:  # a lying agent: its host's ranks are simply unknown
+                log.warning("collect reply from %s's agent ignored: %s", node, exc)
+                continue
+            out.update({rank: info for rank, info in entries.items()
+                        if self._node_of.get(rank) == node})
         return out
 
     def _take_replies(self, req: int) -> dict[str, Mapping[str, Any]]:
@@ -350,11 +419,18 @@ class RemoteAttempt:
         return exits
 
     def close(self) -> None:
-        """The attempt is over: every agent exits (its ranks are gone by now)."""
+        """The attempt is over: every agent exits (its ranks are gone by now). A lost host is
+        fenced first, before anything is relaunched: its agent's launcher is killed (the agent
+        and its ranks die with it), or the agents' Slurm step or job is cancelled; a lost
+        host's agent that reconnects later is told its attempt is over and kills its ranks."""
         self._pump()
         for node in self.nodes:
             self._hub.send(node, {"t": "bye"})
+        lost = tuple(n for n in self.nodes if n in self.lost)
+        if lost and isinstance(self._procs, Fences):
+            log.info("fencing lost host(s) %s", ", ".join(lost))
+            self._procs.fence(lost)
         self._procs.close(wait_s=5.0)
 
 
-__all__ = ["AgentProcesses", "RemoteAttempt", "node_lost_event"]
+__all__ = ["AgentProcesses", "Fences", "RemoteAttempt", "node_lost_event"]

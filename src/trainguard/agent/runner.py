@@ -7,6 +7,13 @@ state, append a kernel-log line for a fault drill). It never outlives its contro
 when the controller has been unreachable for the orphan timeout (no message, not even its
 heartbeat), the agent stops its ranks and exits, so a killed controller leaves nothing behind
 on any host.
+
+Fencing: the controller's silence is a lease. Once it has run out (a cut link, or this agent
+stopped and continued), the agent kills its ranks at once, before it handles anything else
+(output, commands, a reconnect), and exits: the controller's node timeout is longer than the
+orphan timeout it gives the agent, so a lost host's ranks are dead before the relaunch. A
+controller that answers a reconnect with "your attempt is over" (:class:`StaleAttempt`) gets
+the same.
 """
 
 from __future__ import annotations
@@ -22,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from trainguard.agent.checks import CHECK_COMMANDS, LinkServers, probe_link, run_check
-from trainguard.agent.client import Connection, Identity, Outbox, dial
+from trainguard.agent.client import Connection, Identity, Outbox, StaleAttempt, dial
+from trainguard.agent.clock import clock_reply, run_start_on_host
 from trainguard.agent.host import HostWork
 from trainguard.agent.wire import WireError, integer, pack
 from trainguard.errors import LaunchError, TrainguardError
@@ -31,6 +39,8 @@ log = logging.getLogger(__name__)
 
 EXIT_ORPHANED = 3
 """The agent's exit status when it gave up on an unreachable controller."""
+EXIT_FENCED = 4
+"""The agent's exit status when the controller said its attempt is over."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +76,7 @@ class Agent:
         self._status = 0
         self._stopping = False
         self._launched = False
+        self._fenced = False
         self._links = LinkServers()
 
     def run(self) -> int:
@@ -99,9 +110,32 @@ class Agent:
         self._status = status
         self._done.set()
 
+    def _lease_lost(self) -> bool:
+        """The controller has been silent for longer than the orphan timeout."""
+        return self._clock() - self._heard > self._orphan_s
+
+    def _fence(self, why: str, status: int = EXIT_ORPHANED) -> None:
+        """Kill the ranks now, in the loop's own thread (nothing else runs first: no output
+        relayed, no command obeyed, no grace in which a rank could write), then exit."""
+        if not self._fenced:
+            self._fenced = self._stopping = True
+            log.warning("agent of %s: %s: killing its ranks", self.cfg.me.node, why)
+            self.host.stop(0.0)
+        self._status = status
+        self._done.set()
+
+    def _fence_if_lease_lost(self) -> bool:
+        if self._fenced:
+            return True
+        if not self._lease_lost():
+            return False
+        self._fence(f"controller {self.cfg.host}:{self.cfg.port} silent for "
+                    f"{self._clock() - self._heard:.0f} s (orphan timeout {self._orphan_s:g} s)")
+        return True
+
     async def _flush(self) -> None:
         """Last output and exits, sent if the connection is still there."""
-        for msg in self.host.poll(time.time()):
+        for msg in self.host.poll(time.time(), hold_exits=False):
             self._send(self.outbox.add(msg))
         if self._conn is not None:
             with contextlib.suppress(ConnectionError, OSError):
@@ -113,14 +147,17 @@ class Agent:
         """Stay connected; give up after the orphan timeout without the controller."""
         delay = 0.1
         while True:
+            if self._fence_if_lease_lost():
+                return
             try:
                 conn = await dial(self.cfg.host, self.cfg.port, self.cfg.me)
+            except StaleAttempt as exc:
+                self._fence(str(exc), EXIT_FENCED)
+                return
             except (OSError, WireError, TimeoutError) as exc:
-                if self._clock() - self._heard > self._orphan_s:
-                    log.warning("agent of %s: controller %s:%d unreachable for %.0f s (%s): "
-                                "stopping the ranks", self.cfg.me.node, self.cfg.host,
-                                self.cfg.port, self._orphan_s, exc)
-                    await self._stop_and_exit(EXIT_ORPHANED)
+                if self._lease_lost():
+                    self._fence(f"controller {self.cfg.host}:{self.cfg.port} unreachable "
+                                f"for {self._clock() - self._heard:.0f} s ({exc})")
                     return
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
@@ -129,8 +166,7 @@ class Agent:
             self._heard = self._clock()
             self.outbox.ack(conn.acked)
             self._conn = conn
-            for data in self.outbox.pending():
-                conn.writer.write(data)
+            conn.send(self.outbox.pending())
             try:
                 await self._receive(conn)
             except (ConnectionError, OSError, WireError) as exc:
@@ -151,21 +187,24 @@ class Agent:
                 async with asyncio.timeout(max(0.1, min(left, 1.0))):
                     data = await conn.reader.read(conn.frames.limit)
             except TimeoutError:
-                if self._clock() - self._heard > self._orphan_s:
-                    raise ConnectionError("the controller went silent") from None
+                if self._fence_if_lease_lost():
+                    return
                 continue
+            if self._fence_if_lease_lost():
+                return  # what arrived is older than the lease (this agent was stopped)
             if not data:
                 raise ConnectionError("the controller closed the connection")
             self._heard = self._clock()
-            for msg in conn.frames.feed(data):
+            for msg in conn.feed(data):
                 await self._command(msg)
                 if self._done.is_set():
                     return
 
-    def _send(self, data: bytes) -> None:
+    def _send(self, *bodies: bytes) -> None:
+        """Packed messages, sealed for the current connection (one write), if there is one."""
         conn = self._conn
         if conn is not None and not conn.writer.is_closing():
-            conn.writer.write(data)
+            conn.send(bodies)
 
     def _emit(self, msg: dict[str, Any]) -> None:
         self._send(self.outbox.add(msg))
@@ -179,6 +218,10 @@ class Agent:
                 self.outbox.ack(integer(msg, "seq"))
             elif kind == "hb":
                 pass
+            elif kind == "clock":  # the controller measures this host's clock offset
+                reply = clock_reply(msg, self.host.wall_time())
+                if reply is not None:
+                    self._emit(reply)
             elif kind == "launch":
                 await self._launch(msg)
             elif kind == "signal":
@@ -214,7 +257,9 @@ class Agent:
         orphan = msg.get("orphan_timeout_s")
         if isinstance(orphan, (int, float)) and orphan > 0:
             self._orphan_s = float(orphan)
-        klog, since = msg.get("kernel_log"), msg.get("since")
+        klog = msg.get("kernel_log")
+        # The run's start on this host's own clock (the controller's may be off by hours).
+        since = run_start_on_host(msg, self.host.wall_time())
         try:
             pids = await asyncio.to_thread(self.host.launch, msg)
         except LaunchError as exc:
@@ -222,8 +267,7 @@ class Agent:
         else:
             self._emit({"t": "started", "pids": {str(r): p for r, p in pids.items()}})
         try:  # after the ranks: loading the rules must not delay them
-            self.host.watch_kernel_log(klog if isinstance(klog, str) and klog else None,
-                                       float(since) if isinstance(since, (int, float)) else 0.0)
+            self.host.watch_kernel_log(klog if isinstance(klog, str) and klog else None, since)
         except TrainguardError as exc:  # the ranks still run; the controller is told
             self._emit({"t": "error", "what": "kernel_log", "text": str(exc)[:2000]})
 
@@ -246,9 +290,9 @@ class Agent:
             if kind == "check":
                 reply = await asyncio.to_thread(run_check, msg, node)
             elif kind == "link_serve":
-                reply = self._links.serve(msg, self._local_addr())
+                reply = self._links.serve(msg, self._local_addr(), self.cfg.me.secret)
             else:
-                reply = await asyncio.to_thread(probe_link, msg, node)
+                reply = await asyncio.to_thread(probe_link, msg, node, self.cfg.me.secret)
         except (TrainguardError, WireError, OSError, ValueError) as exc:
             reply = {"error": f"{kind}: {exc}"[:2000]}
         self._emit({"t": "reply", "req": req, **reply})
@@ -265,18 +309,24 @@ class Agent:
         """Poll the host every ``poll_s``; heartbeat every ``heartbeat_s``."""
         next_beat = 0.0
         while True:
+            if self._fence_if_lease_lost():
+                return
             now = self._clock()
             # One write (one send syscall) for everything this look found.
-            batch = [self.outbox.add(msg) for msg in self.host.poll(time.time())]
+            # Output is read only while the outbox has room (backpressure: a stalled
+            # controller leaves it in the ranks' files, not in this agent's memory).
+            batch = [self.outbox.add(msg)
+                     for msg in self.host.poll(time.time(), self.outbox.room)]
             if batch:
-                self._send(b"".join(batch))
+                self._send(*batch)
             if now >= next_beat:
                 next_beat = now + self.cfg.heartbeat_s
                 self._send(_HEARTBEAT)
-            await asyncio.sleep(self.cfg.poll_s)
+            # A backlog (output left in the files) is read as fast as the controller takes it.
+            await asyncio.sleep(0 if self.host.behind and self.outbox.room else self.cfg.poll_s)
 
 
 _HEARTBEAT = pack({"t": "hb"})
 
 
-__all__ = ["EXIT_ORPHANED", "Agent", "AgentConfig"]
+__all__ = ["EXIT_FENCED", "EXIT_ORPHANED", "Agent", "AgentConfig"]

@@ -30,13 +30,20 @@ class AgentUsageError(Exception):
 
 def start_agent(controller: str, session: str, attempt: int = 0, node: str | None = None,
                 work_dir: Path | None = None, secret_file: Path | None = None,
-                poll_interval: float = 0.05) -> int:
-    """Check the options, then run the agent to its end; returns its exit status."""
+                poll_interval: float = 0.05, secret: str | None = None) -> int:
+    """Check the options, then run the agent to its end; returns its exit status.
+
+    ``secret``: as the entry point took it (:func:`trainguard.agent.secret.take_secret`, which
+    keeps it out of this process's ``/proc/<pid>/environ``); else ``secret_file``, else
+    ``$TRAINGUARD_AGENT_SECRET`` (removed from ``os.environ``)."""
     from trainguard.agent.client import Identity
     from trainguard.agent.host import HostWork
     from trainguard.agent.runner import Agent, AgentConfig
+    from trainguard.agent.secret import take_secret
     from trainguard.agent.wire import SECRET_ENV
+    from trainguard.agent.workdir import UnsafeWorkDir, make_work_dir, remove_work_dir
     from trainguard.evidence.rules import load_rules
+    from trainguard.fdlimit import raise_nofile_limit
     from trainguard.fileread import UnreadableFile, read_bounded
     from trainguard.recover.nodename import node_name_problem
 
@@ -50,22 +57,30 @@ def start_agent(controller: str, session: str, attempt: int = 0, node: str | Non
         raise AgentUsageError(f"--node: {problem}")
     if attempt < 0 or not 0.005 <= poll_interval <= 5.0:
         raise AgentUsageError("--attempt must be >= 0 and --poll-interval in [0.005, 5]")
-    if secret_file is not None:
+    given = take_secret(reexec=False)  # never left in os.environ for the ranks
+    if secret is None and secret_file is not None:
         try:
             secret = read_bounded(secret_file, 4096).decode().strip()
         except (UnreadableFile, OSError, UnicodeDecodeError) as exc:
             raise AgentUsageError(f"--secret-file: cannot read {secret_file}: {exc}") from None
-    else:
-        secret = os.environ.get(SECRET_ENV, "").strip()
+    elif secret is None:
+        secret = given
+    secret = (secret or "").strip()
     if not secret:
         raise AgentUsageError(f"no secret: set ${SECRET_ENV} or pass --secret-file")
+    raise_nofile_limit()
     logging.basicConfig(level=logging.INFO,
                         format=f"%(asctime)s trainguard-agent[{name}] %(levelname)s %(message)s")
-    where = work_dir or Path(tempfile.gettempdir()) / "trainguard-agent" / session \
-        / str(attempt) / name
+    try:  # private, unpredictable, removed at the end (trainguard.agent.workdir)
+        where = make_work_dir(work_dir or Path(tempfile.gettempdir()), session, attempt, name)
+    except UnsafeWorkDir as exc:
+        raise AgentUsageError(f"--work-dir: {exc}") from None
     cfg = AgentConfig(host, port, Identity("agent", name, session, attempt, secret.encode()),
                       where, poll_s=poll_interval)
-    return Agent(cfg, HostWork(name, where, load_rules)).run()
+    try:
+        return Agent(cfg, HostWork(name, where, load_rules)).run()
+    finally:
+        remove_work_dir(where)
 
 
 __all__ = ["AgentUsageError", "parse_address", "start_agent"]

@@ -9,6 +9,10 @@ Why these pieces:
 - The handshake is an HMAC-SHA256 challenge–response in both directions over a per-run secret
   (``hmac``/``secrets``): the secret itself never crosses the network, and an agent only obeys a
   controller that knows it too.
+- After the handshake every frame is a sealed :class:`Channel` envelope: one or more messages,
+  a per-direction counter and an HMAC-SHA256 under a key derived for this connection alone from
+  the secret and both nonces. A forged, altered, replayed, reordered or dropped frame is a
+  :class:`WireError` (why a MAC and not TLS: README, "The wire").
 
 Every message is a map with a string ``t`` (its type). Anything else, a frame over the limit, a
 wrong MAC or a silent peer is a :class:`WireError` for that connection only.
@@ -20,23 +24,24 @@ import asyncio
 import hashlib
 import hmac
 import secrets
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import msgpack
 
+from trainguard.agent.secret import SECRET_ENV
 from trainguard.errors import TrainguardError
 
-PROTOCOL = "trainguard-agent/1"
+PROTOCOL = "trainguard-agent/2"
 MAX_FRAME = 1 << 20
-"""Largest message either side accepts after the handshake (bytes)."""
+"""Largest frame (a sealed envelope) either side accepts after the handshake (bytes)."""
+MAX_BODY = MAX_FRAME - 256
+"""Largest single message: it must fit an envelope with its counter and MAC."""
 HANDSHAKE_FRAME = 4096
 """Largest message before the peer is authenticated."""
 HANDSHAKE_TIMEOUT_S = 5.0
 CHUNK = 256 << 10
 """Rank output and event bytes travel in pieces of at most this size."""
-SECRET_ENV = "TRAINGUARD_AGENT_SECRET"
-"""The environment variable that carries the run's secret to the agents (never argv)."""
 
 
 class WireError(TrainguardError):
@@ -49,6 +54,12 @@ def new_secret() -> str:
 
 
 def nonce() -> bytes:
+    return secrets.token_bytes(16)
+
+
+def instance_id() -> bytes:
+    """A fresh id for one agent process: its reconnects present it again, so the hub can tell
+    the agent it knows from another one claiming the same node (:mod:`trainguard.agent.hub`)."""
     return secrets.token_bytes(16)
 
 
@@ -70,7 +81,7 @@ def _no_ext(code: int, data: bytes) -> Any:
     raise WireError(f"msgpack extension type {code} is not part of the protocol")
 
 
-def pack(msg: Mapping[str, Any], limit: int = MAX_FRAME) -> bytes:
+def pack(msg: Mapping[str, Any], limit: int = MAX_BODY) -> bytes:
     """One message as bytes; :class:`WireError` when it would exceed ``limit``."""
     data: bytes = msgpack.packb(dict(msg), use_bin_type=True)
     if len(data) > limit:
@@ -95,8 +106,9 @@ class FrameReader:
         self.limit = limit
         self._unpacker = self._new(limit)
 
-    def feed(self, data: bytes) -> list[dict[str, Any]]:
-        """The complete messages ``data`` finishes; :class:`WireError` on anything malformed."""
+    def feed(self, data: bytes, whole: bool = False) -> list[dict[str, Any]]:
+        """The complete messages ``data`` finishes; :class:`WireError` on anything malformed
+        (with ``whole``, also when ``data`` ends inside a message)."""
         out: list[dict[str, Any]] = []
         view = memoryview(data)
         while view:
@@ -115,6 +127,8 @@ class FrameReader:
                 raise
             except Exception as exc:  # msgpack's FormatError, StackError, ValueError, ...
                 raise WireError(f"malformed frame: {type(exc).__name__}: {exc}") from None
+        if whole and self._unpacker.tell() != len(data):
+            raise WireError("a sealed frame ends inside a message")
         return out
 
 
@@ -145,6 +159,72 @@ async def read_one(reader: asyncio.StreamReader, frames: FrameReader,
     return pending[0]
 
 
+_TAG = 32
+"""HMAC-SHA256 tag length (bytes)."""
+_COUNTER = 8
+
+
+def session_keys(secret: bytes, server_nonce: bytes, client_nonce: bytes,
+                 *identity: str | bytes) -> tuple[bytes, bytes]:
+    """This connection's keys, (client to server, server to client), derived from the run's
+    secret, both nonces and the dialer's identity: never the same for two connections."""
+    root = mac(secret, b"session", server_nonce, client_nonce, *identity)
+    return mac(root, b"c2s"), mac(root, b"s2c")
+
+
+class Channel:
+    """Per-message integrity for one authenticated connection (both directions).
+
+    Each frame is ``{"t": "m", "n": counter, "b": messages, "h": tag}``: ``b`` holds one or
+    more packed messages, ``n`` counts this direction's frames from 1 and ``h`` is the HMAC of
+    both under this direction's key. A frame is accepted only with the next counter and the
+    right tag, so nothing can be forged, altered, replayed, reordered or left out unnoticed.
+    """
+
+    def __init__(self, key_out: bytes, key_in: bytes) -> None:
+        self._out, self._in = key_out, key_in
+        self._sent = 0
+        self._received = 0
+
+    def _tag(self, key: bytes, counter: int, body: bytes) -> bytes:
+        return hmac.new(key, counter.to_bytes(_COUNTER, "big") + body, hashlib.sha256).digest()
+
+    def _envelope(self, body: bytes) -> bytes:
+        self._sent += 1
+        return pack({"t": "m", "n": self._sent, "b": body,
+                     "h": self._tag(self._out, self._sent, body)}, MAX_FRAME)
+
+    def seal(self, bodies: Iterable[bytes]) -> bytes:
+        """Packed messages (each at most :data:`MAX_BODY`) as frames to write, as few as fit."""
+        frames: list[bytes] = []
+        group: list[bytes] = []
+        size = 0
+        for body in bodies:
+            if group and size + len(body) > MAX_BODY:
+                frames.append(self._envelope(b"".join(group)))
+                group, size = [], 0
+            group.append(body)
+            size += len(body)
+        if group:
+            frames.append(self._envelope(b"".join(group)))
+        return b"".join(frames)
+
+    def open(self, frame: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The messages of one received frame; :class:`WireError` unless it is the next frame
+        of this connection, untouched."""
+        counter, body, tag = frame.get("n"), frame.get("b"), frame.get("h")
+        if frame.get("t") != "m" or not isinstance(body, bytes) or not isinstance(tag, bytes) \
+                or not isinstance(counter, int) or isinstance(counter, bool):
+            raise WireError("an unsealed frame after the handshake")
+        if counter != self._received + 1:
+            raise WireError(f"frame {counter} out of order (expected {self._received + 1}): "
+                            "replayed or dropped")
+        if not hmac.compare_digest(self._tag(self._in, counter, body), tag):
+            raise WireError("a frame with a wrong MAC (forged or altered)")
+        self._received = counter
+        return FrameReader(MAX_FRAME).feed(body, whole=True)
+
+
 def text(msg: Mapping[str, Any], key: str, limit: int = 256) -> str:
     """A string field, bounded; :class:`WireError` otherwise."""
     value = msg.get(key)
@@ -161,6 +241,7 @@ def integer(msg: Mapping[str, Any], key: str) -> int:
     return value
 
 
-__all__ = ["CHUNK", "HANDSHAKE_FRAME", "HANDSHAKE_TIMEOUT_S", "MAX_FRAME", "PROTOCOL",
-           "SECRET_ENV", "FrameReader", "WireError", "integer", "mac", "new_secret", "nonce",
-           "pack", "read_one", "same_mac", "text"]
+__all__ = ["CHUNK", "HANDSHAKE_FRAME", "HANDSHAKE_TIMEOUT_S", "MAX_BODY", "MAX_FRAME",
+           "PROTOCOL", "SECRET_ENV", "Channel", "FrameReader", "WireError", "instance_id",
+           "integer", "mac", "new_secret", "nonce", "pack", "read_one", "same_mac",
+           "session_keys", "text"]

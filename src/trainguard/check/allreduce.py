@@ -9,7 +9,9 @@ torch.distributed environment of a launch): gloo on CPUs, NCCL when every rank h
   (the figure NCCL's tests report), best of ``--iters``.
 
 It confirms the whole set after the pairwise link rounds (:mod:`trainguard.check.pairing`),
-over the transport training will use. The controller's side is :func:`collective_finding`.
+over the transport training will use. The controller's side is :func:`collective_finding`;
+when the ring fails, :mod:`trainguard.check.ringsplit` runs it over subsets of the hosts to
+name the host that breaks it (:mod:`trainguard.check.ringrun` runs them through the agents).
 """
 
 from __future__ import annotations
@@ -48,7 +50,8 @@ def parse_result(text: str) -> Mapping[str, Any] | None:
 
 def collective_finding(result: Mapping[str, Any] | None, hosts: Sequence[str],
                        why_missing: str = "") -> Finding:
-    """The ring-wide check as a finding on the whole set (it cannot name a host by itself)."""
+    """The ring-wide check as a finding on the whole set (it cannot name a host by itself:
+    the ring split does, :func:`trainguard.check.ringrun.with_split`)."""
     names = ", ".join(hosts)
     if result is None:
         return Finding("cluster", "cluster", Level.FAIL, "allreduce",

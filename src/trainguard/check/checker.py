@@ -17,13 +17,22 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from trainguard.check.clocksync import HOLDS_S as CLOCK_HOLDS_S
+from trainguard.check.clocksync import SAMPLES as CLOCK_SAMPLES
+from trainguard.check.clocksync import (
+    ClockSample,
+    estimate,
+    offset_finding,
+    reading,
+    unmeasured_finding,
+)
 from trainguard.check.floors import Floors
 from trainguard.check.judge import judge as judge_results
 from trainguard.check.judge import summarize
 from trainguard.check.model import Finding, Level, ProbeResult, Status
 from trainguard.check.pairing import FIGURE as LINK_FIGURE
 from trainguard.check.pairing import Isolator, Pair
-from trainguard.check.probes import DEFAULT_PROBES, clock_offset
+from trainguard.check.probes import DEFAULT_PROBES
 
 
 class HostRequests(Protocol):
@@ -98,17 +107,6 @@ class CheckReport:
                 "results": [r.to_dict() for r in self.results]}
 
 
-def offset_finding(host: str, offset_s: float, uncertainty_s: float,
-                   limit_s: float) -> Finding:
-    """PASS, or FAIL when the clock is off by more than ``limit_s`` beyond the uncertainty."""
-    off = abs(offset_s) - uncertainty_s
-    level = Level.FAIL if off > limit_s else Level.PASS
-    return Finding(host, "host", level, "clock",
-                   f"clock offset {offset_s * 1000:+.1f} ms (+-{uncertainty_s * 1000:.1f} ms; "
-                   f"limit {limit_s * 1000:.0f} ms)", "clock_offset_ms", offset_s * 1000,
-                   limit_s * 1000)
-
-
 def silent_finding(host: str, what: str, timeout_s: float) -> Finding:
     """FAIL: the host's agent did not answer ``what`` in time."""
     return Finding(host, "host", Level.FAIL, what,
@@ -166,25 +164,38 @@ class Checker:
     # -- steps -------------------------------------------------------------------------------
 
     def _clocks(self, hosts: Sequence[str], options: CheckOptions) -> list[Finding]:
-        """Each host's clock offset; also learns which hosts share a machine."""
+        """Each host's clock offset from several samples (:mod:`trainguard.check.clocksync`);
+        also learns which hosts share a machine."""
         findings = []
         timeout = 10.0
-        sent = self._clock()
-        replies = self._request(hosts, {"t": "check", "probes": ["clock"],
-                                        "params": {"time_limit_s": 5.0}}, timeout)
-        received = self._clock()
-        for h in hosts:
-            reply = replies.get(h)
-            t_host = reply.get("t_host") if reply is not None else None
-            if not isinstance(t_host, (int, float)):
-                self._silent.add(h)
-                findings.append(silent_finding(h, "clock", timeout))
-                continue
-            machine = reply.get("machine") if reply is not None else None
-            if isinstance(machine, str) and machine:
-                self._machine[h] = machine
-            offset, uncertainty = clock_offset(sent, float(t_host), received)
-            findings.append(offset_finding(h, offset, uncertainty, options.max_clock_offset_s))
+        samples: dict[str, list[ClockSample]] = {h: [] for h in hosts}
+        answered: list[str] = list(hosts)
+        for i, hold in enumerate(CLOCK_HOLDS_S[:CLOCK_SAMPLES]):
+            sent = self._clock()
+            replies = self._request(answered, {"t": "check", "probes": ["clock"],
+                                               "params": {"time_limit_s": 5.0},
+                                               "hold_s": hold}, timeout if i == 0 else 2.0)
+            received = self._clock()
+            if i == 0:  # silent at the first: left out of everything after
+                for h in hosts:
+                    if h not in replies:
+                        self._silent.add(h)
+                        findings.append(silent_finding(h, "clock", timeout))
+                answered = [h for h in hosts if h in replies]
+                for h in answered:
+                    machine = replies[h].get("machine")
+                    if isinstance(machine, str) and machine:
+                        self._machine[h] = machine
+            for h, reply in replies.items():
+                t_host = reading(reply.get("t_host"))
+                t_arrived = reading(reply.get("t_host_recv", reply.get("t_host")))
+                if h in samples and t_host is not None and t_arrived is not None:
+                    samples[h].append(ClockSample(sent, received, t_arrived, t_host))
+        for h in answered:
+            est = estimate(samples[h])
+            findings.append(unmeasured_finding(h, options.max_clock_offset_s) if est is None
+                            else offset_finding(h, est.offset_s, est.uncertainty_s,
+                                                options.max_clock_offset_s))
         return findings
 
     def _probes(self, hosts: Sequence[str], options: CheckOptions,

@@ -13,16 +13,22 @@ For each probe result:
 4. Each figure that hosts are compared on (throughputs, see ``FIGURES``) is compared with the
    same figure on the OTHER hosts, leave-one-out so that a bad host does not drag its own
    reference: centre = their median, spread = their median absolute deviation (MAD), at least
-   ``mad_floor`` of the centre. The host is SLOW only when it is worse than BOTH ``slow_ratio``
-   of the centre AND ``z`` spreads from it (5 MADs: about 3.4 standard deviations of normal
-   noise, estimated from 7 other hosts).
-   Fewer than ``min_hosts`` hosts with the figure: floors only, and the reason says so.
+   ``mad_floor`` of the centre. The host is SLOW only when it is worse than BOTH
+   ``slow_ratio x (1 - s)`` of the centre, where ``s`` is the figure's run-to-run spread (the
+   larger of the host's own, ``Figure.spread``, and the other hosts' median one: a figure
+   whose repeats moved by 30% on this host is judged against 0.6 x 0.7 = 0.42x), AND ``z``
+   spreads from the centre (5 MADs: about 3.4 standard deviations of normal noise, estimated
+   from 7 other hosts).
+   Fewer than ``min_peers`` OTHER hosts with the figure (4: with 2 or 3 a median absolute
+   deviation is one or two numbers, zero when two identical hosts agree, and cannot tell a
+   slow host from a noisy moment): floors only, and the reason says so.
 
 A host is judged by its best attempt: repeated OK results of one probe on one host are merged
-first (:func:`merge_attempts`, each figure at its best), so the controller can re-run the probes
-behind SLOW findings (:func:`to_confirm`) and judge again: a transient neighbour (another job's
-burst for the length of one probe) does not last into the second attempt, a hog or a throttle
-does. ERROR and SKIPPED results are never merged away.
+first (:func:`merge_attempts`, each figure at its best, its spread widened to cover the gap
+between the attempts), so the controller can re-run the probes behind SLOW findings
+(:func:`to_confirm`) and judge again: a transient neighbour (another job's burst for the length
+of one probe) does not last into the second attempt, a hog or a throttle does. ERROR and
+SKIPPED results are never merged away.
 
 Why these defaults (0.6x, 5 MADs, a 5% spread floor): on shared machines (the acceptance runs
 are 8 hosts on 2 cores and one disk) run-to-run noise of 10-20% is normal and must not flag,
@@ -48,7 +54,11 @@ from dataclasses import dataclass, replace
 from trainguard.check.floors import Floors
 from trainguard.check.model import Figure, Finding, Level, ProbeResult, Status
 from trainguard.check.probe_base import HARD_FAIL_FACT, is_relative
+from trainguard.check.spread import relative_spread
 from trainguard.textsafe import terminal_safe
+
+MIN_PEERS = 4
+"""The fewest other hosts a host is compared with; with fewer, only floors can fail it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,21 +67,22 @@ class JudgeConfig:
 
     slow_ratio: float = 0.6
     """SLOW needs a figure below this fraction of the others' median (above its inverse for
-    lower-is-better figures)."""
+    lower-is-better figures), narrowed by the figure's run-to-run spread: ``x (1 - spread)``."""
     z: float = 5.0
     """...and more than this many spreads (MADs of the other hosts) from it."""
     mad_floor: float = 0.05
     """The spread is at least this fraction of the median (identical hosts: MAD 0)."""
-    min_hosts: int = 3
-    """Fewer hosts with a figure than this: compared with floors only."""
+    min_peers: int = MIN_PEERS
+    """Fewer OTHER hosts with a figure than this: compared with floors only."""
 
     def __post_init__(self) -> None:
         if not 0 < self.slow_ratio < 1:
             raise ValueError("check.slow_ratio must be in (0, 1)")
         if self.z <= 0 or self.mad_floor <= 0:
             raise ValueError("check.z and check.mad_floor must be > 0")
-        if self.min_hosts < 3:
-            raise ValueError("check.min_hosts must be >= 3 (leave-one-out needs 2 others)")
+        if self.min_peers < MIN_PEERS:
+            raise ValueError(f"check.min_peers must be >= {MIN_PEERS} (a robust spread needs "
+                             f"{MIN_PEERS} other hosts)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,13 +94,17 @@ class Comparison:
     ratio: float
     z: float
     slow: bool
+    noise: float = 0.0
+    """The run-to-run spread (relative) that narrowed the ratio threshold."""
 
 
 def compare(value: float, others: Sequence[float], higher_is_better: bool,
-            config: JudgeConfig) -> Comparison | None:
+            config: JudgeConfig, own_spread: float = 0.0,
+            peer_spreads: Sequence[float] = ()) -> Comparison | None:
     """``value`` against ``others`` (the other hosts); None when there is no usable reference
-    (fewer than ``min_hosts - 1`` others, or a median <= 0)."""
-    if len(others) < config.min_hosts - 1:
+    (fewer than ``min_peers`` others, or a median <= 0). ``own_spread`` and ``peer_spreads``:
+    the relative run-to-run spreads of this host's figure and of the others'."""
+    if len(others) < config.min_peers:
         return None
     centre = statistics.median(others)
     if centre <= 0:
@@ -97,11 +112,13 @@ def compare(value: float, others: Sequence[float], higher_is_better: bool,
     mad = statistics.median(abs(o - centre) for o in others)
     spread = max(mad, config.mad_floor * centre)
     ratio, z = value / centre, (value - centre) / spread
+    noise = min(max(own_spread, statistics.median(peer_spreads) if peer_spreads else 0.0), 1.0)
+    threshold = config.slow_ratio * (1.0 - noise)
     if higher_is_better:
-        slow = ratio < config.slow_ratio and z < -config.z
+        slow = ratio < threshold and z < -config.z
     else:
-        slow = ratio > 1 / config.slow_ratio and z > config.z
-    return Comparison(centre, spread, ratio, z, slow)
+        slow = threshold > 0 and ratio > 1 / threshold and z > config.z
+    return Comparison(centre, spread, ratio, z, slow, noise)
 
 
 def _fmt(value: float) -> str:
@@ -111,17 +128,18 @@ def _fmt(value: float) -> str:
     return f"{value:.1f}" if size >= 10 else f"{value:.2f}" if size >= 0.01 else f"{value:.3g}"
 
 
-Table = Mapping[tuple[str, str], Sequence[tuple[str, float]]]
+Table = Mapping[tuple[str, str], Sequence[tuple[str, float, float]]]
 
 
 def reference_table(results: Sequence[ProbeResult]) -> Table:
-    """(check, figure) -> (host, value) of every finite, compared figure of the OK results."""
-    table: dict[tuple[str, str], list[tuple[str, float]]] = defaultdict(list)
+    """(check, figure) -> (host, value, spread) of every finite, compared figure of the OK
+    results."""
+    table: dict[tuple[str, str], list[tuple[str, float, float]]] = defaultdict(list)
     for r in results:
         if r.status is Status.OK:
             for f in r.figures:
                 if is_relative(f) and math.isfinite(f.value):
-                    table[(r.check, f.name)].append((r.host, f.value))
+                    table[(r.check, f.name)].append((r.host, f.value, f.spread))
     return table
 
 
@@ -143,15 +161,18 @@ def _figure_finding(r: ProbeResult, f: Figure, table: Table, floors: Floors,
         note = f" (floor {_fmt(floor)})" if floor is not None else ""
         return finding(Level.PASS, f"{head}{note}", floor)
     entries = table.get((r.check, f.name), ())
-    others = [v for host, v in entries if host != r.host]
-    hosts = len({host for host, _ in entries} | {r.host})
-    cmp = compare(f.value, others, f.higher_is_better, config)
+    peers = [(v, s) for host, v, s in entries if host != r.host]
+    hosts = len({host for host, _, _ in entries} | {r.host})
+    cmp = compare(f.value, [v for v, _ in peers], f.higher_is_better, config, f.spread,
+                  [s for _, s in peers])
     if cmp is None:
-        why = (f"{hosts} hosts: compared with floors only" if hosts < config.min_hosts
+        why = (f"{hosts} hosts: compared with floors only (a comparison needs "
+               f"{config.min_peers} other hosts)" if len(peers) < config.min_peers
                else "the other hosts' median is not positive: compared with floors only")
         return finding(Level.PASS, f"{head}; {why}", floor)
+    noise = f", repeat spread {cmp.noise:.0%}" if cmp.noise > 0 else ""
     reason = (f"{head}, {cmp.ratio:.2f}x the other hosts' median {_fmt(cmp.centre)} {f.unit} "
-              f"(robust z {cmp.z:+.1f}, {hosts - 1} other hosts)")
+              f"(robust z {cmp.z:+.1f}, {hosts - 1} other hosts{noise})")
     return finding(Level.SLOW if cmp.slow else Level.PASS, reason, cmp.centre)
 
 
@@ -171,12 +192,15 @@ def judge_result(r: ProbeResult, table: Table, floors: Floors,
 
 
 def _best(a: Figure, b: Figure) -> Figure:
+    """The better of two attempts' figure, its spread widened to the gap between them (two
+    attempts that disagree show the figure's run-to-run spread on this host)."""
     if not math.isfinite(b.value):
         return a
     if not math.isfinite(a.value):
         return b
     better = b.value > a.value if a.higher_is_better else b.value < a.value
-    return b if better else a
+    best = b if better else a
+    return replace(best, spread=max(a.spread, b.spread, relative_spread([a.value, b.value])))
 
 
 def _merge(a: ProbeResult, b: ProbeResult) -> ProbeResult:
@@ -238,5 +262,5 @@ def summarize(findings: Sequence[Finding]) -> dict[str, Level]:
     return worst
 
 
-__all__ = ["Comparison", "JudgeConfig", "compare", "judge", "judge_result", "merge_attempts",
-           "reference_table", "summarize", "to_confirm"]
+__all__ = ["MIN_PEERS", "Comparison", "JudgeConfig", "compare", "judge", "judge_result",
+           "merge_attempts", "reference_table", "summarize", "to_confirm"]

@@ -20,191 +20,42 @@ The wire, after the TCP connect:
    through in the budget instead of a timeout.
 
 Everything is bounded: each read and write by a deadline, every size by a limit, the server
-by one authenticated session and a fixed number of rejected strangers.
+by one authenticated session and its time limit. Connections authenticate concurrently, each
+within a short handshake limit, so strangers (garbage, silence) are dropped without ending the
+server or delaying the real client. The key is the token mixed with the run's secret
+(:func:`~trainguard.check.linkwire.link_key`) where the agents pass it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import hmac
-import logging
-import os
 import socket
 import statistics
-import struct
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from trainguard.check.linkserver import LinkServer, ServeReport
 from trainguard.check.linkwire import (
+    DTRAIL,
     MAGIC,
     NONCE_LEN,
+    PING,
+    UREPLY,
+    XFER,
     Conn,
     LinkClosed,
     LinkTimeout,
     digest,
+    link_key,
 )
 from trainguard.check.model import Figure, ProbeResult, Status
 from trainguard.errors import ConfigError
-
-log = logging.getLogger(__name__)
 
 CHECK = "link"
 DEFAULT_NBYTES = 64 << 20
 """Per burst and direction: ~20-70 ms on loopback or a veth pair (1-3 GB/s), so the 2 x 3
 bursts of a healthy link take ~0.2-0.5 s."""
-_PING = struct.Struct("!cQ")
-_XFER = struct.Struct("!cQI")
-_UREPLY = struct.Struct("!cQQ")
-_DTRAIL = struct.Struct("!cQ")
-
-
-@dataclass(frozen=True, slots=True)
-class ServeReport:
-    """How a :class:`LinkServer` ended."""
-
-    measured: bool
-    """An authenticated session ran (to its end or its deadline)."""
-    rejected: int
-    """Connections dropped: wrong token, bad greeting, too slow to authenticate."""
-    reason: str = ""
-
-
-class LinkServer:
-    """Accepts ONE authenticated measurement session within ``timeout_s``, then closes.
-
-    >>> srv = LinkServer("127.0.0.1", "s3cret").start()   # doctest: +SKIP
-    >>> srv.port, srv.wait(10.0), srv.close()              # doctest: +SKIP
-    """
-
-    def __init__(self, host: str, token: str, *, port: int = 0, timeout_s: float = 60.0,
-                 max_burst_bytes: int = 1 << 30, max_total_bytes: int = 16 << 30,
-                 max_rejects: int = 16) -> None:
-        if not token:
-            raise ConfigError("link.token must not be empty")
-        if not 0 <= port <= 65535:
-            raise ConfigError(f"link.port must be 0..65535, got {port}")
-        if not timeout_s > 0:
-            raise ConfigError(f"link.timeout_s must be > 0, got {timeout_s}")
-        self._token = token.encode()
-        self._timeout_s = timeout_s
-        self._limits = (max_burst_bytes, max_total_bytes, max_rejects)
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        try:
-            self._sock = socket.create_server((host, port), family=family)
-        except OSError as exc:
-            raise ConfigError(f"link server: cannot listen on {host}:{port}: {exc}") from exc
-        self.port: int = self._sock.getsockname()[1]
-        self._conn: socket.socket | None = None
-        self._closed = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._report: ServeReport | None = None
-
-    def start(self) -> LinkServer:
-        """Serve in a background thread; :meth:`wait` for the outcome."""
-        self._thread = threading.Thread(target=self._run, name=f"link-server-{self.port}",
-                                        daemon=True)
-        self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        self._report = self.serve_once()
-
-    def wait(self, timeout_s: float) -> ServeReport | None:
-        """The outcome, or None when still serving after ``timeout_s``."""
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-        return self._report
-
-    def close(self) -> None:
-        """Stop serving now (an ongoing session is cut)."""
-        self._closed.set()
-        for sock in (self._conn, self._sock):
-            if sock is not None:
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-                sock.close()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(5.0)
-
-    def serve_once(self) -> ServeReport:
-        """Blocking: accept until one client authenticates, measure with it, close."""
-        deadline = time.monotonic() + self._timeout_s
-        rejected, max_rejects = 0, self._limits[2]
-        try:
-            while rejected < max_rejects and not self._closed.is_set():
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return ServeReport(False, rejected, f"no client in {self._timeout_s:g} s")
-                self._sock.settimeout(remaining)
-                try:
-                    conn, peer = self._sock.accept()
-                except TimeoutError:
-                    continue
-                self._conn = conn
-                with conn:
-                    if not self._authenticate(Conn(conn), deadline):
-                        rejected += 1
-                        log.warning("link server: dropped %s (authentication failed)", peer)
-                        continue
-                    reason = self._session(Conn(conn), deadline)
-                    return ServeReport(True, rejected, reason)
-            return ServeReport(False, rejected, "closed" if self._closed.is_set()
-                               else f"{rejected} failed attempts")
-        except OSError as exc:
-            return ServeReport(False, rejected, "closed" if self._closed.is_set() else str(exc))
-        finally:
-            self._sock.close()
-
-    def _authenticate(self, conn: Conn, deadline: float) -> bool:
-        auth_deadline = min(deadline, time.monotonic() + 5.0)
-        nonce = os.urandom(NONCE_LEN)
-        try:
-            conn.send_all(MAGIC + nonce, auth_deadline)
-            reply = conn.read_exact(len(MAGIC) + hashlib.sha256().digest_size, auth_deadline)
-        except (LinkTimeout, LinkClosed, OSError):
-            return False
-        ok = reply[:len(MAGIC)] == MAGIC and hmac.compare_digest(
-            reply[len(MAGIC):], digest(self._token, nonce))
-        try:
-            conn.send_all(b"+" if ok else b"-", auth_deadline)
-        except (LinkTimeout, LinkClosed, OSError):
-            return False
-        return ok
-
-    def _session(self, conn: Conn, deadline: float) -> str:
-        max_burst, max_total, _ = self._limits
-        total = 0
-        try:
-            for _ in range(256):
-                cmd = conn.read_exact(1, deadline)
-                if cmd == b"P":
-                    conn.send_all(b"p" + conn.read_exact(8, deadline), deadline)
-                    continue
-                if cmd not in (b"U", b"D"):
-                    return "" if cmd == b"Q" else f"unknown command {cmd!r}"
-                _, nbytes, budget_ms = _XFER.unpack(cmd + conn.read_exact(12, deadline))
-                total += nbytes
-                if nbytes > max_burst or total > max_total:
-                    return f"refused a transfer of {nbytes} bytes (limits {max_burst}/{max_total})"
-                until = min(deadline, time.monotonic() + budget_ms / 1000)
-                if cmd == b"U":
-                    t0 = time.perf_counter_ns()
-                    got = conn.count_in(nbytes, until)
-                    elapsed = time.perf_counter_ns() - t0
-                    conn.send_all(_UREPLY.pack(b"u", got, elapsed), deadline)
-                    if got < nbytes:     # cut at the budget: what is still on its way is zeros
-                        conn.skip_zeros(nbytes - got, deadline)
-                else:
-                    sent = conn.send_zeros(nbytes, until)
-                    conn.send_all(_DTRAIL.pack(b"d", sent), deadline)
-            return "too many commands"
-        except LinkTimeout:
-            return "session deadline"
-        except (LinkClosed, OSError):
-            return "client hung up"
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,7 +72,7 @@ class _Burst:
 
 def measure(addr: str, port: int, token: str, *, host: str, peer: str,
             nbytes: int = DEFAULT_NBYTES, bursts: int = 3, pings: int = 20,
-            timeout_s: float = 10.0) -> ProbeResult:
+            timeout_s: float = 10.0, secret: bytes | None = None) -> ProbeResult:
     """Measure the link from this host (``host``) to ``peer``'s :class:`LinkServer`.
 
     Figures: ``rtt_ms`` (median of ``pings`` round trips), ``up_mbps`` (this host -> peer),
@@ -249,7 +100,7 @@ def measure(addr: str, port: int, token: str, *, host: str, peer: str,
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         conn = Conn(sock)
         try:
-            if (refused := _handshake(conn, token.encode(), deadline)) is not None:
+            if (refused := _handshake(conn, link_key(token, secret), deadline)) is not None:
                 return result(Status.ERROR, reason=f"{peer} {refused}")
             rtts = _pings(conn, pings, deadline)
             up, up_broken = _bursts(conn, b"U", nbytes, bursts, deadline, share=0.5)
@@ -287,8 +138,8 @@ def _pings(conn: Conn, count: int, deadline: float) -> list[float]:
         if rtts and time.monotonic() > until:
             break
         t0 = time.perf_counter()
-        conn.send_all(_PING.pack(b"P", seq), deadline)
-        if conn.read_exact(_PING.size, deadline) != _PING.pack(b"p", seq):
+        conn.send_all(PING.pack(b"P", seq), deadline)
+        if conn.read_exact(PING.size, deadline) != PING.pack(b"p", seq):
             raise LinkClosed("ping echo mismatch")
         rtts.append((time.perf_counter() - t0) * 1000)
     return rtts
@@ -322,13 +173,13 @@ def _upload(conn: Conn, nbytes: int, budget_s: float, deadline: float) -> tuple[
     t0 = time.perf_counter()
     stop = time.monotonic() + budget_s
     try:
-        conn.send_all(_XFER.pack(b"U", nbytes, max(1, int(budget_s * 1000))), stop)
+        conn.send_all(XFER.pack(b"U", nbytes, max(1, int(budget_s * 1000))), stop)
     except LinkTimeout:     # not even the request got through: nothing passes
         return _Burst(0, time.perf_counter() - t0, cut=True), True
     sent = conn.send_zeros(nbytes, stop)
     grace = _grace(stop, budget_s, deadline)
     try:
-        _, got, _ = _UREPLY.unpack(conn.read_exact(_UREPLY.size, grace))
+        _, got, _ = UREPLY.unpack(conn.read_exact(UREPLY.size, grace))
     except LinkTimeout:
         # The peer stopped reading: rate from what the kernel accepted; the stream is lost.
         return _Burst(sent, time.perf_counter() - t0, cut=True), True
@@ -339,13 +190,13 @@ def _download(conn: Conn, nbytes: int, budget_s: float, deadline: float) -> tupl
     t0 = time.perf_counter()
     stop = time.monotonic() + budget_s
     try:
-        conn.send_all(_XFER.pack(b"D", nbytes, max(1, int(budget_s * 1000))), stop)
+        conn.send_all(XFER.pack(b"D", nbytes, max(1, int(budget_s * 1000))), stop)
     except LinkTimeout:     # not even the request got through: nothing passes
         return _Burst(0, time.perf_counter() - t0, cut=True), True
     grace = _grace(stop, budget_s, deadline)
     got = conn.skip_zeros(nbytes, grace, tolerate_timeout=True)
     try:
-        _, sent = _DTRAIL.unpack(conn.read_exact(_DTRAIL.size, grace))
+        _, sent = DTRAIL.unpack(conn.read_exact(DTRAIL.size, grace))
     except LinkTimeout:
         return _Burst(got, time.perf_counter() - t0, cut=True), True
     return _Burst(got, time.perf_counter() - t0, cut=sent < nbytes), False
@@ -375,3 +226,4 @@ def _conclude(result: Callable[..., ProbeResult], rtts: list[float], up: list[_B
 
 
 __all__ = ["DEFAULT_NBYTES", "LinkServer", "ServeReport", "measure"]
+

@@ -9,11 +9,20 @@ from __future__ import annotations
 import hashlib
 import hmac
 import socket
+import struct
 import time
 
 MAGIC = b"TGL1"
 NONCE_LEN = 16
 CHUNK = 256 * 1024
+PING = struct.Struct("!cQ")
+"""``P`` seq -> ``p`` seq."""
+XFER = struct.Struct("!cQI")
+"""``U`` or ``D``, nbytes, budget_ms."""
+UREPLY = struct.Struct("!cQQ")
+"""``u`` received elapsed_ns."""
+DTRAIL = struct.Struct("!cQ")
+"""``d`` sent."""
 _ZERO = bytes(CHUNK)
 _ZERO_VIEW = memoryview(_ZERO)
 
@@ -28,8 +37,17 @@ class LinkClosed(Exception):
 
 
 def digest(token: bytes, nonce: bytes) -> bytes:
-    """What proves a client holds the token, without sending it."""
+    """What proves a client holds the token (the key), without sending it."""
     return hmac.new(token, b"trainguard-link\0" + nonce, hashlib.sha256).digest()
+
+
+def link_key(token: str, secret: bytes | None = None) -> bytes:
+    """The key a link session authenticates with. With the run's ``secret`` (which every
+    agent holds) it is HMAC(secret, token): the per-measurement token travels in the agents'
+    messages, but without the secret it opens nothing. Without one, the token itself."""
+    if not secret:
+        return token.encode()
+    return hmac.new(secret, b"trainguard-link-key\0" + token.encode(), hashlib.sha256).digest()
 
 
 class Conn:
@@ -131,4 +149,5 @@ class Conn:
         return sent
 
 
-__all__ = ["CHUNK", "MAGIC", "NONCE_LEN", "Conn", "LinkClosed", "LinkTimeout", "digest"]
+__all__ = ["CHUNK", "DTRAIL", "MAGIC", "NONCE_LEN", "PING", "UREPLY", "XFER", "Conn", "LinkClosed",
+           "LinkTimeout", "digest", "link_key"]

@@ -43,15 +43,26 @@ class Figure:
     value: float
     unit: str
     higher_is_better: bool = True
+    spread: float = 0.0
+    """How much this figure moved between the probe's own repeats on its host, relative
+    (:func:`trainguard.check.spread.relative_spread`: 0.2 = the worst repeat was 20% below the
+    best); 0 when the probe measured once. The judge widens its margin by it."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "value": self.value, "unit": self.unit,
-                "higher_is_better": self.higher_is_better}
+        out: dict[str, Any] = {"name": self.name, "value": self.value, "unit": self.unit,
+                               "higher_is_better": self.higher_is_better}
+        if self.spread:
+            out["spread"] = self.spread
+        return out
 
     @staticmethod
     def from_dict(d: Mapping[str, Any]) -> Figure:
+        spread = float(d.get("spread", 0.0) or 0.0)
+        # a host's report: not a number, or negative, is no measured spread (the plain peer
+        # comparison); more than 1 is 1
+        spread = min(spread, 1.0) if spread > 0.0 else 0.0
         return Figure(str(d["name"]), float(d["value"]), str(d.get("unit", "")),
-                      bool(d.get("higher_is_better", True)))
+                      bool(d.get("higher_is_better", True)), spread)
 
 
 @dataclass(frozen=True, slots=True)

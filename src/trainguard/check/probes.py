@@ -33,7 +33,8 @@ Probe = Callable[[ProbeParams], ProbeResult]
 
 
 def clock(params: ProbeParams) -> ProbeResult:
-    """The host's wall clock; the controller turns it into an offset with :func:`clock_offset`."""
+    """The host's wall clock. The controller's offset measurement uses the agent's reply times
+    over several samples (:mod:`trainguard.check.clocksync`), not this figure."""
     return ProbeResult("clock", params.host, Status.OK, figures=(figure("clock", time.time()),))
 
 

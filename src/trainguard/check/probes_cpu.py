@@ -3,6 +3,8 @@
 Best of repeats, because a host is judged by what it can do: a momentary hiccup (another
 process waking up for a few milliseconds) costs one repeat and not the figure, while a CPU hog
 that holds the host's cores for the whole probe lowers every repeat and so the best one too.
+Each figure carries the spread of its repeats (:func:`trainguard.check.spread.relative_spread`),
+so that the judge needs a gap to the other hosts well beyond the host's own noise.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from trainguard.check.model import ProbeResult, Status
+from trainguard.check.model import Figure, ProbeResult, Status
 from trainguard.check.probe_base import Deadline, ProbeParams, figure, measure_budget
+from trainguard.check.spread import relative_spread
 
 MIN_REPEATS = 3
 MAX_REPEATS = 10
@@ -45,17 +48,28 @@ def blas_threads(n: int) -> Iterator[str]:
         yield f"{n} (threadpoolctl)"
 
 
-def best_time(run: Callable[[], object], deadline: Deadline) -> tuple[float, int]:
-    """The shortest of at least MIN_REPEATS (and at most MAX_REPEATS) timed calls of ``run``;
-    repeats past the minimum stop at ``deadline``. Returns (seconds, repeats)."""
-    best = float("inf")
-    repeats = 0
-    while repeats < MAX_REPEATS and (repeats < MIN_REPEATS or not deadline.expired()):
+def timed_repeats(run: Callable[[], object], deadline: Deadline) -> list[float]:
+    """The seconds of at least MIN_REPEATS (and at most MAX_REPEATS) timed calls of ``run``;
+    repeats past the minimum stop at ``deadline``."""
+    times: list[float] = []
+    while len(times) < MAX_REPEATS and (len(times) < MIN_REPEATS or not deadline.expired()):
         start = time.perf_counter()
         run()
-        best = min(best, time.perf_counter() - start)
-        repeats += 1
-    return max(best, 1e-9), repeats
+        times.append(max(time.perf_counter() - start, 1e-9))
+    return times
+
+
+def best_time(run: Callable[[], object], deadline: Deadline) -> tuple[float, int]:
+    """The shortest of :func:`timed_repeats`; returns (seconds, repeats)."""
+    times = timed_repeats(run, deadline)
+    return min(times), len(times)
+
+
+def _rate_figure(name: str, work: float, times: list[float]) -> Figure:
+    """``work / seconds`` at the best repeat, with the spread of the repeats' rates."""
+    base = figure(name, work / min(times))
+    return Figure(base.name, base.value, base.unit, base.higher_is_better,
+                  relative_spread([work / t for t in times]))
 
 
 def cpu_gemm(params: ProbeParams) -> ProbeResult:
@@ -69,13 +83,13 @@ def cpu_gemm(params: ProbeParams) -> ProbeResult:
     out = np.empty((n, n), dtype=np.float32)
     with blas_threads(cores) as threads:
         np.matmul(a, b, out=out)  # warm-up: page faults, thread pool start
-        seconds, repeats = best_time(lambda: np.matmul(a, b, out=out), measure_budget(params))
-    gflops = 2.0 * n**3 / seconds / 1e9
+        times = timed_repeats(lambda: np.matmul(a, b, out=out), measure_budget(params))
     return ProbeResult(
-        "cpu_gemm", params.host, Status.OK, figures=(figure("gemm_gflops", gflops),),
+        "cpu_gemm", params.host, Status.OK,
+        figures=(_rate_figure("gemm_gflops", 2.0 * n**3 / 1e9, times),),
         duration_s=time.monotonic() - started,
         facts=(("cores", str(cores)), ("blas_threads", threads), ("size", f"{n}x{n} float32"),
-               ("repeats", str(repeats))))
+               ("repeats", str(len(times)))))
 
 
 def available_memory_bytes() -> int | None:
@@ -100,14 +114,14 @@ def mem_bandwidth(params: ProbeParams) -> ProbeResult:
     src = np.ones(count, dtype=np.float64)
     dst = np.empty_like(src)
     np.copyto(dst, src)  # warm-up: fault the destination pages in
-    seconds, repeats = best_time(lambda: np.copyto(dst, src), measure_budget(params))
-    gbps = 2.0 * src.nbytes / seconds / 1e9
+    times = timed_repeats(lambda: np.copyto(dst, src), measure_budget(params))
     return ProbeResult(
-        "mem_bandwidth", params.host, Status.OK, figures=(figure("copy_gbps", gbps),),
+        "mem_bandwidth", params.host, Status.OK,
+        figures=(_rate_figure("copy_gbps", 2.0 * src.nbytes / 1e9, times),),
         duration_s=time.monotonic() - started,
-        facts=(("array_bytes", str(src.nbytes)), ("repeats", str(repeats)),
+        facts=(("array_bytes", str(src.nbytes)), ("repeats", str(len(times))),
                ("cores", str(cores_available()))))
 
 
 __all__ = ["available_memory_bytes", "best_time", "blas_threads", "cores_available", "cpu_gemm",
-           "mem_bandwidth"]
+           "mem_bandwidth", "timed_repeats"]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 import time
 from collections import Counter
 
@@ -23,6 +22,7 @@ from trainguard.check.probe_base import (
     figure,
     skipped,
 )
+from trainguard.check.probe_proc import run_command
 from trainguard.textsafe import terminal_safe
 
 DCGM_COMMAND = ("dcgmi", "diag", "-r", "1")
@@ -44,14 +44,14 @@ def dcgm(params: ProbeParams, executable: str | None = None) -> ProbeResult:
         return skipped("dcgm", params, "dcgmi not installed")
     started = time.monotonic()
     try:
-        done = subprocess.run([exe, *DCGM_COMMAND[1:]], capture_output=True, text=True,
-                              errors="replace", timeout=params.time_limit_s * 0.9, check=False)
-    except subprocess.TimeoutExpired:
-        return errored("dcgm", params, f"dcgmi diag timed out after "
-                       f"{params.time_limit_s * 0.9:.0f} s", time.monotonic() - started)
+        # its own process group, killed whole at the limit: nothing dcgmi started lingers
+        done = run_command([exe, *DCGM_COMMAND[1:]], params.time_limit_s * 0.9)
     except OSError as exc:
         return errored("dcgm", params, f"dcgmi: {describe(exc)}", time.monotonic() - started)
-    output = terminal_safe(done.stdout + done.stderr, keep_newlines=True)
+    if done.timed_out:
+        return errored("dcgm", params, f"dcgmi diag timed out after "
+                       f"{params.time_limit_s * 0.9:.0f} s", time.monotonic() - started)
+    output = terminal_safe(done.output, keep_newlines=True)
     rows = parse_dcgm_diag(output)
     excerpt = ("output", output[:EXCERPT_CHARS])
     if not rows:

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from trainguard.ckpt.epoch import StaleEpochError, check_epoch, claim_epoch, withdraw_if_fenced
 from trainguard.ckpt.manifest import (
     MANIFEST_NAME,
     FileEntry,
@@ -213,11 +214,18 @@ class CheckpointDir:
     (30, b'weights at 30', ())
     """
 
-    def __init__(self, root: str | os.PathLike[str], keep_last: int = 3) -> None:
+    def __init__(self, root: str | os.PathLike[str], keep_last: int = 3, *,
+                 attempt: int | None = None) -> None:
         if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1:
             raise ConfigError(f"checkpoint keep_last must be an integer >= 1, got {keep_last!r}")
+        if attempt is not None and (isinstance(attempt, bool) or not isinstance(attempt, int)
+                                    or attempt < 0):
+            raise ConfigError(f"checkpoint attempt must be an integer >= 0, got {attempt!r}")
         self.root = Path(root)
         self.keep_last = keep_last
+        self.attempt = attempt
+        """The supervisor's attempt this process belongs to (None: unsupervised). Saves of an
+        attempt older than the directory's epoch are refused (`trainguard.ckpt.epoch`)."""
         self.ledger = Ledger()
         """What this process knows of each checkpoint (see `trainguard.ckpt.retention`)."""
         self._kept_warned: set[Path] = set()
@@ -269,6 +277,7 @@ class CheckpointDir:
             raise CheckpointError(
                 f"cannot create checkpoint directory {self.root}: {exc.strerror or exc}"
             ) from exc
+        self.fence(f"checkpoint step {step}")
         if clean:
             self._clean_leftovers()
         tmp = self.root / f".tmp-{tag or _tag(step)}"
@@ -279,6 +288,11 @@ class CheckpointDir:
                 f"cannot save checkpoint step {step} at {tmp}: {_what(exc)}"
             ) from exc
         return StagedCheckpoint(step=step, tmp=tmp, final=self.root / step_dirname(step))
+
+    def fence(self, what: str) -> None:
+        """`StaleEpochError` when a newer attempt uses this directory; else record this
+        attempt as the directory's epoch (a no-op when unsupervised)."""
+        claim_epoch(self.root, self.attempt, what)
 
     def abort(self, staged: StagedCheckpoint) -> None:
         """Remove a staged checkpoint's temp dir."""
@@ -311,6 +325,7 @@ class CheckpointDir:
                 os.fsync(mf.fileno())
             _fsync_dir(tmp)
             current = final
+            check_epoch(self.root, self.attempt, f"checkpoint step {step}")
             if final.exists():
                 unreadable = self._keep_reason(CheckpointInfo(step, final, 0.0, ()))
                 # An unreadable one is moved aside for good instead (see the retention rule).
@@ -322,12 +337,14 @@ class CheckpointDir:
                                    "not be read (%s)", final, aside, unreadable)
             os.rename(tmp, final)
             _fsync_dir(self.root)
+            withdraw_if_fenced(self.root, self.attempt, staged.final,
+                               self.root / f".del-{staged.tmp.name.removeprefix('.tmp-')}")
         except BaseException as exc:
             _rmtree_quiet(tmp)
             if aside is not None and not final.exists():
                 with contextlib.suppress(OSError):  # else readers use the .old- dir as is
                     os.rename(aside, final)
-            if not isinstance(exc, Exception):
+            if not isinstance(exc, Exception) or isinstance(exc, StaleEpochError):
                 raise
             raise CheckpointError(
                 f"cannot save checkpoint step {step} at {current}: {_what(exc)}"

@@ -240,7 +240,11 @@ class Checkpointer:
         commit_timeout_s: float = 600.0,
         read_threads: int | None = None,
         direct_io: bool = True,
+        attempt: int | None = None,
     ) -> None:
+        """``attempt``: the supervisor's attempt this process runs in (``TRAINGUARD_ATTEMPT``);
+        saves are then refused once a newer attempt uses the directory
+        (`trainguard.ckpt.epoch`). None: no fencing."""
         for key, value, low in (("streams", streams, 1), ("stripe_bytes", stripe_bytes, 4096),
                                 ("max_inflight", max_inflight, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -250,7 +254,7 @@ class Checkpointer:
                 f"checkpoint stripe_bytes must be a multiple of {DIRECT_ALIGN}, got {stripe_bytes}")
         if not commit_timeout_s > 0:
             raise ConfigError(f"checkpoint commit_timeout_s must be > 0, got {commit_timeout_s}")
-        self.dir = CheckpointDir(root, keep_last)
+        self.dir = CheckpointDir(root, keep_last, attempt=attempt)
         self.streams = streams
         self.stripe_bytes = stripe_bytes
         self.checksum = check_algorithm(checksum)

@@ -190,7 +190,9 @@ def run(
         "all interfaces for remote hosts].")] = None,
     node_timeout: Annotated[float, typer.Option(
         "--node-timeout", help="Seconds a host's agent may be silent before the host counts "
-        "as lost (handled like Slurm's NODE_FAIL: excluded, resumed on a spare).", min=1.0)
+        "as lost (handled like Slurm's NODE_FAIL: excluded, resumed on a spare); an agent "
+        "that misses the controller for 10 s less (at least half) kills its ranks (fencing).",
+        min=1.0)
     ] = 30.0,
 ) -> None:
     try:
@@ -245,6 +247,9 @@ def run(
         checks = _host_checks(preflight, stop_checks, check_floors, check_time_limit)
     except ConfigError as exc:
         fail(str(exc), code=2)
+    from trainguard.fdlimit import raise_nofile_limit
+
+    raise_nofile_limit()  # the controller holds a connection per agent and files per rank
     sup = Supervisor(spec, launcher, store=store, on_status=on_status, on_output=on_output,
                      overwrite=overwrite, echo_all=all_output, host_checks=checks)
     try:

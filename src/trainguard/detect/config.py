@@ -7,7 +7,14 @@ from dataclasses import dataclass, fields
 from trainguard.errors import ConfigError
 from trainguard.telemetry.limits import DEFAULT_MAX_MEMORY_BYTES
 
-__all__ = ["DetectorConfig"]
+__all__ = ["MAX_PEER_WINDOW_BLOCKS", "PEER_HISTORY_COPIES", "DetectorConfig"]
+
+MAX_PEER_WINDOW_BLOCKS = 100_000
+"""Most blocks of activity history for peer groups (139 days of 2-minute blocks): "which nodes
+run the same job" needs minutes to hours, and the history is a dense node x block array."""
+PEER_HISTORY_COPIES = 3
+"""The node x block activity history exists up to this many times at once while peer groups
+are inferred (the history, its roll by one block, the busy nodes' rows)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,3 +133,10 @@ class DetectorConfig:
                               "detect.jitter_blocks and detect.host_collapse_blocks must be >= 1")
         if self.min_gpus < 2 or self.min_peers < 2:
             raise ConfigError("detect.min_gpus and detect.min_peers must be >= 2")
+        if self.peer_window_blocks > MAX_PEER_WINDOW_BLOCKS:
+            raise ConfigError(f"detect.peer_window_blocks must be <= {MAX_PEER_WINDOW_BLOCKS:,} "
+                              f"(got {self.peer_window_blocks:,}; the default is 15)")
+
+    def peer_history_bytes(self, n_nodes: int) -> float:
+        """Bytes the peer-group activity history takes for ``n_nodes`` nodes, all copies."""
+        return 8.0 * PEER_HISTORY_COPIES * n_nodes * self.peer_window_blocks

@@ -508,6 +508,10 @@ def check_detector_memory(tel: Telemetry, cfg: DetectorConfig, chunk_s: int) -> 
     check_memory(float(_PEER_BYTES_PER_PAIR) * n * n, limit,
                  f"comparing {n:,} nodes with each other (peer groups)",
                  "detect on fewer nodes at a time (e.g. one partition or rack per run); ")
+    check_memory(cfg.peer_history_bytes(n), limit,
+                 f"{n:,} nodes x detect.peer_window_blocks = {cfg.peer_window_blocks:,} blocks "
+                 "of activity history", "lower detect.peer_window_blocks or detect on fewer "
+                 "nodes at a time; ")
 
 
 def detect(tel: Telemetry, cfg: DetectorConfig | None = None, *,

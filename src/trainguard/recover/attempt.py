@@ -33,7 +33,7 @@ from trainguard.recover.backend import (
 )
 from trainguard.recover.cancel import CancelToken
 from trainguard.recover.chain import Chain, NodeEvidence
-from trainguard.recover.diagnosis import HangDiagnoser, StragglerWatch, hang_for, stuck_at_exit
+from trainguard.recover.diagnosis import HangDiagnoser, StragglerWatch, stuck_at_exit
 from trainguard.recover.drills import AttemptDrills
 from trainguard.recover.echo import RankEcho, after_what
 from trainguard.recover.failure import (
@@ -47,7 +47,8 @@ from trainguard.recover.failure import (
     teardown_crash,
     teardown_note,
 )
-from trainguard.recover.records import AttemptResult, Recorder
+from trainguard.recover.hangwatch import HangWatch
+from trainguard.recover.records import AttemptResult, Recorder, host_clocks
 from trainguard.recover.spec import JobSpec
 from trainguard.recover.watch import RankWatch
 from trainguard.taxonomy import Action, Category, Severity
@@ -166,6 +167,7 @@ class Attempt:
         self._echo = None if ctx.output is None or ctx.fold_hold_s is None \
             else RankEcho(ctx.output, hold_s=ctx.fold_hold_s)
         self._pids_known = -1
+        self._liveness = HangWatch(ctx.spec, ctx.capabilities, handle, launched)
 
     # -- RUNNING ------------------------------------------------------------------------------
 
@@ -175,7 +177,8 @@ class Attempt:
         while p.trigger is None:
             p.trigger = self._poll_once(self.ctx.clock())
         p.failed_at = self.ctx.clock()
-        p.stopped = {r: self.handle.is_stopped(r) for r in self.handle.running()}
+        p.stopped = {r: self.handle.is_stopped(r) or self._liveness.stopped(r)
+                     for r in self.handle.running()}
         return p.trigger
 
     def _poll_once(self, now: float) -> Trigger | None:
@@ -228,9 +231,11 @@ class Attempt:
                                 f"{spec.exit_grace_s:g} s: stopping them")
             return Trigger.SUCCESS
         self._stragglers.check(watches, now)
-        p.hang_for = hang_for(spec, watches, p.codes, now)
-        if p.hang_for is not None:
-            self.ctx.status(f"attempt {self.index}: no progress for {p.hang_for:.0f} s: hang")
+        verdict = self._liveness.check(now, watches, p.codes)
+        if verdict is not None:
+            p.hang_for = verdict.silent_s
+            self.ctx.status(f"attempt {self.index}: no progress for {p.hang_for:.0f} s: hang: "
+                            f"{verdict.reason}")
             return Trigger.HANG
         return self._wait()
 
@@ -337,8 +342,10 @@ class Attempt:
                rank_events: Mapping[int, tuple[FailureEvent, ...]]) -> AttemptFacts:
         p = self._p
         outcomes = tuple(
+            # A rank without the SDK has no progress of its own (the job's output is shared):
+            # nothing about it to single it out by.
             RankOutcome(r, w.node, p.codes[r], p.exited_at.get(r), p.stopped.get(r, False),
-                        w.last_step, w.last_progress, w.finished)
+                        w.last_step, w.last_progress if w.sdk else None, w.finished)
             for r, w in sorted(self.watches.items()))
         nonfinite = next(((r, w.nonfinite[0], w.nonfinite[1]) for r, w in sorted(
             self.watches.items()) if w.nonfinite is not None), None)
@@ -368,7 +375,7 @@ class Attempt:
             skipped_checkpoints=skipped, startup_phases=phases, last_step=first.last_step,
             last_loss=first.last_loss, faults=faults, store_id=self.store_id,
             failed_at=None if failure is None else p.failed_at, hang_for_s=p.hang_for,
-            teardown_crashes=teardown)
+            teardown_crashes=teardown, host_clocks=host_clocks(self.handle))
 
 
 __all__ = ["TAIL_BYTES", "TAIL_LINES", "Attempt", "AttemptContext", "Outcome",

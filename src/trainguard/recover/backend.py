@@ -19,6 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from trainguard.evidence.events import FailureEvent
 from trainguard.recover.launchplan import LaunchPlan, RankLaunch
+from trainguard.recover.liveness import ProcSample
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +106,15 @@ class WritesKernelLogs(Protocol):
 
 
 @runtime_checkable
+class ReportsRankProcs(Protocol):
+    """A handle whose hosts sample their own ranks' processes (state, CPU time) in ``/proc``."""
+
+    def proc_samples(self) -> list[ProcSample]:
+        """Each rank's newest sample received since the last call (the caller times them)."""
+        ...
+
+
+@runtime_checkable
 class CollectsRankState(Protocol):
     """A handle whose hosts collect process states, collective states and stacks."""
 
@@ -177,4 +187,4 @@ class Closeable(Protocol):
 
 __all__ = ["AttemptHandle", "Backend", "Capabilities", "Closeable", "CollectsRankState",
            "DeclaresCapabilities", "HasControl", "LaunchPlan", "RankExit", "RankLaunch",
-           "ReportsNodeEvents", "Settles", "WritesKernelLogs"]
+           "ReportsNodeEvents", "ReportsRankProcs", "Settles", "WritesKernelLogs"]

@@ -3,8 +3,8 @@ when it hangs, where the ranks stand.
 
 - :class:`StragglerWatch`: every few seconds, the ranks the others persistently wait for (from
   the SDK's trace windows), said once when declared and once when recovered;
-- :func:`hang_for` / :func:`stuck_at_exit`: when silence means a hang, when a rank that
-  reported ``finish()`` has overstayed its exit grace;
+- :func:`stuck_at_exit`: when a rank that reported ``finish()`` has overstayed its exit
+  grace (when silence means a hang: :mod:`trainguard.recover.liveness`);
 - :class:`HangDiagnoser`: localizes a hang while the ranks are still there (collective state
   files, process states, Python stacks), written to ``attempts/<i>/hang.json``.
 """
@@ -47,19 +47,6 @@ def gpu_of(env: Mapping[str, str], local_rank: int) -> str | None:
     if ids:
         return ids[local_rank] if local_rank < len(ids) else None
     return str(local_rank)
-
-
-def hang_for(spec: JobSpec, watches: Mapping[int, RankWatch], codes: Mapping[int, int | None],
-             now: float) -> float | None:
-    """Seconds without progress when a running rank has passed its allowance, else None."""
-    for rank, w in watches.items():
-        if codes[rank] is not None or w.finished:
-            continue  # a finished rank is on its exit grace, not hung
-        limit = spec.hang_timeout_s if w.progressed else spec.startup_timeout_s
-        silent = w.silent_for(now)
-        if silent > limit:
-            return silent
-    return None
 
 
 def stuck_at_exit(spec: JobSpec, w: RankWatch, code: int | None, now: float) -> bool:
@@ -215,5 +202,4 @@ class HangDiagnoser:
         return diagnosis
 
 
-__all__ = ["STRAGGLER_EVERY_S", "HangDiagnoser", "StragglerWatch", "gpu_of", "hang_for",
-           "stuck_at_exit"]
+__all__ = ["STRAGGLER_EVERY_S", "HangDiagnoser", "StragglerWatch", "gpu_of", "stuck_at_exit"]

@@ -317,7 +317,15 @@ def _hang_failure(facts: AttemptFacts) -> Failure:
             culprit = min(stepped, key=lambda o: (o.last_step, o.rank))
             why = f"it is behind the others at step {culprit.last_step}"
         else:
-            culprit = min(running, key=lambda o: (o.last_progress or 0.0, o.rank))
+            timed = [o for o in running if o.last_progress is not None]
+            if not timed:
+                # No rank reports its own progress (no SDK): nothing singles one out.
+                summary = f"hang: no progress{waited}; the job as a whole is hung (no rank " \
+                          "is singled out by the evidence)"
+                if diag is not None:
+                    summary += f"; {diag.summary}"
+                return Failure(FailureKind.HANG, Category.NCCL_TIMEOUT_HANG, summary)
+            culprit = min(timed, key=lambda o: (o.last_progress or 0.0, o.rank))
             why = "its progress stopped first"
     summary = f"hang: no progress{waited}; rank {culprit.rank} on {culprit.node} is the " \
               f"likely culprit ({why})"

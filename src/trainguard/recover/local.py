@@ -200,7 +200,10 @@ class LocalBackend:
             for rl in plan.ranks:
                 rl.output.parent.mkdir(parents=True, exist_ok=True)
                 env = {**self._base_env, **rl.env}
-                with open(rl.output, "ab") as out:
+                # Never through a symlink someone placed where a rank's log goes.
+                fd = os.open(rl.output, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+                             | os.O_CLOEXEC, 0o644)
+                with open(fd, "ab") as out:
                     procs[rl.rank] = subprocess.Popen(
                         [program, *plan.command[1:]], env=env, cwd=plan.workdir,
                         stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,

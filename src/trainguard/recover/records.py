@@ -13,10 +13,11 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from trainguard.atomicjson import write_json_atomic
 from trainguard.evidence.events import FailureEvent
+from trainguard.fdlimit import reserve_fds, with_reserve
 from trainguard.recover.failure import Failure, TeardownCrash
 from trainguard.recover.launchplan import LaunchPlan
 from trainguard.recover.policy import Decision
@@ -67,6 +68,9 @@ class AttemptResult:
     """For a hang: seconds without progress when it was declared."""
     teardown_crashes: tuple[TeardownCrash, ...] = ()
     """Ranks that crashed after the work was done (the attempt still succeeded)."""
+    host_clocks: Mapping[str, Mapping[str, float | int]] = field(default_factory=dict)
+    """Each agent host's clock minus the controller's (``offset_s``, ``uncertainty_s``,
+    ``samples``): :mod:`trainguard.agent.clock`; empty without agents."""
 
     @property
     def excluded_nodes(self) -> tuple[str, ...]:
@@ -95,6 +99,7 @@ class AttemptResult:
             "last_loss": self.last_loss,
             "faults": list(self.faults),
             "teardown_crashes": [c.to_dict() for c in self.teardown_crashes],
+            "host_clocks": {n: dict(v) for n, v in sorted(self.host_clocks.items())},
         }
 
 
@@ -115,6 +120,21 @@ class RunResult:
         return {"succeeded": 0, "cancelled": 130}.get(self.status, 1)
 
 
+@runtime_checkable
+class MeasuresClocks(Protocol):
+    """An attempt handle that measures its hosts' clocks against the controller's."""
+
+    def clock_offsets(self) -> Mapping[str, Mapping[str, float | int]]:
+        ...
+
+
+def host_clocks(handle: object) -> dict[str, dict[str, float | int]]:
+    """What ``handle`` measured of its hosts' clocks, for :attr:`AttemptResult.host_clocks`."""
+    if not isinstance(handle, MeasuresClocks):
+        return {}
+    return {node: dict(off) for node, off in handle.clock_offsets().items()}
+
+
 class Recorder:
     """Writes the run's records as it goes: ``summary.json`` and, when given, the store."""
 
@@ -130,6 +150,7 @@ class Recorder:
         if self._store is not None:
             self.session_id = self._store.create_session(name, backend=backend, started=started,
                                                          config=config)
+        reserve_fds()  # the run's own records are written even when descriptors run out
         self.write("running", "", (), ())
 
     def start_attempt(self, index: int, nodes: Sequence[str], started: float) -> int | None:
@@ -194,7 +215,7 @@ class Recorder:
         }
         if current is not None:
             doc["current_attempt"] = dict(current)
-        write_json_atomic(self.summary_path, doc)
+        with_reserve(lambda: write_json_atomic(self.summary_path, doc))
 
     def finish(self, result: RunResult, ended: float) -> None:
         if self._store is not None and self.session_id is not None:
@@ -227,11 +248,12 @@ def write_running_state(spec: JobSpec, plan: LaunchPlan, pids: Mapping[int, int]
     extra: dict[str, Any] = {}
     if control is not None:
         path = spec.run_dir / "control.json"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = with_reserve(lambda: os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
         with os.fdopen(fd, "w") as f:
             json.dump(dict(control), f)
         extra["control"] = path.name
-    write_json_atomic(spec.run_dir / "state.json", {
+    state = spec.run_dir / "state.json"
+    with_reserve(lambda: write_json_atomic(state, {
         **extra, "status": "running", "supervisor_pid": os.getpid(), "attempt": plan.attempt,
         "nodes": list(plan.nodes),
         "kernel_logs": {n: str(spec.kernel_log_path(n)) for n in (*spec.nodes, *spec.spares)},
@@ -240,13 +262,15 @@ def write_running_state(spec: JobSpec, plan: LaunchPlan, pids: Mapping[int, int]
         "ranks": [{"rank": rl.rank, "node": rl.node, "pid": pids.get(rl.rank),
                    "output": str(rl.output)} for rl in plan.ranks]
         if all(rl.rank in pids for rl in plan.ranks) else [],
-    })
+    }))
 
 
 def write_final_state(run_dir: Path, status: str) -> None:
     """``state.json`` once the chain has ended."""
-    write_json_atomic(run_dir / "state.json", {"status": status, "supervisor_pid": os.getpid()})
+    with_reserve(lambda: write_json_atomic(run_dir / "state.json",
+                                           {"status": status, "supervisor_pid": os.getpid()}))
 
 
-__all__ = ["SUMMARY_FORMAT", "AttemptResult", "Exclusion", "Recorder", "RunResult", "run_config",
-           "run_header", "write_final_state", "write_running_state"]
+__all__ = ["SUMMARY_FORMAT", "AttemptResult", "Exclusion", "MeasuresClocks", "Recorder",
+           "RunResult", "host_clocks", "run_config", "run_header", "write_final_state",
+           "write_running_state"]

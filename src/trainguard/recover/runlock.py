@@ -2,7 +2,8 @@
 
 A second ``trainguard run`` on the same ``--run-dir`` (``--overwrite`` or not) would otherwise
 interleave its attempts, state and summary with the first's, or delete them under it. The lock
-is on ``RUN_DIR/.trainguard.lock``, which holds the owner's pid for the error message. The kernel
+is on ``RUN_DIR/.trainguard.lock``, which holds the owner's pid for the error message; it is
+0600, opened without following a symlink, and refused when another user owns it. The kernel
 drops a ``flock`` when its holder dies, SIGKILL included, so a crashed supervisor never leaves
 a stale lock. The file itself is left in place: unlinking a lock file lets a third process lock
 a new file while a second still holds the old one.
@@ -14,14 +15,19 @@ a new file while a second still holds the old one.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
+import stat
 from pathlib import Path
 from types import TracebackType
 
 from trainguard.errors import ConfigError, LaunchError
 
 LOCK_NAME = ".trainguard.lock"
+LOCK_MODE = 0o600
+"""Owner-only: ``flock`` needs only a read descriptor, so a lock file other users can open is
+one they can hold, blocking every later ``run`` (``--overwrite`` included) on the run dir."""
 
 
 class RunDirLock:
@@ -37,11 +43,21 @@ class RunDirLock:
         another supervisor has it, :class:`LaunchError` when the run dir is not writable."""
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            # close-on-exec (Python's default): no rank or reaper keeps the lock alive
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            # close-on-exec (Python's default): no rank or reaper keeps the lock alive.
+            # O_NOFOLLOW: a planted symlink must not make us create, chmod or lock its target.
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK,
+                         LOCK_MODE)
         except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise LaunchError(f"{self.path} is a symlink; remove it (a lock file is never "
+                                  "a link)") from exc
             raise LaunchError(f"run dir {self.run_dir} is not writable: "
                               f"{exc.strerror or exc}") from exc
+        try:
+            _make_private(fd, self.path)
+        except LaunchError:
+            os.close(fd)
+            raise
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -75,6 +91,24 @@ class RunDirLock:
         self.release()
 
 
+def _make_private(fd: int, path: Path) -> None:
+    """Refuse a lock file that is not ours alone, then make it 0600 (older versions left
+    0644; ``O_CREAT``'s mode only applies to a new file and is cut by the umask anyway)."""
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise LaunchError(f"{path} is not a regular file; remove it")
+    if st.st_uid != os.geteuid():
+        raise LaunchError(f"{path} is owned by uid {st.st_uid}, not by this user "
+                          f"(uid {os.geteuid()}); remove it")
+    if st.st_nlink != 1:  # a hard link to another file: never chmod someone else's file
+        raise LaunchError(f"{path} has {st.st_nlink} hard links; remove it")
+    if stat.S_IMODE(st.st_mode) != LOCK_MODE:
+        try:
+            os.fchmod(fd, LOCK_MODE)
+        except OSError as exc:
+            raise LaunchError(f"cannot make {path} private: {exc.strerror or exc}") from exc
+
+
 def _read_pid(fd: int) -> int | None:
     try:
         text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
@@ -83,4 +117,4 @@ def _read_pid(fd: int) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-__all__ = ["LOCK_NAME", "RunDirLock"]
+__all__ = ["LOCK_MODE", "LOCK_NAME", "RunDirLock"]

@@ -319,8 +319,10 @@ class Supervisor:
             # Virtual nodes do not outlive the session: neither do its exclusions (they stay in
             # the history, released).
             self.store.release_session_exclusions(session_id, released=self.clock())
-        ctx.recorder.finish(result, self.clock())
-        write_final_state(self.spec.run_dir, status)
+        try:
+            ctx.recorder.finish(result, self.clock())
+        finally:  # state.json never stays "running" after the chain ended
+            write_final_state(self.spec.run_dir, status)
         self._result = result
 
     def _context(self) -> tuple[AttemptContext, Chain]:

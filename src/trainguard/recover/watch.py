@@ -1,6 +1,7 @@
 """What the supervisor watches while an attempt runs.
 
-- :class:`RankWatch`: one rank's output and SDK event file: progress (heartbeats, else output),
+- :class:`RankWatch`: one rank's output and SDK event file: progress (heartbeats, else output;
+  see :mod:`trainguard.recover.liveness` for how it is judged),
   steps, loss, startup phases, checkpoints, resumes, non-finite losses;
 - :class:`NodeWatch`: every node's kernel log (job nodes and spares, from the session's start) and
   the detector's alerts (a JSON-lines file and/or the store), as :class:`FailureEvent`\\ s.
@@ -51,7 +52,10 @@ class RankWatch:
         self.progressed = False
         """Any progress at all since launch (startup allowance ends)."""
         self.sdk = False
-        """The rank reports through the SDK: only its events count as progress."""
+        """The rank reports through the SDK: only its events count as its own progress."""
+        self.last_output: float | None = None
+        """When anything (an output line, an SDK event) last came from it: a rank without
+        the SDK is judged with the whole job (:mod:`trainguard.recover.liveness`)."""
         self.last_step: int | None = None
         self.last_loss: float | None = None
         self.phases: dict[str, float] = {}
@@ -67,10 +71,13 @@ class RankWatch:
         """Read what is new; returns the new output lines (for echoing)."""
         data, _ = self._out.read()
         lines = data.decode("utf-8", "replace").splitlines() if data else []
-        if lines and not self.sdk:
-            self._progress(now)
+        if lines:
+            self.last_output = now
+            if not self.sdk:
+                self._progress(now)
         raw, _ = self._events.read()
         if raw:
+            self.last_output = now
             for rec in parse_json_lines(raw, str(self.events_path)):
                 self._event(rec, now)
         return lines

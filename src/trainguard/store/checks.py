@@ -15,7 +15,7 @@ from sqlalchemy.engine import Connection
 
 from trainguard.check.model import Finding, Level
 from trainguard.store import schema
-from trainguard.store.codec import host_check_from_row
+from trainguard.store.codec import decode_rows, host_check_from_row
 from trainguard.store.core import StoreCore
 from trainguard.store.records import CHECK_CONTEXTS, HostCheckRecord
 
@@ -81,7 +81,7 @@ class ChecksMixin(StoreCore):
             if not _has_table(conn):
                 return []
             rows = conn.execute(query).all()
-        return [host_check_from_row(r) for r in rows]
+        return decode_rows("host_checks", rows, host_check_from_row, self._warned)
 
     def last_host_checks(self) -> dict[str, HostCheckRecord]:
         """The newest check of each host (by check start, then by row id), by host name."""
@@ -96,7 +96,8 @@ class ChecksMixin(StoreCore):
                 return {}
             rows = conn.execute(query).all()
         # Two checks that started at the same instant: the later row (higher id) wins.
-        return {r.host: host_check_from_row(r) for r in rows}
+        records = decode_rows("host_checks", rows, host_check_from_row, self._warned)
+        return {rec.host: rec for rec in records}
 
 
 def _has_table(conn: Connection) -> bool:

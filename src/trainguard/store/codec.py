@@ -3,15 +3,23 @@
 Failure events are stored column by column so they can be queried; ``fields`` keeps its order and
 duplicate keys as a JSON list of ``[key, value]`` pairs and evidence lines as a list of objects,
 so that ``event_from_row(event_to_row(ev))`` == ``ev`` exactly.
+
+A row from the store is input like any other: a JSON cell that is not JSON (the engines read
+JSON with :func:`~trainguard.store.jsoncell.lenient_json_loads`, which gives
+:data:`~trainguard.store.jsoncell.UNREADABLE` instead of raising), has the
+wrong shape, or an enum value this trainguard does not know makes its ``*_from_row`` raise
+:class:`BadRow`; :func:`decode_rows` skips such a row with one warning naming its table and row,
+so one bad row never costs a whole report, node list or run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
-from trainguard.errors import StoreError
 from trainguard.evidence.events import EvidenceLine, FailureEvent, TimeKind
+from trainguard.store.jsoncell import UNREADABLE
 from trainguard.store.records import (
     AlertRecord,
     AttemptRecord,
@@ -22,6 +30,104 @@ from trainguard.store.records import (
     SessionRecord,
 )
 from trainguard.taxonomy import Action, Category, Severity
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class BadRow(ValueError):
+    """A row that cannot be turned into its record: the reason names the column."""
+
+
+_WARNED_MAX = 10_000
+
+
+def decode_row(table: str, r: Any, from_row: Callable[[Any], T],
+               warned: set[tuple[str, object]] | None = None) -> T | None:
+    """``from_row(r)``, or None with a warning naming the table and the row's key; with
+    ``warned`` (a store's own set), once per row, however often a command reads the table."""
+    try:
+        return from_row(r)
+    except BadRow as exc:
+        key = getattr(r, "name", None) if table == "nodes" else getattr(r, "id", None)
+        if warned is None or (table, key) not in warned:
+            if warned is not None and len(warned) < _WARNED_MAX:
+                warned.add((table, key))
+            log.warning("store: skipping %s row %s: %s", table, key, exc)
+        return None
+
+
+def decode_rows(table: str, rows: Iterable[Any], from_row: Callable[[Any], T],
+                warned: set[tuple[str, object]] | None = None) -> list[T]:
+    """The records of the rows that decode (see :func:`decode_row`), in order."""
+    return [rec for r in rows if (rec := decode_row(table, r, from_row, warned)) is not None]
+
+
+def _cell(r: Any, column: str) -> Any:
+    value = getattr(r, column)
+    if value is UNREADABLE:
+        raise BadRow(f"{column} is not valid JSON")
+    return value
+
+
+def _object(r: Any, column: str) -> dict[str, Any]:
+    value = _cell(r, column)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise BadRow(f"{column} is not a JSON object")
+    return value
+
+
+def _list(r: Any, column: str) -> list[Any]:
+    value = _cell(r, column)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise BadRow(f"{column} is not a JSON list")
+    return value
+
+
+def _strings(r: Any, column: str) -> tuple[str, ...]:
+    values = _list(r, column)
+    if not all(isinstance(v, str) for v in values):
+        raise BadRow(f"{column} is not a list of strings")
+    return tuple(values)
+
+
+def _objects(r: Any, column: str) -> tuple[Mapping[str, Any], ...]:
+    values = _list(r, column)
+    if not all(isinstance(v, dict) for v in values):
+        raise BadRow(f"{column} is not a list of JSON objects")
+    return tuple(values)
+
+
+def _detail(r: Any) -> dict[str, Any]:
+    """``detail``, whose ``failure`` (the supervisor's, read by analytics and node health) must
+    be an object with string ``category``/``kind``/``summary`` and a list of node names."""
+    detail = _object(r, "detail")
+    failure = detail.get("failure")
+    if failure is None:
+        return detail
+    if not isinstance(failure, dict):
+        raise BadRow("detail.failure is not a JSON object")
+    for key in ("category", "kind", "summary"):
+        if not isinstance(failure.get(key, ""), (str, type(None))):
+            raise BadRow(f"detail.failure.{key} is not a string")
+    culprits = failure.get("culprit_nodes")
+    if culprits is not None and not (isinstance(culprits, list)
+                                     and all(isinstance(n, str) for n in culprits)):
+        raise BadRow("detail.failure.culprit_nodes is not a list of node names")
+    return detail
+
+
+def _exit_codes(r: Any) -> dict[str, int | None]:
+    codes = _object(r, "exit_codes")
+    if not all(v is None or (isinstance(v, int) and not isinstance(v, bool))
+               for v in codes.values()):
+        raise BadRow("exit_codes has a value that is not an integer or null")
+    return codes
 
 
 def event_to_row(
@@ -52,7 +158,12 @@ def event_to_row(
 
 
 def event_from_row(r: Any) -> FailureEvent:
+    """The event of an ``events`` row; :class:`BadRow` for one this trainguard cannot read."""
+    pairs = _list(r, "fields")
+    lines = _objects(r, "evidence")
     try:
+        if not all(isinstance(p, list) and len(p) == 2 for p in pairs):
+            raise ValueError("fields is not a list of [key, value] pairs")
         return FailureEvent(
             category=Category(r.category),
             action=Action(r.action),
@@ -68,22 +179,22 @@ def event_from_row(r: Any) -> FailureEvent:
             xid=r.xid,
             caused_by_xid=r.caused_by_xid,
             confidence=r.confidence,
-            fields=tuple((str(k), str(v)) for k, v in r.fields or ()),
+            fields=tuple((str(k), str(v)) for k, v in pairs),
             evidence=tuple(
-                EvidenceLine(path=e["path"], line_no=int(e["line_no"]), text=e["text"])
-                for e in r.evidence or ()
+                EvidenceLine(path=str(e["path"]), line_no=int(e["line_no"]), text=str(e["text"]))
+                for e in lines
             ),
         )
     except (ValueError, KeyError, TypeError) as exc:
         # An enum value this trainguard does not know, or a payload it did not write.
-        raise StoreError(f"event {getattr(r, 'id', None)} cannot be read: {exc}") from exc
+        raise BadRow(str(exc)) from exc
 
 
 def node_from_row(r: Any) -> NodeRecord:
     return NodeRecord(
         name=r.name,
         state=r.state,
-        attrs=r.attrs or {},
+        attrs=_object(r, "attrs"),
         first_seen=r.first_seen,
         last_seen=r.last_seen,
     )
@@ -98,7 +209,7 @@ def session_from_row(r: Any) -> SessionRecord:
         status=r.status,
         started=r.started,
         ended=r.ended,
-        config=r.config or {},
+        config=_object(r, "config"),
     )
 
 
@@ -116,10 +227,10 @@ def attempt_from_row(r: Any, *, nodes: Sequence[str], excluded: Sequence[str]) -
         failure_category=r.failure_category,
         decision=r.decision,
         excluded_nodes=tuple(excluded),
-        exit_codes=r.exit_codes or {},
-        startup_phases=r.startup_phases or {},
-        evidence=tuple(r.evidence or ()),
-        detail=r.detail or {},
+        exit_codes=_exit_codes(r),
+        startup_phases=_object(r, "startup_phases"),
+        evidence=_strings(r, "evidence"),
+        detail=_detail(r),
     )
 
 
@@ -131,7 +242,7 @@ def alert_from_row(r: Any) -> AlertRecord:
         end=r.ended,
         peak_score=r.peak_score,
         kind=r.kind,
-        signals=tuple(r.signals or ()),
+        signals=_objects(r, "signals"),
         source=r.source,
     )
 
@@ -144,7 +255,7 @@ def exclusion_from_row(r: Any) -> ExclusionRecord:
         source=r.source,
         created=r.created,
         released=r.released,
-        evidence=tuple(r.evidence or ()),
+        evidence=_strings(r, "evidence"),
         session_id=r.session_id,
         attempt_id=r.attempt_id,
     )
@@ -175,15 +286,18 @@ def host_check_from_row(r: Any) -> HostCheckRecord:
         reason=r.reason,
         context=r.context,
         session_id=r.session_id,
-        findings=tuple(r.findings or ()),
-        figures=tuple(r.figures or ()),
+        findings=_objects(r, "findings"),
+        figures=_objects(r, "figures"),
     )
 
 
 __all__ = [
+    "BadRow",
     "alert_from_row",
     "attempt_from_row",
     "checkpoint_from_row",
+    "decode_row",
+    "decode_rows",
     "event_from_row",
     "event_to_row",
     "exclusion_from_row",

@@ -36,6 +36,7 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 from trainguard.errors import SchemaVersionError, StoreError
 from trainguard.outdirs import MissingParent, make_dir
 from trainguard.store import schema
+from trainguard.store.jsoncell import lenient_json_loads
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +150,8 @@ def _sqlite_engine(url: URL, shown: str, readonly: bool = False) -> Engine:
             raise StoreError(f"cannot create the directory of {shown}: "
                              f"{exc.strerror or exc}") from exc
     try:
-        engine = sa.create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
+        engine = sa.create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S},
+                                 json_deserializer=lenient_json_loads)
     except (ArgumentError, NoSuchModuleError) as exc:
         raise StoreError(f"cannot use {shown}: {one_line(exc)}") from exc
 
@@ -160,6 +162,9 @@ def _sqlite_engine(url: URL, shown: str, readonly: bool = False) -> Engine:
         # ensure_schema, once the file is known to be a trainguard store (it is a property of
         # the file, not of a connection).
         dbapi_connection.isolation_level = None
+        # A cell that is not UTF-8 (a corrupt file, another writer) reads with U+FFFD in place
+        # of its bad bytes instead of failing the whole query.
+        dbapi_connection.text_factory = _lenient_text
         cursor = dbapi_connection.cursor()
         try:
             if readonly:
@@ -175,6 +180,10 @@ def _sqlite_engine(url: URL, shown: str, readonly: bool = False) -> Engine:
         conn.exec_driver_sql(conn.get_execution_options().get(SQLITE_BEGIN_OPTION, "BEGIN"))
 
     return engine
+
+
+def _lenient_text(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
 
 
 def _postgres_engine(url: URL, shown: str, readonly: bool = False) -> Engine:
@@ -195,7 +204,8 @@ def _postgres_engine(url: URL, shown: str, readonly: bool = False) -> Engine:
         connect_args["options"] = "-c default_transaction_read_only=on"
     try:
         # pre_ping: a long-lived supervisor survives a database restart.
-        return sa.create_engine(url, connect_args=connect_args, pool_pre_ping=True)
+        return sa.create_engine(url, connect_args=connect_args, pool_pre_ping=True,
+                                json_deserializer=lenient_json_loads)
     except (ArgumentError, NoSuchModuleError, ImportError) as exc:
         raise StoreError(f"cannot use {shown}: {one_line(exc)}") from exc
 

@@ -31,6 +31,8 @@ class StoreCore:
         self._engine = engine
         self._writer = write_engine(engine)
         self._readonly = readonly
+        self._warned: set[tuple[str, object]] = set()
+        """Rows already reported as unreadable (``codec.decode_row``): one warning each."""
 
     @property
     def url(self) -> str:

@@ -10,7 +10,13 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from trainguard.store import schema
-from trainguard.store.codec import alert_from_row, exclusion_from_row, node_from_row
+from trainguard.store.codec import (
+    alert_from_row,
+    decode_row,
+    decode_rows,
+    exclusion_from_row,
+    node_from_row,
+)
 from trainguard.store.core import StoreCore, insert_id
 from trainguard.store.records import ALERT_KINDS, AlertRecord, ExclusionRecord, NodeRecord
 
@@ -54,7 +60,7 @@ class FleetMixin(StoreCore):
         t = schema.nodes
         with self._read("nodes") as conn:
             rows = conn.execute(sa.select(t).order_by(t.c.name)).all()
-        return [node_from_row(r) for r in rows]
+        return decode_rows("nodes", rows, node_from_row, self._warned)
 
     # -- alerts ------------------------------------------------------------------------------
 
@@ -94,7 +100,7 @@ class FleetMixin(StoreCore):
             query = query.where(sa.or_(t.c.ended.is_(None), t.c.ended >= since))
         with self._read("alerts") as conn:
             rows = conn.execute(query).all()
-        return [alert_from_row(r) for r in rows]
+        return decode_rows("alerts", rows, alert_from_row, self._warned)
 
     def update_alert(self, alert_id: int, *, end: float | None, peak_score: float,
                      signals: Sequence[Mapping[str, Any]] | None = None) -> None:
@@ -116,7 +122,7 @@ class FleetMixin(StoreCore):
                                    t.c.source == source).order_by(t.c.id).limit(1)
         with self._read("alerts") as conn:
             row = conn.execute(query).first()
-        return None if row is None else alert_from_row(row)
+        return None if row is None else decode_row("alerts", row, alert_from_row, self._warned)
 
     # -- exclusions --------------------------------------------------------------------------
 
@@ -167,7 +173,7 @@ class FleetMixin(StoreCore):
             query = query.where(t.c.released.is_(None))
         with self._read("exclusions") as conn:
             rows = conn.execute(query).all()
-        return [exclusion_from_row(r) for r in rows]
+        return decode_rows("exclusions", rows, exclusion_from_row, self._warned)
 
     def active_excluded_nodes(self) -> set[str]:
         t = schema.exclusions

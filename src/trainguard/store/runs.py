@@ -13,6 +13,7 @@ from trainguard.store import schema
 from trainguard.store.codec import (
     attempt_from_row,
     checkpoint_from_row,
+    decode_rows,
     event_from_row,
     event_to_row,
     session_from_row,
@@ -65,7 +66,7 @@ class RunsMixin(StoreCore):
             query = query.where(sa.or_(t.c.ended.is_(None), t.c.ended >= since))
         with self._read("sessions") as conn:
             rows = conn.execute(query).all()
-        return [session_from_row(r) for r in rows]
+        return decode_rows("sessions", rows, session_from_row, self._warned)
 
     def create_attempt(
         self,
@@ -146,14 +147,11 @@ class RunsMixin(StoreCore):
         members: dict[tuple[int, str], list[str]] = {}
         for nr in node_rows:
             members.setdefault((nr.attempt_id, nr.role), []).append(nr.node)
-        return [
-            attempt_from_row(
-                r,
-                nodes=members.get((r.id, _MEMBER), ()),
-                excluded=members.get((r.id, _EXCLUDED), ()),
-            )
-            for r in rows
-        ]
+        return decode_rows("attempts", rows, lambda r: attempt_from_row(
+            r,
+            nodes=members.get((r.id, _MEMBER), ()),
+            excluded=members.get((r.id, _EXCLUDED), ()),
+        ), self._warned)
 
     # -- failure events ----------------------------------------------------------------------
 
@@ -196,7 +194,7 @@ class RunsMixin(StoreCore):
             query = query.where(t.c.category == category)
         with self._read("events") as conn:
             rows = conn.execute(query).all()
-        return [event_from_row(r) for r in rows]
+        return decode_rows("events", rows, event_from_row, self._warned)
 
     # -- checkpoints -------------------------------------------------------------------------
 

@@ -28,6 +28,8 @@ logger = logging.getLogger(__name__)
 STACK_SIGNAL = signal.SIGUSR2
 _STATES = {"R": "running", "S": "running", "I": "running", "W": "running", "T": "stopped",
            "t": "stopped", "D": "disk-sleep", "Z": "zombie", "X": "exited"}
+PROCESS_STATES = frozenset(_STATES.values())
+"""The words :func:`process_state` and :func:`group_usage` say."""
 
 
 def process_state(pid: int | None) -> str:
@@ -44,6 +46,51 @@ def process_state(pid: int | None) -> str:
         return "exited"
     letter = fields[0].decode("ascii", "replace")
     return _STATES.get(letter, letter)
+
+
+_TICK_S = 1.0 / (os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100)
+_PROC = Path("/proc")
+
+
+def _group_entry(stat: bytes) -> tuple[int, str, float] | None:
+    """(process group, state letter, CPU seconds incl. reaped children) of one ``stat``."""
+    fields = stat[stat.rfind(b")") + 1:].split()
+    try:
+        ticks = sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+        return int(fields[2]), fields[0].decode("ascii", "replace"), ticks * _TICK_S
+    except (IndexError, ValueError):
+        return None
+
+
+def group_usage(groups: Mapping[int, int], proc: Path = _PROC) -> dict[int, tuple[str, float]]:
+    """For each key of ``groups`` (a rank) whose process group (its leader's pid) has a process
+    left: ``(state, cpu_s)``, the group's state (``stopped`` when any of its processes is in
+    state ``T``/``t``, else its leader's, else ``running``) and the CPU seconds its processes
+    used (user + system, reaped children included). One pass over ``/proc``."""
+    wanted = {pgid: rank for rank, pgid in groups.items()}
+    cpu: dict[int, float] = {}
+    states: dict[int, str] = {}
+    try:
+        entries = list(os.scandir(proc))
+    except OSError:
+        return {}
+    for entry in entries:
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"{entry.path}/stat", "rb") as f:
+                found = _group_entry(f.read())
+        except OSError:
+            continue  # gone meanwhile
+        if found is None or found[0] not in wanted:
+            continue
+        pgid, letter, seconds = found
+        rank = wanted[pgid]
+        cpu[rank] = cpu.get(rank, 0.0) + seconds
+        word = _STATES.get(letter, "running")  # P (parked) and the like: not stopped
+        if word == "stopped" or (int(entry.name) == pgid and states.get(rank) != "stopped"):
+            states[rank] = word
+    return {rank: (states.get(rank, "running"), seconds) for rank, seconds in cpu.items()}
 
 
 def catches(pid: int | None, signum: int) -> bool:
@@ -158,5 +205,5 @@ def request_stacks(
     return stacks
 
 
-__all__ = ["STACK_SIGNAL", "catches", "process_state", "py_spy_path", "read_states",
-           "request_stacks"]
+__all__ = ["PROCESS_STATES", "STACK_SIGNAL", "catches", "group_usage", "process_state",
+           "py_spy_path", "read_states", "request_stacks"]

@@ -392,13 +392,23 @@ _COLLECTIVE_FRAME = re.compile(
     r"|all_to_all(?:_single)?|gather(?:_object)?|scatter(?:_object_list)?|reduce|send|recv)\b")
 
 
+_IDLE_MAIN = re.compile(r"^Thread \S+ \(idle[^)]*\): \"MainThread\"", re.MULTILINE)
+
+
 def stack_collective(text: str | None) -> str | None:
     """The torch.distributed collective the training thread of a stack dump is in (py-spy or
-    faulthandler format), None when it is in none (or there is no stack)."""
-    for line in stack_top(text, lines=40):
+    faulthandler format), None when it is in none (or there is no stack).
+
+    DDP reduces gradients inside ``backward()``: a main thread that py-spy sees *idle* (off
+    the CPU) with autograd's engine as its innermost frame waits in that all-reduce."""
+    top = stack_top(text, lines=40)
+    for line in top:
         m = _COLLECTIVE_FRAME.search(line)
         if m:
             return (m.group(1) or m.group(2)).lstrip("_")
+    if top and top[0].startswith("_engine_run_backward ") and text is not None \
+            and _IDLE_MAIN.search(text):
+        return "all_reduce"
     return None
 
 

@@ -25,6 +25,7 @@ from trainguard.ckpt.manifest import read_manifest, step_dirname
 from trainguard.ckpt.resume import check_fresh_start
 from trainguard.errors import CheckpointError
 from trainguard.train import api
+from trainguard.train.env import TrainEnv
 from trainguard.train.session import Session
 
 __all__ = ["Checkpoints"]
@@ -70,12 +71,18 @@ class Checkpoints:
         checksum: str = "crc32",
         sharded: bool = False,
     ) -> None:
+        # Under the supervisor, saves carry the attempt: opening the directory raises its epoch
+        # so a fenced (lost) host's older attempt can no longer commit here.
+        env = session.env if session is not None else TrainEnv.from_environ(os.environ)
+        attempt = env.attempt if env.supervised else None
         self.engine = Checkpointer(Path(root), keep_last=keep_last, streams=streams,
-                                   stripe_bytes=stripe_bytes, checksum=checksum, sharded=sharded)
+                                   stripe_bytes=stripe_bytes, checksum=checksum, sharded=sharded,
+                                   attempt=attempt)
         # One directory object for saves and loads: what a load found unreadable, a save of
         # either kind must not prune (its ledger, `trainguard.ckpt.retention`).
         self.dir: CheckpointDir = self.engine.dir
         self._session = session
+        self.dir.fence("opening the checkpoint directory")
 
     def __repr__(self) -> str:
         return f"Checkpoints({str(self.root)!r}, keep_last={self.dir.keep_last})"

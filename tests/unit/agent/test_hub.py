@@ -44,10 +44,8 @@ async def send_and_ack(hub: AgentHub, ident: Identity, msgs: list[dict[str, obje
                        outbox: Outbox) -> int:
     conn = await dial(*hub.address, ident)
     outbox.ack(conn.acked)
-    for data in outbox.pending():
-        conn.writer.write(data)
-    for msg in msgs:
-        conn.writer.write(outbox.add(msg))
+    conn.send(outbox.pending())
+    conn.send([outbox.add(msg) for msg in msgs])
     await conn.writer.drain()
     acked = conn.acked
     want = outbox.last_seq
@@ -56,7 +54,7 @@ async def send_and_ack(hub: AgentHub, ident: Identity, msgs: list[dict[str, obje
         data = await asyncio.wait_for(conn.reader.read(65536), 5)
         if not data:
             raise ConnectionError("closed by the hub")
-        for m in conn.frames.feed(data):
+        for m in conn.feed(data):
             if m["t"] == "ack":
                 acked = int(m["seq"])
     conn.writer.close()
@@ -93,7 +91,7 @@ def test_wrong_secret_garbage_and_oversized_frames_are_dropped(hub: AgentHub) ->
 def test_an_oversized_frame_after_the_handshake_drops_only_that_agent(hub: AgentHub) -> None:
     async def flood() -> None:
         conn = await dial(*hub.address, me())
-        conn.writer.write(pack({"t": "out", "data": b"x" * (3 << 20)}, limit=8 << 20))
+        conn.writer.write(pack({"t": "out", "data": b"x" * (3 << 20)}, limit=8 << 20))  # raw
         try:
             await conn.writer.drain()
             while await asyncio.wait_for(conn.reader.read(65536), 5):
@@ -119,11 +117,12 @@ def test_unexpected_nodes_and_old_attempts_are_refused(hub: AgentHub) -> None:
 
 def test_a_reconnect_resends_only_what_was_not_acknowledged(hub: AgentHub) -> None:
     outbox = Outbox()
-    asyncio.run(send_and_ack(hub, me(), [{"t": "a"}, {"t": "b"}], outbox))
+    agent = me()  # one agent process: its reconnect presents the same instance
+    asyncio.run(send_and_ack(hub, agent, [{"t": "a"}, {"t": "b"}], outbox))
     # Two more were queued while "disconnected"; one old one is still unacknowledged locally.
     outbox.add({"t": "c"})
     outbox.add({"t": "d"})
-    acked = asyncio.run(send_and_ack(hub, me(), [], outbox))
+    acked = asyncio.run(send_and_ack(hub, agent, [], outbox))
     assert acked == 4
     wait_for(lambda: len(hub.peers()) == 2)
     assert [m.msg["t"] for m in hub.take()] == ["a", "b", "c", "d"]  # no duplicates
@@ -155,18 +154,20 @@ def test_frames_from_the_agent_side_are_bounded_too() -> None:
 def test_a_command_sent_right_after_the_welcome_is_not_lost() -> None:
     """The controller may send its first command in the same TCP segment as the welcome (it
     does under load): the agent's dial keeps it instead of failing the handshake."""
-    from trainguard.agent.wire import mac, nonce, read_one
+    from trainguard.agent.wire import PROTOCOL, Channel, mac, nonce, read_one, session_keys
 
     async def scenario() -> list[dict[str, object]]:
         async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             ours = nonce()
-            writer.write(pack({"t": "challenge", "proto": "trainguard-agent/1", "nonce": ours}))
+            writer.write(pack({"t": "challenge", "proto": PROTOCOL, "nonce": ours}))
             hello = await read_one(reader, FrameReader(HANDSHAKE_FRAME), 5)
-            theirs = hello["nonce"]
-            assert isinstance(theirs, bytes)
+            theirs, instance = hello["nonce"], hello["instance"]
+            assert isinstance(theirs, bytes) and isinstance(instance, bytes)
+            c2s, s2c = session_keys(SECRET.encode(), ours, theirs, "agent", "n1", SESSION, "0",
+                                    instance)
             writer.write(pack({"t": "welcome", "acked": 0,
-                               "mac": mac(SECRET.encode(), b"welcome", theirs, ours)})
-                         + pack({"t": "launch", "attempt": 0}))
+                               "mac": mac(SECRET.encode(), b"welcome", theirs, ours, "0")})
+                         + Channel(s2c, c2s).seal([pack({"t": "launch", "attempt": 0})]))
             await writer.drain()
             await asyncio.sleep(0.2)
             writer.close()

@@ -118,7 +118,7 @@ def test_a_cpu_hog_at_half_speed_is_slow() -> None:
 
 def test_reason_reads_with_value_reference_and_ratio() -> None:
     results = [ProbeResult("cpu_gemm", f"n{i}", Status.OK, figures=(figure("gemm_gflops", v),))
-               for i, v in enumerate([57.3, 57.3, 57.3, 12.1])]
+               for i, v in enumerate([57.3, 57.3, 57.3, 57.3, 12.1])]
     [slow] = _not_pass(judge(results))
     assert slow.reason.startswith("cpu_gemm gemm_gflops: 12.1 GFLOP/s, 0.21x the other hosts' "
                                   "median 57.3 GFLOP/s")
@@ -126,8 +126,8 @@ def test_reason_reads_with_value_reference_and_ratio() -> None:
 
 def test_lower_is_better_figures_are_slow_when_higher() -> None:
     cfg = JudgeConfig()
-    assert compare(10.0, [1.0, 1.1, 0.9], higher_is_better=False, config=cfg).slow  # type: ignore[union-attr]
-    assert not compare(0.1, [1.0, 1.1, 0.9], higher_is_better=False, config=cfg).slow  # type: ignore[union-attr]
+    assert compare(10.0, [1.0, 1.1, 0.9, 1.0], higher_is_better=False, config=cfg).slow  # type: ignore[union-attr]
+    assert not compare(0.1, [1.0, 1.1, 0.9, 1.0], higher_is_better=False, config=cfg).slow  # type: ignore[union-attr]
 
 
 def test_a_noisy_figure_needs_more_than_the_ratio() -> None:
@@ -138,9 +138,9 @@ def test_a_noisy_figure_needs_more_than_the_ratio() -> None:
 
 def test_leave_one_out_keeps_a_bad_host_from_dragging_its_reference() -> None:
     results = [ProbeResult("storage", f"n{i}", Status.OK, figures=(figure("write_mbps", v),))
-               for i, v in enumerate([400.0, 410.0, 5.0])]
+               for i, v in enumerate([400.0, 410.0, 400.0, 410.0, 5.0])]
     [slow] = _not_pass(judge(results))
-    assert slow.subject == "n2" and slow.reference == pytest.approx(405.0)
+    assert slow.subject == "n4" and slow.reference == pytest.approx(405.0)
 
 
 def test_floors_fail_whatever_the_other_hosts_do() -> None:

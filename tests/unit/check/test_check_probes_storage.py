@@ -38,23 +38,25 @@ def test_the_file_is_removed_when_writing_fails(tmp_path: Path,
     assert list(tmp_path.iterdir()) == []
 
 
-def test_skipped_without_a_usable_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_skipped_only_without_a_dir_and_failed_with_an_unusable_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert st.storage(_params(None)).status is Status.SKIPPED
     missing = st.storage(_params(tmp_path / "nope"))
-    assert missing.status is Status.SKIPPED and "does not exist" in missing.reason
+    assert missing.status is Status.ERROR and "does not exist" in missing.reason
     (tmp_path / "f").write_text("x")
-    assert "not a directory" in st.storage(_params(tmp_path / "f")).reason
+    not_dir = st.storage(_params(tmp_path / "f"))
+    assert not_dir.status is Status.ERROR and "not a directory" in not_dir.reason
     monkeypatch.setattr(st.os, "access", lambda path, mode: False)  # root passes access()
-    assert "not writable" in st.storage(_params(tmp_path)).reason
+    unwritable = st.storage(_params(tmp_path))
+    assert unwritable.status is Status.ERROR and "not writable" in unwritable.reason
 
 
-def test_skipped_when_free_space_is_too_small(tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_nearly_full_dir_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     class Usage:
-        free = 4 * st.MIN_BYTES - 1
+        free = st.MIN_FREE - 1
     monkeypatch.setattr(st.shutil, "disk_usage", lambda path: Usage)
     r = st.storage(_params(tmp_path))
-    assert r.status is Status.SKIPPED and "too little free space" in r.reason
+    assert r.status is Status.ERROR and "is full" in r.reason
 
 
 def test_size_is_bounded_by_a_quarter_of_the_free_space(tmp_path: Path,
@@ -62,7 +64,7 @@ def test_size_is_bounded_by_a_quarter_of_the_free_space(tmp_path: Path,
     class Usage:
         free = 40 * 2**20
     monkeypatch.setattr(st.shutil, "disk_usage", lambda path: Usage)
-    assert st.storage_size(tmp_path, 128 * 2**20) == (8 * 2**20, "")
+    assert st.storage_size(tmp_path, 128 * 2**20) == 8 * 2**20
 
 
 def test_writing_stops_at_the_budget_after_a_synced_block(

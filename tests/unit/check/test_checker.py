@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from trainguard.check.checker import Checker, CheckOptions, pair_waves, waves
+from trainguard.check.clocksync import SAMPLES as CLOCK_SAMPLES
 from trainguard.check.model import Figure, Level, ProbeResult, Status
 
 
@@ -132,7 +133,7 @@ def test_hosts_sharing_a_machine_are_measured_apart() -> None:
     agents = FakeAgents(HOSTS[:4], machine={h: "box" for h in HOSTS[:4]})
     report = run(agents)
     assert report.flagged() == ()
-    probe_calls = [hosts for kind, hosts in agents.calls if kind == "check"][1:]
+    probe_calls = [hosts for kind, hosts in agents.calls if kind == "check"][CLOCK_SAMPLES:]
     assert probe_calls == [(h,) for h in HOSTS[:4]]  # one host at a time
     assert all(len(hosts) == 1 for kind, hosts in agents.calls if kind == "link_probe")
 

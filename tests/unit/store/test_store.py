@@ -167,14 +167,18 @@ def test_newer_schema_message_names_both_versions(tmp_path: Path) -> None:
     assert f"version {SCHEMA_VERSION} this trainguard supports" in message
 
 
-def test_unreadable_event_row_is_a_store_error(tmp_path: Path) -> None:
+def test_unreadable_event_row_is_skipped_with_a_warning(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # issue 26: one bad row costs that row, never the whole query (tests/unit/store/
+    # test_store_bad_rows.py covers every JSON cell)
     path = tmp_path / "tg.db"
     with Store.open(str(path)) as store:
-        store.add_events([full_event()])
+        store.add_events([full_event(), full_event(rank=3)])
         with sqlite3.connect(path) as raw:
-            raw.execute("UPDATE events SET category = 'from_the_future'")
-        with pytest.raises(StoreError, match="event 1 cannot be read"):
-            store.events()
+            raw.execute("UPDATE events SET category = 'from_the_future' WHERE id = 1")
+        with caplog.at_level("WARNING", logger="trainguard.store"):
+            assert [ev.rank for ev in store.events()] == [3]
+    assert "skipping events row 1: 'from_the_future' is not a valid Category" in caplog.text
 
 
 def test_unreachable_postgres_is_one_line_store_error() -> None:

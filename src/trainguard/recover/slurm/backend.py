@@ -172,6 +172,17 @@ class SlurmAttempt:
     def close(self) -> None:
         """Nothing to release beyond what :meth:`stop` and the last :meth:`poll` did."""
 
+    def _kill_step(self) -> None:
+        """Fencing: SIGKILL every task of the step through Slurm (a stopped one, one whose
+        host srun lost), not only srun here, before anything is relaunched."""
+        step = self._step
+        if step is None and self._step_file.exists():
+            step = self._step_file.read_text().strip() or None
+        kill = getattr(self._commands, "kill", None)
+        if step is not None and callable(kill):
+            with contextlib.suppress(LaunchError, ConfigError):
+                kill(step)
+
     def stop(self, grace_s: float) -> list[RankExit]:
         if self._srun is not None and self._srun.poll() is None:
             # srun forwards SIGTERM to every task; the task wrapper to its rank's group.
@@ -183,6 +194,7 @@ class SlurmAttempt:
         while time.monotonic() < deadline and self._ended() is None:
             time.sleep(0.05)
         if self._srun is not None and self._srun.poll() is None:
+            self._kill_step()
             self._srun.kill()
             self._srun.wait()
         for pid in self.pids().values():  # same host: make sure nothing is left behind
@@ -275,11 +287,13 @@ class SlurmBackend:
         self.commands.drain(node, reason)
 
     def _srun_argv(self, nodes: tuple[str, ...], per_node: int,
-                   program: list[str], overlap: bool = False) -> list[str]:
+                   program: list[str], overlap: bool = False,
+                   step_name: str | None = None) -> list[str]:
         shared = ["--overlap"] if overlap else []
         return ["srun", f"--nodes={len(nodes)}", f"--ntasks={len(nodes) * per_node}",
                 f"--ntasks-per-node={per_node}", f"--nodelist={','.join(nodes)}",
-                "--kill-on-bad-exit=0", "--export=ALL", f"--job-name={self._job_name}",
+                "--kill-on-bad-exit=0", "--export=ALL",
+                f"--job-name={step_name or self._job_name}",
                 *shared, *program]
 
     def _step_env(self, plan: LaunchPlan, attempt_dir: Path) -> dict[str, str]:
@@ -296,21 +310,24 @@ class SlurmBackend:
                                        self._step_env(plan, attempt_dir), attempt_dir,
                                        plan.workdir, plan.attempt)
         return SlurmAttempt(plan, attempt_dir, srun=srun, job_id=job_id,
-                            commands=self.commands if job_id else None,
+                            commands=self.commands,
                             reaper=self._reaper.get())
 
     def start_step(self, nodes: tuple[str, ...], per_node: int, program: list[str],
                    env: Mapping[str, str], attempt_dir: Path, workdir: Path, attempt: int,
                    output: str | None = None, overlap: bool = False,
+                   step_name: str | None = None,
                    ) -> tuple[subprocess.Popen[bytes] | None, str | None]:
         """Run ``program`` as ``per_node`` tasks on each of ``nodes``: an ``srun`` step
         (allocation mode; its process) or a submitted job (submit mode; its id).
         ``output``: the submitted job's output file as the node sees it (default: the
         attempt's ``job.out``, which needs the run directory on a shared filesystem).
         ``overlap``: the step may share CPUs with earlier steps (``srun --overlap``): an
-        agents' step of a lost host never completes, and must not hold the next one back."""
+        agents' step of a lost host never completes, and must not hold the next one back.
+        ``step_name``: the step's name in allocation mode (to find and cancel it)."""
         attempt_dir.mkdir(parents=True, exist_ok=True)
-        srun_argv = self._srun_argv(nodes, per_node, program, overlap)
+        srun_argv = self._srun_argv(nodes, per_node, program, overlap,
+                                    step_name if self.mode == "allocation" else None)
         if self.mode == "allocation":
             with open(attempt_dir / "srun.log", "ab") as out:
                 try:
@@ -349,6 +366,11 @@ class SlurmBackend:
         log.info("attempt %d submitted as job %s", attempt, job_id)
         (attempt_dir / "job_id").write_text(job_id + "\n")
         return None, job_id
+
+    @property
+    def allocation(self) -> str | None:
+        """The job id of the allocation the steps run in (allocation mode)."""
+        return self._env.get("SLURM_JOB_ID") if self.mode == "allocation" else None
 
     @property
     def reaper(self) -> ReaperLink:

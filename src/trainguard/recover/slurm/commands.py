@@ -35,6 +35,7 @@ Runner = Callable[[Sequence[str]], subprocess.CompletedProcess[str]]
 # requiring that keeps `python train.py lr=3` inside a Command value.
 _KEY_BOUNDARY = re.compile(r"(?:^|\s+)([A-Z][A-Za-z:/_]*)=")
 _JOB_ID = re.compile(r"\d+(?:[_+]\d+)?", re.ASCII)
+_STEP_ID = re.compile(r"\d+(?:[_+]\d+)?(?:\.\d+)?", re.ASCII)
 _SINFO_FORMAT = "%N|%T|%E"  # `|` cannot occur in a node name; the reason is last (may hold `|`)
 _INVALID_HOSTLIST = "Invalid hostlist"
 
@@ -171,6 +172,26 @@ class SlurmCommands:
     def cancel(self, job_id: int | str) -> None:
         self.run(["scancel", _job_id(job_id)])
 
+    def kill(self, job_or_step: str) -> None:
+        """``scancel --signal=KILL --full ID``: SIGKILL every process of a job (its batch
+        shell too) or of a step (``JOB.STEP``) now, stopped ones included, without
+        ``KillWait``'s grace; then ``scancel ID`` so Slurm ends it."""
+        target = _step_id(job_or_step)
+        full = [] if "." in target else ["--full"]
+        self.run(["scancel", "--signal=KILL", *full, target])
+        self.run(["scancel", target])
+
+    def steps_named(self, job_id: int | str, name: str) -> list[str]:
+        """``JOB.STEP`` ids of ``job_id``'s running steps called ``name`` (``srun
+        --job-name``), from ``squeue --steps``."""
+        proc = self.run(["squeue", "-h", "--steps", "-j", _job_id(job_id), "-o", "%i|%j"])
+        found = []
+        for line in proc.stdout.splitlines():
+            step, _, step_name = line.strip().partition("|")
+            if step_name == name and _STEP_ID.fullmatch(step):
+                found.append(step)
+        return found
+
     def show_config(self) -> dict[str, str]:
         """``scontrol show config`` as ``{"JobCompType": "jobcomp/filetxt", ...}``."""
         proc = self.run(["scontrol", "show", "config"])
@@ -228,6 +249,14 @@ def _first_line(text: str | None) -> str:
         if line.strip():
             return line.strip()
     return ""
+
+
+def _step_id(text: str) -> str:
+    """A job id or a ``JOB.STEP`` id; `ConfigError` otherwise."""
+    text = str(text).strip()
+    if _STEP_ID.fullmatch(text) is None:
+        raise ConfigError(f"invalid Slurm job or step id {text!r}")
+    return text
 
 
 def _job_id(job_id: int | str) -> str:

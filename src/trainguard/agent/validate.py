@@ -1,0 +1,135 @@
+"""What an agent sends, checked before the controller acts on it.
+
+An agent is authenticated, but it runs on a host that may be compromised or simply buggy: no
+field it sends may crash the controller or reach its records unchecked. :func:`check_message`
+checks the fields the controller reads from each message type it handles and raises
+:class:`~trainguard.agent.wire.WireError` (the message is then dropped with one log line); a
+field it does not know is left alone, so an agent may send more than this controller reads.
+:func:`rank_entries` does the same for a hang-collection reply's per-rank map.
+
+    >>> check_message({"t": "exit", "rank": 1, "code": 0})
+    >>> rank_entries({"0": {"proc": "running"}, "x": {}})
+    Traceback (most recent call last):
+    ...
+    trainguard.agent.wire.WireError: reply: rank key 'x' is not a rank number
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from trainguard.agent.wire import WireError
+
+_MAX_RANK = 1 << 24
+_MAX_TEXT = 4096
+
+
+def _int(value: object, what: str, low: int = -(1 << 62), high: int = 1 << 62) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise WireError(f"{what} must be an integer in [{low}, {high}]")
+    return value
+
+
+def _rank(value: object, what: str) -> int:
+    return _int(value, what, 0, _MAX_RANK)
+
+
+def _opt(msg: Mapping[str, Any], key: str, kind: type | tuple[type, ...], what: str,
+         limit: int | None = None) -> None:
+    if key not in msg or msg[key] is None:
+        return
+    value = msg[key]
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        raise WireError(f"{what}: field {key!r} has the wrong type")
+    if limit is not None and isinstance(value, (str, bytes, list, dict)) and len(value) > limit:
+        raise WireError(f"{what}: field {key!r} is longer than {limit}")
+
+
+def _data(msg: Mapping[str, Any]) -> None:
+    _rank(msg.get("rank"), f"{msg['t']}: rank")
+    if not isinstance(msg.get("data"), bytes):
+        raise WireError(f"{msg['t']}: data must be bytes")
+
+
+def _exit(msg: Mapping[str, Any]) -> None:
+    _rank(msg.get("rank"), "exit: rank")
+    _int(msg.get("code"), "exit: code", -(1 << 16), 1 << 16)
+
+
+def _procs(msg: Mapping[str, Any]) -> None:
+    stopped = msg.get("stopped")
+    if stopped is not None:
+        if not isinstance(stopped, list) or len(stopped) > _MAX_RANK:
+            raise WireError("procs: stopped must be a list of ranks")
+        for rank in stopped:
+            _rank(rank, "procs: stopped rank")
+
+
+def _klog(msg: Mapping[str, Any]) -> None:
+    if not isinstance(msg.get("event"), dict):
+        raise WireError("klog: event must be a map")
+
+
+def _started(msg: Mapping[str, Any]) -> None:
+    pids = msg.get("pids")
+    if not isinstance(pids, dict):
+        raise WireError("started: pids must be a map")
+    for key, pid in pids.items():
+        rank_key(key, "started")
+        _int(pid, "started: pid", 1, 1 << 31)
+
+
+def _reply(msg: Mapping[str, Any]) -> None:
+    _int(msg.get("req"), "reply: req", 0)
+    if "ranks" in msg:
+        rank_entries(msg["ranks"])
+    _opt(msg, "error", str, "reply", _MAX_TEXT)
+
+
+def _error(msg: Mapping[str, Any]) -> None:
+    _opt(msg, "what", str, "error", 256)
+    _opt(msg, "text", str, "error", 64 << 10)
+
+
+_CHECKS: dict[str, Callable[[Mapping[str, Any]], None]] = {
+    "out": _data, "sdk": _data, "exit": _exit, "procs": _procs, "klog": _klog,
+    "started": _started, "reply": _reply, "error": _error,
+}
+
+
+def check_message(msg: Mapping[str, Any]) -> None:
+    """:class:`WireError` when a field the controller reads from ``msg`` is malformed; a
+    message type it does not check passes (its reader checks it)."""
+    check = _CHECKS.get(str(msg.get("t")))
+    if check is not None:
+        check(msg)
+
+
+def rank_key(key: object, what: str) -> int:
+    """A rank as a map key (a decimal string, as msgpack keys are strings)."""
+    if isinstance(key, str) and key.isascii() and key.isdigit() and len(key) <= 9:
+        return _rank(int(key), f"{what}: rank key")
+    raise WireError(f"{what}: rank key {str(key)[:24]!r} is not a rank number")
+
+
+def rank_entries(ranks: object) -> dict[int, dict[str, Any]]:
+    """A hang-collection reply's ``ranks`` map, by rank: each entry a map whose ``pid``,
+    ``proc``, ``trace`` and ``stack`` have their types; :class:`WireError` otherwise."""
+    if not isinstance(ranks, dict):
+        raise WireError("reply: ranks must be a map")
+    out: dict[int, dict[str, Any]] = {}
+    for key, info in ranks.items():
+        rank = rank_key(key, "reply")
+        if not isinstance(info, dict):
+            raise WireError(f"reply: rank {rank}'s entry must be a map")
+        if info.get("pid") is not None:
+            _int(info["pid"], f"reply: rank {rank}'s pid", 1, 1 << 31)
+        _opt(info, "proc", str, f"reply: rank {rank}", 64)
+        _opt(info, "trace", bytes, f"reply: rank {rank}")
+        _opt(info, "stack", str, f"reply: rank {rank}")
+        out[rank] = info
+    return out
+
+
+__all__ = ["check_message", "rank_entries", "rank_key"]
