@@ -18,7 +18,8 @@ the hub refuses or drops them. Two phases, each measured over ``--window`` secon
 
 1. **steady**: the agents alone;
 2. **flood**: the agents plus a flood process from 8 other loopback addresses, holding
-   ``--flood-idle`` idle unauthenticated connections (reopened as the hub drops them) and opening
+   ``--flood-idle`` (4,000) idle unauthenticated connections (reopened as the hub drops them: more
+   than the hub admits before authentication) and opening
    ``--flood-rate`` connections per second, half sending garbage, half a hello with a wrong
    secret (``dial`` with another secret).
 
@@ -235,8 +236,9 @@ def parse_args(argv: Sequence[str] | None) -> Config:
     ap.add_argument("--warmup", type=float, default=5.0,
                     help="seconds after all agents connected before measuring")
     ap.add_argument("--no-flood", action="store_true", help="skip the flood phase")
-    ap.add_argument("--flood-idle", type=int, default=1000,
-                    help="idle unauthenticated connections held open")
+    ap.add_argument("--flood-idle", type=int, default=4000,
+                    help="idle unauthenticated connections held open (more than the hub's "
+                    "pre-auth cap, 2,048 for 1,024 agents)")
     ap.add_argument("--flood-rate", type=float, default=200.0,
                     help="garbage / wrong-secret connections per second")
     ap.add_argument("--controller-nice", type=int, default=0,

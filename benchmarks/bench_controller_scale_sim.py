@@ -306,11 +306,14 @@ async def _idle(address: tuple[str, int], local: str, stop: asyncio.Event, f: _F
             await asyncio.sleep(0.2)
             continue
         f.idle_opened += 1
+        opened = time.monotonic()
         with contextlib.suppress(OSError):
             while await reader.read(4096):
                 pass  # the challenge; then nothing from us until the hub gives up
         writer.close()
-        await asyncio.sleep(0.05)
+        # Held until the handshake timeout: take the place again at once. Refused at once (the
+        # gate is full): try again in a second, so the churn stays a few thousand a second.
+        await asyncio.sleep(0.05 if time.monotonic() - opened > 1.0 else 1.0)
 
 
 async def _garbage(address: tuple[str, int], local: str, f: _Flood) -> None:

@@ -84,8 +84,9 @@ def test_a_rank_stuck_outside_the_collective_is_declared_within_the_timeout(
     first, second = doc["attempts"]
     assert first["failure_category"] == "nccl_timeout_hang", first
     assert second["status"] == "succeeded"
+    # the silence starts at rank 0's last line, a step or so before rank 1 stalls
     after = declared_after_fault(doc, mark)
-    assert HANG_TIMEOUT - 0.5 < after < HANG_TIMEOUT + 5
+    assert HANG_TIMEOUT - 2 < after < HANG_TIMEOUT + 5
     # rank 0 waits in DDP's gradient all-reduce (py-spy: idle in backward), rank 1 is not in
     # a collective: the stacks single it out
     if shutil.which("py-spy") or (Path(sys.executable).parent / "py-spy").exists():

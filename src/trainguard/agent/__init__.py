@@ -10,6 +10,7 @@
 - :mod:`~trainguard.agent.host`: an agent's work on its own host (ranks, kernel log, stacks);
 - :mod:`~trainguard.agent.runner`: ``trainguard agent`` itself;
 - :mod:`~trainguard.agent.remote`: the controller's view of an attempt run by agents;
+- :mod:`~trainguard.agent.mirror`: the controller's open append files for what agents send;
 - :mod:`~trainguard.agent.backend`: backends that launch agents, not ranks.
 
 Nothing is imported here: the agent process loads only what it uses (it starts per attempt).

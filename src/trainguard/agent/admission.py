@@ -4,7 +4,10 @@ A stranger costs the controller a file descriptor from its ``accept`` until the 
 fails (at most :data:`~trainguard.agent.wire.HANDSHAKE_TIMEOUT_S`). Without a bound, a few
 hundred idle connections exhaust the descriptors the run needs for its own records and rank
 output. :class:`PreAuthGate` caps connections that have not authenticated yet, in all and per
-peer address; one over the cap is closed at once. :class:`RateLog` turns a flood into one log
+peer address; one over the cap is closed at once. One remote address gets a quarter of the total
+at most (each real host runs one agent, so one address has a handshake or two in flight), so a
+single attacking address cannot take every place; loopback, where all the virtual nodes of one
+machine dial from, gets up to the total. :class:`RateLog` turns a flood into one log
 line per interval and key instead of one per connection.
 
     >>> gate = PreAuthGate(total=2, per_address=1)
@@ -16,6 +19,7 @@ line per interval and key instead of one per connection.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,14 +33,16 @@ class PreAuthGate:
     total: int = 128
     """At most this many at once, from everyone."""
     per_address: int = 32
-    """At most this many at once from one peer address (virtual nodes of one machine all come
-    from loopback, hence not lower)."""
+    """At most this many at once from one remote peer address."""
+    per_loopback: int | None = None
+    """At most this many at once from one loopback address (virtual nodes of this machine all
+    come from there); None: ``per_address``."""
     _open: dict[str, int] = field(default_factory=dict)
     _count: int = 0
 
     def admit(self, address: str) -> bool:
         """Take a place for a new connection from ``address``; False when it must be refused."""
-        if self._count >= self.total or self._open.get(address, 0) >= self.per_address:
+        if self._count >= self.total or self._open.get(address, 0) >= self.cap(address):
             return False
         self._open[address] = self._open.get(address, 0) + 1
         self._count += 1
@@ -53,6 +59,12 @@ class PreAuthGate:
         else:
             del self._open[address]
 
+    def cap(self, address: str) -> int:
+        """How many at once ``address`` may hold."""
+        if self.per_loopback is not None and _loopback(address):
+            return self.per_loopback
+        return self.per_address
+
     @property
     def waiting(self) -> int:
         return self._count
@@ -60,15 +72,22 @@ class PreAuthGate:
 
 def gate_for(fd_limit: int, agents: int = 0) -> PreAuthGate:
     """A gate that leaves most of ``fd_limit`` descriptors to the run itself, and lets
-    ``agents`` agents (all from one address: virtual nodes of this machine) authenticate at
-    once, twice over.
+    ``agents`` agents (on loopback all from one address: virtual nodes of this machine)
+    authenticate at once, twice over; one remote address gets at most a quarter of the total.
 
-    >>> g = gate_for(1 << 20, agents=100); (g.total, g.per_address)
-    (256, 200)
+    >>> g = gate_for(1 << 20, agents=100); (g.total, g.per_address, g.per_loopback)
+    (256, 64, 200)
     """
     total = max(8, min(256, fd_limit // 8), min(2 * agents, fd_limit // 4))
-    return PreAuthGate(total=total, per_address=max(4, min(32, total // 2),
-                                                    min(2 * agents, total)))
+    return PreAuthGate(total=total, per_address=max(4, total // 4),
+                       per_loopback=max(4, min(32, total // 2), min(2 * agents, total)))
+
+
+def _loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:  # not an IP address (a Unix socket, "?"): treat as remote
+        return False
 
 
 class RateLog:

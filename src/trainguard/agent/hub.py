@@ -21,6 +21,14 @@ a connection presenting another id is refused, whether or not the owner is conne
 backend starts exactly one agent per node and attempt; the ranks are that agent's children, so
 no other process could carry on for it.)
 
+**Backpressure.** What agents send waits in an inbox until the supervisor's poll takes it.
+Above :data:`INBOX_HIGH_BYTES` (or :data:`INBOX_HIGH_MESSAGES`) queued, the connection readers
+stop reading until :meth:`AgentHub.take` empties it: nothing is acknowledged meanwhile, so each
+agent keeps what it has in its bounded outbox and stops reading its ranks' output. The inbox
+exceeds the mark by at most one read per connection. Handshakes and the hub's heartbeats go on,
+and a host whose reader is held this way counts as heard from (its ``last_seen`` is now), so
+backpressure never makes it look lost.
+
 An ``operator`` connection (``trainguard inject`` against a running job) authenticates the same
 way and gets one answer per request from the ``operator`` callback.
 """
@@ -65,6 +73,11 @@ _WRITE_BUFFER_MAX = 8 << 20
 _OPERATORS_MAX = 8
 """Authenticated operator connections at once."""
 
+INBOX_HIGH_BYTES = 64 << 20
+"""Received bytes queued for the supervisor above which the hub stops reading agents."""
+INBOX_HIGH_MESSAGES = 200_000
+"""Queued messages above which the hub stops reading agents."""
+
 Operator = Callable[[Mapping[str, Any]], dict[str, Any]]
 
 
@@ -73,7 +86,10 @@ class AgentHub:
 
     def __init__(self, secret: str, session: str, *, host: str = "127.0.0.1", port: int = 0,
                  clock: Callable[[], float] = time.time, heartbeat_s: float = 1.0,
-                 operator: Operator | None = None) -> None:
+                 operator: Operator | None = None, inbox_high_bytes: int = INBOX_HIGH_BYTES,
+                 inbox_high_messages: int = INBOX_HIGH_MESSAGES) -> None:
+        if inbox_high_bytes < 1 or inbox_high_messages < 1:
+            raise ValueError("hub.inbox_high_bytes and hub.inbox_high_messages must be >= 1")
         self._secret = secret.encode()
         self.session = session
         self._host, self._port = host, port
@@ -86,6 +102,14 @@ class AgentHub:
         self._beats: asyncio.Task[None] | None = None
         self._lock = threading.Lock()
         self._inbox: list[Inbound] = []
+        self._queued = 0
+        """Bytes received for the messages in the inbox."""
+        self._high = (inbox_high_bytes, inbox_high_messages)
+        self._held = 0
+        """Readers waiting for room in the inbox."""
+        self._room = asyncio.Event()
+        """Set (in the loop) when :meth:`take` made room; readers that find none wait on it."""
+        self._closing = False
         self._peers: dict[str, Peer] = {}
         self._attempt = -1
         self.rejected = 0
@@ -144,6 +168,8 @@ class AgentHub:
             return
 
         async def shutdown() -> None:
+            self._closing = True
+            self._room.set()  # held readers go on to read their connection's end
             if self._beats is not None:
                 self._beats.cancel()
             if self._server is not None:
@@ -169,7 +195,11 @@ class AgentHub:
             self._peers = {n: Peer(n, attempt, now) for n in nodes}
             caps = gate_for(soft_nofile_limit(), len(self._peers))
             self._gate.total, self._gate.per_address = caps.total, caps.per_address
+            self._gate.per_loopback = caps.per_loopback
             self._inbox = [m for m in self._inbox if m.attempt == attempt]
+            if not self._inbox:
+                self._queued = 0
+        self._call(self._room.set)  # a held reader of the old attempt finds its peer gone
         for peer in old.values():
             if peer.writer is not None:
                 self._call(peer.writer.close)
@@ -178,12 +208,22 @@ class AgentHub:
         """Everything received since the last call."""
         with self._lock:
             out, self._inbox = self._inbox, []
+            self._queued = 0
+            held = self._held > 0
+        if held:
+            self._call(self._room.set)
         return out
 
-    def peers(self) -> dict[str, PeerView]:
+    def queued(self) -> tuple[int, int]:
+        """The inbox now: (bytes received for it, messages)."""
         with self._lock:
-            return {n: PeerView(p.writer is not None, p.last_seen, p.ever, p.closed_reason,
-                                p.connections)
+            return self._queued, len(self._inbox)
+
+    def peers(self) -> dict[str, PeerView]:
+        now = self._clock()
+        with self._lock:
+            return {n: PeerView(p.writer is not None, now if p.held else p.last_seen, p.ever,
+                                p.closed_reason, p.connections)
                     for n, p in self._peers.items()}
 
     def send(self, node: str, msg: Mapping[str, Any]) -> bool:
@@ -246,7 +286,7 @@ class AgentHub:
         self._ratelog.warning("flood", "agent hub: %d connection(s) refused so far: more than "
                               "%d waiting to authenticate, or %d from one address (latest "
                               "from %s)", self.refused, self._gate.total,
-                              self._gate.per_address, address)
+                              self._gate.cap(address), address)
         writer.transport.abort()
         return False
 
@@ -349,6 +389,7 @@ class AgentHub:
                        writer: asyncio.StreamWriter, frames: FrameReader,
                        channel: Channel) -> None:
         while True:
+            await self._room_for(peer)
             data = await reader.read(MAX_FRAME)
             if not data:
                 return
@@ -378,11 +419,34 @@ class AgentHub:
                     if msg.get("t") != "hb":
                         fresh.append(Inbound(peer.node, peer.attempt, msg, now))
                 self._inbox.extend(fresh)
+                if fresh:
+                    self._queued += len(data)
                 acked = peer.seq
             if numbered:
                 self._write(peer.node, writer, pack({"t": "ack", "seq": acked}))
             if bad is not None:
                 raise bad
+
+    async def _room_for(self, peer: Peer) -> None:
+        """Return when the inbox is below its high-water mark; until then, ``peer``'s reader
+        is held (backpressure: see the module docstring)."""
+        while True:
+            with self._lock:
+                if self._closing or (self._queued < self._high[0]
+                                     and len(self._inbox) < self._high[1]):
+                    return
+                if self._peers.get(peer.node) is not peer:
+                    return  # a newer attempt took over: the read loop ends it
+                self._held += 1
+                peer.held += 1
+                self._room.clear()  # under the lock: a take() after this sets it again
+            try:
+                await self._room.wait()
+            finally:
+                with self._lock:
+                    self._held -= 1
+                    peer.held -= 1
+                    peer.last_seen = max(peer.last_seen, self._clock())
 
     async def _operate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                        frames: FrameReader, channel: Channel) -> None:

@@ -57,6 +57,9 @@ class Peer:
         self.ever = False
         self.closed_reason: str | None = None
         self.connections = 0
+        self.held = 0
+        """Its readers (the current connection's, a replaced one's) waiting for room in the
+        hub's inbox (backpressure): not silent, held."""
 
 
 def sequence_verdict(last: int, seq: object) -> Literal["new", "seen", "refused"]:

@@ -26,6 +26,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from trainguard.agent.clock import ClockOffsets
 from trainguard.agent.hub import AgentHub, Inbound
+from trainguard.agent.mirror import AppendFiles
 from trainguard.agent.validate import check_message, rank_entries, rank_key
 from trainguard.agent.wire import WireError, integer
 from trainguard.errors import LaunchError, TrainguardError
@@ -100,6 +101,8 @@ class RemoteAttempt:
             output.parent.mkdir(parents=True, exist_ok=True)
             output.touch(exist_ok=True)
             events.touch(exist_ok=True)
+        self._mirror = AppendFiles()
+        """The rank files' append descriptors, kept open across messages."""
         self.nodes = tuple(dict.fromkeys((*plan.nodes, *watch_nodes)))
         logs = kernel_logs or {}
         self._launch = {node: {
@@ -163,9 +166,7 @@ class RemoteAttempt:
             data = msg.get("data")
             if not isinstance(data, bytes):
                 raise WireError("data must be bytes")
-            path = self._files[rank][0 if kind == "out" else 1]
-            with open(path, "ab") as f:
-                f.write(data)
+            self._mirror.append(self._files[rank][0 if kind == "out" else 1], data)
         elif kind == "exit":
             rank = self._own_rank(node, integer(msg, "rank"))
             if rank not in self._reported:
@@ -424,6 +425,7 @@ class RemoteAttempt:
         and its ranks die with it), or the agents' Slurm step or job is cancelled; a lost
         host's agent that reconnects later is told its attempt is over and kills its ranks."""
         self._pump()
+        self._mirror.close()  # the last pieces are written; nothing more is mirrored
         for node in self.nodes:
             self._hub.send(node, {"t": "bye"})
         lost = tuple(n for n in self.nodes if n in self.lost)

@@ -42,6 +42,11 @@ HANDSHAKE_FRAME = 4096
 HANDSHAKE_TIMEOUT_S = 5.0
 CHUNK = 256 << 10
 """Rank output and event bytes travel in pieces of at most this size."""
+READ_SIZE = 32 << 10
+"""The msgpack buffer each :class:`FrameReader` starts with (bytes). msgpack's default is
+``min(limit, 1 MiB)``, allocated up front and filled page by page as the stream moves through
+it: about 1 MiB resident per connection. This one grows (to at most ``limit``) only when a
+frame needs it."""
 
 
 class WireError(TrainguardError):
@@ -98,8 +103,9 @@ class FrameReader:
 
     @staticmethod
     def _new(limit: int) -> msgpack.Unpacker:
-        return msgpack.Unpacker(max_buffer_size=limit, raw=False, strict_map_key=True,
-                                ext_hook=_no_ext, use_list=True)
+        return msgpack.Unpacker(max_buffer_size=limit, read_size=min(limit, READ_SIZE),
+                                raw=False, strict_map_key=True, ext_hook=_no_ext,
+                                use_list=True)
 
     def relimit(self, limit: int) -> None:
         """Raise the limit after the handshake (nothing may be buffered then)."""
@@ -110,6 +116,7 @@ class FrameReader:
         """The complete messages ``data`` finishes; :class:`WireError` on anything malformed
         (with ``whole``, also when ``data`` ends inside a message)."""
         out: list[dict[str, Any]] = []
+        start = self._unpacker.tell()
         view = memoryview(data)
         while view:
             take = view[:self.limit]
@@ -127,7 +134,7 @@ class FrameReader:
                 raise
             except Exception as exc:  # msgpack's FormatError, StackError, ValueError, ...
                 raise WireError(f"malformed frame: {type(exc).__name__}: {exc}") from None
-        if whole and self._unpacker.tell() != len(data):
+        if whole and self._unpacker.tell() - start != len(data):
             raise WireError("a sealed frame ends inside a message")
         return out
 
@@ -185,6 +192,10 @@ class Channel:
         self._out, self._in = key_out, key_in
         self._sent = 0
         self._received = 0
+        self._bodies = FrameReader(MAX_FRAME)
+        """One reader for every received body: a body is checked to end on a message boundary
+        (``whole``), so nothing is left buffered between frames; after a bad one the connection
+        is dropped."""
 
     def _tag(self, key: bytes, counter: int, body: bytes) -> bytes:
         return hmac.new(key, counter.to_bytes(_COUNTER, "big") + body, hashlib.sha256).digest()
@@ -222,7 +233,7 @@ class Channel:
         if not hmac.compare_digest(self._tag(self._in, counter, body), tag):
             raise WireError("a frame with a wrong MAC (forged or altered)")
         self._received = counter
-        return FrameReader(MAX_FRAME).feed(body, whole=True)
+        return self._bodies.feed(body, whole=True)
 
 
 def text(msg: Mapping[str, Any], key: str, limit: int = 256) -> str:
@@ -242,6 +253,6 @@ def integer(msg: Mapping[str, Any], key: str) -> int:
 
 
 __all__ = ["CHUNK", "HANDSHAKE_FRAME", "HANDSHAKE_TIMEOUT_S", "MAX_BODY", "MAX_FRAME",
-           "PROTOCOL", "SECRET_ENV", "Channel", "FrameReader", "WireError", "instance_id",
-           "integer", "mac", "new_secret", "nonce", "pack", "read_one", "same_mac",
+           "PROTOCOL", "READ_SIZE", "SECRET_ENV", "Channel", "FrameReader", "WireError",
+           "instance_id", "integer", "mac", "new_secret", "nonce", "pack", "read_one", "same_mac",
            "session_keys", "text"]

@@ -18,6 +18,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from trainguard.errors import StoreError
 from trainguard.evidence.events import EvidenceLine, FailureEvent, TimeKind
 from trainguard.store.jsoncell import UNREADABLE
 from trainguard.store.records import (
@@ -36,8 +37,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class BadRow(ValueError):
-    """A row that cannot be turned into its record: the reason names the column."""
+class BadRow(StoreError):
+    """A row that cannot be turned into its record: the reason names the column (caught by
+    :func:`decode_row`, which skips the row)."""
 
 
 _WARNED_MAX = 10_000
