@@ -66,10 +66,17 @@ def test_peer_tracebacks_are_folded_on_the_terminal_and_kept_in_the_logs(tmp_pat
 
 
 def test_all_output_echoes_every_line(tmp_path: Path) -> None:
-    code, out, err = run(tmp_path, "--all-output")
-    assert code == 0, err[-3000:]
-    raised = raised_peers(tmp_path)
-    assert raised, "no peer raised: the test proves nothing"
+    # Whether a peer raises before it is stopped is a race (on a loaded machine the supervisor
+    # may stop both first): run the scenario again, in a fresh directory, when none did.
+    for tries in range(2):
+        where = tmp_path / f"try{tries}"
+        where.mkdir()
+        code, out, err = run(where, "--all-output")
+        assert code == 0, err[-3000:]
+        raised = raised_peers(where)
+        if raised:
+            break
+    assert raised, "no peer raised (twice): the test proves nothing"
     assert out.count("Traceback (most recent call last)") >= len(raised)
     assert "not shown" not in out
 
