@@ -16,10 +16,12 @@ field it does not know is left alone, so an agent may send more than this contro
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from trainguard.agent.wire import WireError
+from trainguard.trace.collect import PROCESS_STATES
 
 _MAX_RANK = 1 << 24
 _MAX_TEXT = 4096
@@ -66,6 +68,22 @@ def _procs(msg: Mapping[str, Any]) -> None:
             _rank(rank, "procs: stopped rank")
 
 
+def _procstat(msg: Mapping[str, Any]) -> None:
+    ranks = msg.get("ranks")
+    if not isinstance(ranks, list) or len(ranks) > _MAX_RANK:
+        raise WireError("procstat: ranks must be a list of [rank, state, cpu_s]")
+    for entry in ranks:
+        if not isinstance(entry, list) or len(entry) != 3:
+            raise WireError("procstat: an entry must be [rank, state, cpu_s]")
+        rank, state, cpu = entry
+        _rank(rank, "procstat: rank")
+        if state not in PROCESS_STATES:
+            raise WireError(f"procstat: unknown process state {str(state)[:20]!r}")
+        if not isinstance(cpu, (int, float)) or isinstance(cpu, bool) \
+                or not math.isfinite(cpu) or cpu < 0:
+            raise WireError("procstat: cpu_s must be a finite number >= 0")
+
+
 def _klog(msg: Mapping[str, Any]) -> None:
     if not isinstance(msg.get("event"), dict):
         raise WireError("klog: event must be a map")
@@ -93,7 +111,8 @@ def _error(msg: Mapping[str, Any]) -> None:
 
 
 _CHECKS: dict[str, Callable[[Mapping[str, Any]], None]] = {
-    "out": _data, "sdk": _data, "exit": _exit, "procs": _procs, "klog": _klog,
+    "out": _data, "sdk": _data, "exit": _exit, "procs": _procs, "procstat": _procstat,
+    "klog": _klog,
     "started": _started, "reply": _reply, "error": _error,
 }
 
