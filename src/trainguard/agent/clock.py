@@ -36,7 +36,8 @@ WARN_OFFSET_S = 1.0
 _OUTSTANDING = 8
 
 
-def _finite(value: object) -> float | None:
+def finite_reading(value: object) -> float | None:
+    """A clock reading from a message: a finite number (not a bool) as a float, else None."""
     if isinstance(value, (int, float)) and not isinstance(value, bool) \
             and math.isfinite(value):
         return float(value)
@@ -52,16 +53,16 @@ def run_start_on_host(msg: Mapping[str, Any], host_now: float) -> float:
     >>> run_start_on_host({"since": 1000.0}, 5000.0)
     1000.0
     """
-    elapsed = _finite(msg.get("elapsed_s"))
+    elapsed = finite_reading(msg.get("elapsed_s"))
     if elapsed is not None and elapsed >= 0:
         return host_now - elapsed
-    since = _finite(msg.get("since"))
+    since = finite_reading(msg.get("since"))
     return since if since is not None else host_now
 
 
 def clock_reply(msg: Mapping[str, Any], host_now: float) -> dict[str, Any] | None:
     """The agent's answer to a ``clock`` request (None for a malformed one; pure)."""
-    t0 = _finite(msg.get("t0"))
+    t0 = finite_reading(msg.get("t0"))
     return None if t0 is None else {"t": "clock", "t0": t0, "host": host_now}
 
 
@@ -104,7 +105,7 @@ class ClockOffsets:
     def reply(self, node: str, t0: object, host: object, t3: float) -> ClockOffset | None:
         """Take an answer (``t0`` as sent, the host's time, arrival time ``t3``); the node's
         best sample now, or None when the answer is not one of ours or malformed."""
-        sent, at = _finite(t0), _finite(host)
+        sent, at = finite_reading(t0), finite_reading(host)
         asked = self._asked.get(node)
         if sent is None or at is None or not asked or sent not in asked or t3 < sent:
             return None
@@ -128,4 +129,5 @@ class ClockOffsets:
         return dict(self._best)
 
 
-__all__ = ["PROBE_EVERY_S", "ClockOffset", "ClockOffsets", "clock_reply", "run_start_on_host"]
+__all__ = ["PROBE_EVERY_S", "ClockOffset", "ClockOffsets", "clock_reply", "finite_reading",
+           "run_start_on_host"]

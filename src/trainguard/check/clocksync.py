@@ -33,6 +33,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from trainguard.agent.clock import finite_reading
 from trainguard.check.model import Finding, Level
 
 SAMPLES = 8
@@ -92,11 +93,8 @@ def estimate(samples: Sequence[ClockSample]) -> ClockEstimate | None:
     return ClockEstimate(offset, best.delay / 2.0, len(good))
 
 
-def reading(value: object) -> float | None:
-    """A host's clock reading from its reply: a finite number, else None."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
+reading = finite_reading
+"""A host's clock reading from its reply: a finite number, else None."""
 
 
 def offset_finding(host: str, offset_s: float, uncertainty_s: float,
