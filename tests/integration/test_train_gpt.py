@@ -192,7 +192,10 @@ def test_resume_after_rank_failure_reproduces_losses(
         extra_env={"TRAINGUARD_INJECT": "exception:step=17,rank=1"},
         kill_after_rank_exit=1,
     )
-    assert crashed.codes[1] == 1, crashed.logs[1][-3000:]
+    # The uncaught exception ends rank 1 with status 1, or with SIGABRT when a gloo thread is
+    # still joinable as the interpreter exits ("terminate called without an active exception",
+    # libstdc++): either way the rank failed on the injected exception.
+    assert crashed.codes[1] in (1, -signal.SIGABRT), crashed.logs[1][-3000:]
     assert "RuntimeError: trainguard injected exception at step 17" in crashed.logs[1]
     # Hidden entries (the attempt-epoch markers of the fencing) are not checkpoints.
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()
