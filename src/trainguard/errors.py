@@ -8,6 +8,7 @@
     +-- TelemetryError              metrics sources (Prometheus, OpenMetrics, Parquet)
     +-- LaunchError                 starting or supervising training processes
     +-- CheckpointError             checkpoint save / load / validation
+    |   +-- SnapshotError           in-memory snapshot tier: torn, stale, too big, no room
     +-- TraceError                  trace input: state files, flight-recorder dumps, run dirs
 
 A user mistake raises one of these with a message that reads as one clear line; the CLI prints it
@@ -49,6 +50,10 @@ class CheckpointError(TrainguardError):
     """A checkpoint could not be saved, loaded or validated."""
 
 
+class SnapshotError(CheckpointError):
+    """An in-memory snapshot could not be taken, replicated or restored (names why)."""
+
+
 class TraceError(TrainguardError):
     """Trace input (a rank's state file, a flight-recorder dump, a run's records) is unusable."""
 
@@ -59,6 +64,7 @@ __all__ = [
     "LaunchError",
     "LogParseError",
     "SchemaVersionError",
+    "SnapshotError",
     "StoreError",
     "TelemetryError",
     "TraceError",
