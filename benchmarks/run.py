@@ -17,6 +17,7 @@ from benchmarks import (
     bench_classify,
     bench_controller_scale,
     bench_detect,
+    bench_fast_recovery,
     bench_openmetrics,
     bench_recovery,
     bench_tracing,
@@ -48,6 +49,8 @@ if __name__ == "__main__":
         bench_agents.main(["--only", "controller"])
     else:
         bench_agents.main([])
+    print("\n== recovery in seconds vs torchrun on the namespaced cluster (issue 27) ==")
+    bench_fast_recovery.main([])
     print("\n== the controller with 1,024 simulated agents, steady and flooded (issue #26) ==")
     bench_controller_scale.main([])
     print("\n== host checks on a namespaced 8-host cluster (issue #19) ==")

@@ -12,7 +12,8 @@ exactly, because
 1. the model is initialised right after ``torch.manual_seed(seed)``;
 2. the batch of (step, rank) comes from a generator seeded with (seed, step, rank) only, so it
    does not depend on what ran before;
-3. the checkpoint holds model, AdamW state and the next step; every rank loads it;
+3. the checkpoint holds model, AdamW state and the next step; every rank loads it (or, after
+   a failure under the supervisor, its own memory snapshot of the same state);
 4. ``torch.use_deterministic_algorithms(True)`` and one intra-op thread (unless OMP_NUM_THREADS
    says otherwise) keep the arithmetic order fixed.
 """
@@ -260,6 +261,11 @@ def main() -> int:
                 loss_log.flush()
             if step % args.log_every == 0 or step + 1 == args.steps:
                 print(f"step {step} loss {loss_value:.4f}", flush=True)
+        # Every rank: a snapshot in host memory when due (the SDK picks the interval; off
+        # unless the supervisor gave a snapshot directory). The callable runs only then.
+        ckpts.snapshot(step + 1, lambda next_step=step + 1: {
+            "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+            "step": next_step, "vocab": chars})
         if (step + 1) % args.ckpt_every == 0 or step + 1 == args.steps:
             if rank == 0:
                 state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),

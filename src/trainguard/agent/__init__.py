@@ -11,7 +11,10 @@
 - :mod:`~trainguard.agent.runner`: ``trainguard agent`` itself;
 - :mod:`~trainguard.agent.remote`: the controller's view of an attempt run by agents;
 - :mod:`~trainguard.agent.mirror`: the controller's open append files for what agents send;
-- :mod:`~trainguard.agent.backend`: backends that launch agents, not ranks.
+- :mod:`~trainguard.agent.backend`: backends that launch agents, not ranks;
+- :mod:`~trainguard.agent.snapshots`: an agent's part of the memory snapshot tier (replica
+  server, inventory, pushes to the buddy, fetches, the host's lease);
+- :mod:`~trainguard.agent.snapplane`: the controller's snapshot plane over the agents.
 
 Nothing is imported here: the agent process loads only what it uses (it starts per attempt).
 """

@@ -37,6 +37,7 @@ from trainguard.errors import ConfigError, LaunchError
 from trainguard.recover.backend import Backend, Capabilities, Closeable, LaunchPlan
 
 if TYPE_CHECKING:
+    from trainguard.agent.snapplane import AgentSnapshotPlane
     from trainguard.check.checker import CheckOptions, CheckReport
 
 ArgvFor = Callable[[str | None], list[str]]
@@ -203,6 +204,7 @@ class AgentBackend:
         self.hub: AgentHub | None = None
         self._since: float | None = None
         self._seen: set[tuple[object, ...]] = set()
+        self._plane: AgentSnapshotPlane | None = None
 
     # -- the scheduler's part ----------------------------------------------------------------
 
@@ -252,9 +254,22 @@ class AgentBackend:
             plan, self.hub, procs, watch_nodes=plan.watch_nodes, kernel_logs=plan.kernel_logs,
             since=self._since, node_timeout_s=self.node_timeout_s,
             connect_timeout_s=self.connect_timeout_s, orphan_timeout_s=self.orphan_timeout_s,
-            seen_events=self._seen, clock=self._clock, sleep=self._sleep)
+            seen_events=self._seen, clock=self._clock, sleep=self._sleep,
+            snapshots=self._plane if plan.host_dirs else None)
         self.hub.operator = attempt.operate
         return attempt
+
+    def snapshot_plane(self, root: Path, run_id: str,
+                       nodes: tuple[str, ...]) -> AgentSnapshotPlane:
+        """The run's snapshot plane: the agents replicate each host's snapshots to its
+        buddy's memory and fetch shards before a restore (:mod:`trainguard.agent.snapplane`)."""
+        from trainguard.agent.snapplane import AgentSnapshotPlane
+
+        def send(node: str, msg: Mapping[str, object]) -> bool:
+            return self.hub is not None and self.hub.send(node, msg)
+
+        self._plane = AgentSnapshotPlane(root, run_id, nodes, send, backend=self)
+        return self._plane
 
     def check_hosts(self, hosts: Sequence[str], options: CheckOptions, work_dir: Path,
                     status: Callable[[str], None]) -> CheckReport:

@@ -245,9 +245,10 @@ class HostWork:
         out: list[dict[str, Any]] = []
         with self._lock:
             attempt = self._attempt
-            # stop() reaps in another thread: from then on, ask every rank.
+            # stop() reaps in another thread: from then on, ask every rank. Ranks started
+            # in warm standbys are not our children: their exits come over sockets.
             exits = attempt.poll() if attempt is not None \
-                and (self._stopping or _child_exited()) else []
+                and (self._stopping or attempt.has_warm or _child_exited()) else []
             self._held += [(ex, now) for ex in exits]
             left = budget
             changed = self._changed() if left is None or left > 0 else set()

@@ -63,6 +63,37 @@ class Fences(Protocol):
         ...
 
 
+class SnapshotLink(Protocol):
+    """The snapshot plane's side of an attempt (:class:`trainguard.agent.snapplane.
+    AgentSnapshotPlane`): what goes into each launch message, what it receives, what it
+    sends as the agents report."""
+
+    def launch_fields(self, node: str) -> dict[str, Any]:
+        """The launch message's ``snapshot`` field for ``node`` (without root and run)."""
+        ...
+
+    def claims(self, req: int) -> bool:
+        """A ``reply`` with this ``req`` answers the plane's request."""
+        ...
+
+    def receive(self, node: str, msg: Mapping[str, Any]) -> None:
+        """A checked ``snapinv``, ``snapserve`` or claimed ``reply`` from ``node``."""
+        ...
+
+    def tick(self) -> None:
+        """Send what the agents' reports made possible (buddies' addresses, fetches)."""
+        ...
+
+
+def snapshot_field(host_dir: str, fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The launch message's ``snapshot`` field: the host's directory as root and run id
+    (``<root>/<run>/<node>``, :class:`~trainguard.snapshot.layout.HostDirs`), and ``fields``.
+    Without a plane (warm standbys only) ``replicate`` is false: the agent touches the lease."""
+    host = Path(host_dir)
+    return {"root": str(host.parent.parent), "run": host.parent.name, "replicate": False,
+            **fields}
+
+
 def node_lost_event(node: str, why: str) -> FailureEvent:
     summary = f"node lost: {why}"
     return FailureEvent(
@@ -83,6 +114,7 @@ class RemoteAttempt:
                  since: float = 0.0, node_timeout_s: float = 30.0,
                  connect_timeout_s: float = 60.0, orphan_timeout_s: float = 30.0,
                  seen_events: set[tuple[object, ...]] | None = None,
+                 snapshots: SnapshotLink | None = None,
                  clock: Callable[[], float] = time.time,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.plan = plan
@@ -103,13 +135,18 @@ class RemoteAttempt:
         """The rank files' append descriptors, kept open across messages."""
         self.nodes = tuple(dict.fromkeys((*plan.nodes, *watch_nodes)))
         logs = kernel_logs or {}
-        self._launch = {node: {
+        self._launch: dict[str, dict[str, Any]] = {node: {
             "t": "launch", "attempt": plan.attempt, "command": list(plan.command),
             "workdir": str(plan.workdir), "kernel_log": logs.get(node), "since": since,
             "orphan_timeout_s": orphan_timeout_s,
             "ranks": [{"rank": rl.rank, "local_rank": rl.local_rank,
                        "node_rank": rl.node_rank, "env": dict(rl.env)}
                       for rl in plan.ranks if rl.node == node]} for node in self.nodes}
+        self._snap = snapshots
+        for node, launch in self._launch.items():
+            if node in plan.host_dirs:
+                launch["snapshot"] = snapshot_field(
+                    plan.host_dirs[node], snapshots.launch_fields(node) if snapshots else {})
         self._sent: dict[str, int] = {}
         """The connection each node's launch message went out on."""
         self._answered: set[str] = set()
@@ -154,6 +191,8 @@ class RemoteAttempt:
                     AttributeError, OverflowError) as exc:  # a lying agent: drop, go on
                 log.warning("message %r from %s's agent ignored: %s",
                             str(inbound.msg.get("t"))[:40], inbound.node, exc)
+        if self._snap is not None:
+            self._snap.tick()
         self._liveness(peers)
 
     def _dispatch(self, inbound: Inbound) -> None:
@@ -191,8 +230,13 @@ class RemoteAttempt:
             if isinstance(pids, dict):
                 self.pids_seen.update({rank_key(r, "started"): p for r, p in pids.items()
                                        if self._node_of.get(rank_key(r, "started")) == node})
+        elif kind in ("snapinv", "snapserve") and self._snap is not None:
+            self._snap.receive(node, msg)
         elif kind == "reply":
-            self._node_replies[(integer(msg, "req"), node)] = msg
+            if self._snap is not None and self._snap.claims(integer(msg, "req")):
+                self._snap.receive(node, msg)
+            else:
+                self._node_replies[(integer(msg, "req"), node)] = msg
         elif kind == "error":
             text = f"{node}: {str(msg.get('what'))[:40]}: {str(msg.get('text'))[:500]}"
             self.errors.append(text)
@@ -422,4 +466,5 @@ class RemoteAttempt:
         self._procs.close(wait_s=5.0)
 
 
-__all__ = ["AgentProcesses", "Fences", "RemoteAttempt", "node_lost_event"]
+__all__ = ["AgentProcesses", "Fences", "RemoteAttempt", "SnapshotLink", "node_lost_event",
+           "snapshot_field"]

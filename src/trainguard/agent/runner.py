@@ -32,8 +32,10 @@ from trainguard.agent.checks import CHECK_COMMANDS, LinkServers, probe_link, run
 from trainguard.agent.client import Connection, Identity, Outbox, StaleAttempt, dial
 from trainguard.agent.clock import clock_reply, run_start_on_host
 from trainguard.agent.host import HostWork
+from trainguard.agent.snapshots import SnapshotService, copy_fields, remove_run
 from trainguard.agent.wire import WireError, integer, pack
-from trainguard.errors import LaunchError, TrainguardError
+from trainguard.errors import LaunchError, SnapshotError, TrainguardError
+from trainguard.snapshot.layout import HostDirs
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +80,10 @@ class Agent:
         self._launched = False
         self._fenced = False
         self._links = LinkServers()
+        self._snaps: SnapshotService | None = None
+        self._fetching: set[int] = set()
+        """Ranks whose shard is still to be fetched before this host's ranks start."""
+        self._fetched = asyncio.Event()
 
     def run(self) -> int:
         return asyncio.run(self._main())
@@ -96,6 +102,8 @@ class Agent:
         if self._conn is not None:
             self._conn.writer.close()
         self._links.close()
+        if self._snaps is not None:
+            self._snaps.close()
         self.host.close()
         return self._status
 
@@ -121,6 +129,8 @@ class Agent:
             self._fenced = self._stopping = True
             log.warning("agent of %s: %s: killing its ranks", self.cfg.me.node, why)
             self.host.stop(0.0)
+            if self._snaps is not None:  # a fenced agent neither replicates nor serves
+                self._snaps.close(wait=False)
         self._status = status
         self._done.set()
 
@@ -230,6 +240,7 @@ class Agent:
                 grace = msg.get("grace_s")
                 grace_s = float(grace) if isinstance(grace, (int, float)) else 10.0
                 self._stopping = True
+                self._fetched.set()  # ranks still waiting for a shard are not started
                 asyncio.get_running_loop().create_task(
                     asyncio.to_thread(self.host.stop, grace_s))
             elif kind == "collect":
@@ -242,6 +253,8 @@ class Agent:
                     raise WireError("xid: line must be a string of at most 4096 characters")
                 path = self.host.append_kernel_line(line)
                 self._emit({"t": "note", "text": f"appended to {path}"})
+            elif kind in ("snapbuddy", "snapfetch", "snapclean"):
+                self._snapshot_command(str(kind), msg)
             elif kind == "bye":
                 await self._stop_and_exit(0)
             else:
@@ -257,6 +270,26 @@ class Agent:
         orphan = msg.get("orphan_timeout_s")
         if isinstance(orphan, (int, float)) and orphan > 0:
             self._orphan_s = float(orphan)
+        wait_s = await self._start_snapshots(msg.get("snapshot"))
+        if wait_s is None:
+            await self._start_ranks(msg)
+        else:  # the ranks start once their shards are here: commands go on meanwhile
+            asyncio.get_running_loop().create_task(self._start_after_fetch(msg, wait_s))
+
+    async def _start_after_fetch(self, msg: dict[str, Any], wait_s: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(wait_s):
+                await self._fetched.wait()
+        if self._stopping:
+            self._emit({"t": "error", "what": "launch",
+                        "text": "stopped before its ranks started (waiting for shards)"})
+            return
+        if self._fetching:  # the ranks start; restoring a missing shard fails them
+            self._emit({"t": "error", "what": "snapfetch", "text": "shard(s) of rank(s) "
+                        f"{sorted(self._fetching)} not fetched within {wait_s:g} s"})
+        await self._start_ranks(msg)
+
+    async def _start_ranks(self, msg: dict[str, Any]) -> None:
         klog = msg.get("kernel_log")
         # The run's start on this host's own clock (the controller's may be off by hours).
         since = run_start_on_host(msg, self.host.wall_time())
@@ -270,6 +303,69 @@ class Agent:
             self.host.watch_kernel_log(klog if isinstance(klog, str) and klog else None, since)
         except TrainguardError as exc:  # the ranks still run; the controller is told
             self._emit({"t": "error", "what": "kernel_log", "text": str(exc)[:2000]})
+
+    async def _start_snapshots(self, spec: object) -> float | None:
+        """The launch message's ``snapshot`` field: this host's snapshot service started
+        (agent.snapshots), reported; how long to wait for shards before the ranks start
+        (None: start them now)."""
+        if not isinstance(spec, dict):
+            return None
+        try:
+            dirs = HostDirs(Path(str(spec.get("root"))), str(spec.get("run")), self.cfg.me.node)
+            service = SnapshotService(dirs, self.cfg.me.secret, self.cfg.me.attempt,
+                                      addr=self._local_addr(),
+                                      replicate=spec.get("replicate") is True,
+                                      live=lambda: not self._fenced and not self._lease_lost())
+            served = await asyncio.to_thread(service.start)
+        except (TrainguardError, OSError) as exc:
+            self._emit({"t": "error", "what": "snapshot", "text": str(exc)[:2000]})
+            return None
+        self._snaps = service
+        if served is not None:
+            self._emit({"t": "snapserve", "addr": served[0], "port": served[1]})
+        for inv in service.take():
+            self._emit(inv)
+        fetch = spec.get("fetch")
+        if not isinstance(fetch, list) or not fetch or served is None:
+            return None
+        self._fetching = {r for r in fetch if isinstance(r, int) and not isinstance(r, bool)}
+        wait = spec.get("fetch_timeout_s")
+        return float(wait) if isinstance(wait, (int, float)) and 0 < wait <= 3600 else 60.0
+
+    def _snapshot_command(self, kind: str, msg: dict[str, Any]) -> None:
+        """``snapbuddy``, ``snapfetch``, ``snapclean`` (agent.snapshots)."""
+        if kind == "snapclean":
+            dirs = HostDirs(Path(str(msg.get("root"))), str(msg.get("run")), self.cfg.me.node)
+            req = integer(msg, "req")
+            removed = remove_run(dirs)
+            self._emit({"t": "reply", "req": req, "removed": removed})
+            return
+        service = self._snaps
+        if service is None or not service.replicate:
+            raise SnapshotError(f"{kind}: no snapshot service on this host")
+        if kind == "snapbuddy":
+            node, addr, port = msg.get("node"), msg.get("addr"), msg.get("port")
+            if node is None:
+                service.set_buddy(None, None)
+            elif isinstance(node, str) and isinstance(addr, str) and isinstance(port, int) \
+                    and 0 < port < 65536:
+                service.set_buddy(node, (addr, port))
+            else:
+                raise WireError("snapbuddy: node, addr and port must be given")
+            return
+        asyncio.get_running_loop().create_task(self._fetch(service, msg, integer(msg, "req")))
+
+    async def _fetch(self, service: SnapshotService, msg: dict[str, Any], req: int) -> None:
+        rank = msg.get("rank")
+        try:
+            copy = await asyncio.to_thread(service.fetch, msg)
+            reply: dict[str, Any] = {"copy": copy_fields(copy)}
+        except (TrainguardError, OSError) as exc:
+            reply = {"error": f"snapfetch: {exc}"[:2000]}
+        self._emit({"t": "reply", "req": req, **reply})
+        self._fetching.discard(rank if isinstance(rank, int) else -1)
+        if not self._fetching:
+            self._fetched.set()
 
     async def _collect(self, msg: dict[str, Any]) -> None:
         req = integer(msg, "req")
@@ -317,6 +413,8 @@ class Agent:
             # controller leaves it in the ranks' files, not in this agent's memory).
             batch = [self.outbox.add(msg)
                      for msg in self.host.poll(time.time(), self.outbox.room)]
+            if self._snaps is not None:
+                batch += [self.outbox.add(msg) for msg in self._snaps.take()]
             if batch:
                 self._send(*batch)
             if now >= next_beat:

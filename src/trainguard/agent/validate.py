@@ -103,6 +103,44 @@ def _reply(msg: Mapping[str, Any]) -> None:
     if "ranks" in msg:
         rank_entries(msg["ranks"])
     _opt(msg, "error", str, "reply", _MAX_TEXT)
+    if "copy" in msg:
+        shard_copy(msg["copy"], "reply")
+
+
+_COPY_KINDS = ("own", "replica", "fetched")
+_MAX_COPIES = 4096
+
+
+def shard_copy(entry: object, what: str) -> Mapping[str, Any]:
+    """One snapshot copy an agent reports (``snapinv``, a ``snapfetch`` reply)."""
+    if not isinstance(entry, dict):
+        raise WireError(f"{what}: a copy must be a map")
+    _rank(entry.get("rank"), f"{what}: rank")
+    _int(entry.get("step"), f"{what}: step", 0)
+    _int(entry.get("attempt"), f"{what}: attempt", 0)
+    _int(entry.get("payload_bytes", 0), f"{what}: payload_bytes", 0)
+    for key, limit in (("digest", 64), ("path", _MAX_TEXT)):
+        value = entry.get(key)
+        if not isinstance(value, str) or not value or len(value) > limit:
+            raise WireError(f"{what}: {key} must be a string of at most {limit} characters")
+    if entry.get("kind") not in _COPY_KINDS:
+        raise WireError(f"{what}: kind must be one of {', '.join(_COPY_KINDS)}")
+    return entry
+
+
+def _snapinv(msg: Mapping[str, Any]) -> None:
+    copies = msg.get("copies")
+    if not isinstance(copies, list) or len(copies) > _MAX_COPIES:
+        raise WireError(f"snapinv: copies must be a list of at most {_MAX_COPIES}")
+    for entry in copies:
+        shard_copy(entry, "snapinv")
+
+
+def _snapserve(msg: Mapping[str, Any]) -> None:
+    addr = msg.get("addr")
+    if not isinstance(addr, str) or not addr or len(addr) > 256:
+        raise WireError("snapserve: addr must be a string of at most 256 characters")
+    _int(msg.get("port"), "snapserve: port", 1, 65535)
 
 
 def _error(msg: Mapping[str, Any]) -> None:
@@ -114,6 +152,7 @@ _CHECKS: dict[str, Callable[[Mapping[str, Any]], None]] = {
     "out": _data, "sdk": _data, "exit": _exit, "procs": _procs, "procstat": _procstat,
     "klog": _klog,
     "started": _started, "reply": _reply, "error": _error,
+    "snapinv": _snapinv, "snapserve": _snapserve,
 }
 
 
@@ -151,4 +190,4 @@ def rank_entries(ranks: object) -> dict[int, dict[str, Any]]:
     return out
 
 
-__all__ = ["check_message", "rank_entries", "rank_key"]
+__all__ = ["check_message", "rank_entries", "rank_key", "shard_copy"]

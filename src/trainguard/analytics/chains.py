@@ -18,7 +18,8 @@ Outline of :func:`retry_chains` (per session, attempts by launch index):
 outcome yet and is left out): success rate = chains that ended in success / chains; attempts per
 chain (mean, median); retry intervals (median, 25th and 75th percentile, numpy's default linear
 method, see :func:`trainguard.analytics.runs.quantile`). Stats are given for all chains and for the
-automatic and manual ones alone.
+automatic and manual ones alone, with how many chains the supervisor stopped as crash loops
+(restarts without progress, :mod:`trainguard.recover.crashloop`).
 
     >>> stats = chain_stats(retry_chains(runs))       # doctest: +SKIP
     >>> stats["automatic"].success_rate, stats["manual"].retry_interval_median_s  # doctest: +SKIP
@@ -31,6 +32,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from trainguard.analytics.runs import SUCCEEDED, RunView, mean, median, quantile
+from trainguard.recover.crashloop import is_crash_loop_stop
 from trainguard.store import RUNNING, AttemptRecord
 
 GROUPS = ("all", "automatic", "manual")
@@ -53,10 +55,18 @@ class Chain:
         last = self.attempts[-1]
         return last.ended is None or last.status == RUNNING
 
+    @property
+    def crash_loop(self) -> bool:
+        """The supervisor stopped the chain as a crash loop (its last attempt's decision)."""
+        decision = self.attempts[-1].detail.get("decision")
+        return not self.succeeded and isinstance(decision, dict) \
+            and is_crash_loop_stop(decision)
+
     def to_dict(self) -> dict[str, object]:
         return {"session_id": self.session_id, "attempts": [a.index for a in self.attempts],
                 "succeeded": self.succeeded, "automatic": self.automatic,
-                "running": self.running, "retry_intervals_s": list(self.retry_intervals_s)}
+                "running": self.running, "retry_intervals_s": list(self.retry_intervals_s),
+                "crash_loop": self.crash_loop}
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +84,8 @@ class ChainStats:
     retry_interval_p75_s: float | None
     retry_intervals: int = 0
     """How many retry intervals the quantiles are computed from."""
+    crash_loops: int = 0
+    """Chains the supervisor stopped as crash loops (restarts without progress)."""
 
     def to_dict(self) -> dict[str, object]:
         return {"chains": self.chains, "succeeded": self.succeeded,
@@ -82,7 +94,7 @@ class ChainStats:
                 "retry_interval_median_s": self.retry_interval_median_s,
                 "retry_interval_p25_s": self.retry_interval_p25_s,
                 "retry_interval_p75_s": self.retry_interval_p75_s,
-                "retry_intervals": self.retry_intervals}
+                "retry_intervals": self.retry_intervals, "crash_loops": self.crash_loops}
 
 
 def session_chains(run: RunView) -> list[Chain]:
@@ -127,6 +139,7 @@ def summarize(chains: Sequence[Chain]) -> ChainStats:
         retry_interval_p25_s=quantile(intervals, 0.25),
         retry_interval_p75_s=quantile(intervals, 0.75),
         retry_intervals=len(intervals),
+        crash_loops=sum(c.crash_loop for c in done),
     )
 
 

@@ -18,7 +18,10 @@ for one run (a session and its attempts):
       without progress when the hang was declared; 0 when absent), cut to what is left;
    c. lost progress = from the last good checkpoint the attempt saved (its ``created``, the end of
       the save) to the start of the hang/detection tail; the whole rest of the window when it
-      saved none. This assumes the next attempt resumes from that checkpoint.
+      saved none. This assumes the next attempt resumes from that checkpoint. When the next
+      attempt restored a memory snapshot instead (its ``detail["restore"]``), the lost progress
+      is at most its ``steps_lost`` times this attempt's mean step time, and is counted under
+      that restore's source (``Badput.lost_progress_by_source``).
 5. checkpoint blocking = the stall (``blocking_s``, else ``save_s``) of the attempt's checkpoints,
    cut to what is left of the window; in a failed attempt, saves after the last good checkpoint
    are inside the lost progress and not counted twice.
@@ -27,6 +30,10 @@ for one run (a session and its attempts):
 8. other = wall - productive - every badput above. It is 0 for attempts that follow each other
    and is clamped at 0: attempts that overlap in time (only possible in imported history) would
    make it negative, and then productive + badput exceeds wall by the overlap.
+   Relaunches' startup is also split by how they started (``Badput.restart``): ``warm`` when
+   the SDK's imports phase took at most a quarter of the first attempt's, else ``cold``
+   (:func:`~trainguard.analytics.runs.start_kind`). Both splits are views of the badput above,
+   not added to it.
 9. host checks: the run's own pre-flight and stop-time checks (:mod:`.checktime`, merged so
    that overlapping checks count once) are badput of their own kind. Check time before the first
    attempt or after the last lengthens the wall (which then runs from the first check or launch
@@ -55,6 +62,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from trainguard.analytics.checktime import CheckCarve, Interval, before, overlap, total
 from trainguard.analytics.runs import (
@@ -64,7 +72,9 @@ from trainguard.analytics.runs import (
     detail_number,
     failure_info,
     failure_time,
+    restore_info,
     stall_s,
+    start_kind,
     startup_phases,
     without_sdk,
 )
@@ -92,6 +102,11 @@ class Badput:
     """Session start -> first launch (or first check), only with ``include_queue``."""
     host_checks_s: float = 0.0
     """The run's own pre-flight and stop-time host checks (outline step 9)."""
+    lost_progress_by_source: Mapping[str, float] = field(default_factory=dict)
+    """``lost_progress_s`` by where the next attempt restored from (memory, buddy, mixed,
+    disk, none): a view of it, not added to the total."""
+    restart: Mapping[str, float] = field(default_factory=dict)
+    """Relaunches' startup by ``warm``/``cold`` start: a view of ``startup``, not added."""
 
     @property
     def startup_s(self) -> float:
@@ -109,7 +124,9 @@ class Badput:
                 "lost_progress_s": self.lost_progress_s, "detection_s": self.detection_s,
                 "teardown_s": self.teardown_s, "relaunch_wait_s": self.relaunch_wait_s,
                 "hang_s": self.hang_s, "other_s": self.other_s, "queue_s": self.queue_s,
-                "host_checks_s": self.host_checks_s, "total_s": self.total_s}
+                "host_checks_s": self.host_checks_s, "total_s": self.total_s,
+                "lost_progress_by_source": dict(self.lost_progress_by_source),
+                "restart": dict(self.restart)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,10 +180,27 @@ class AttemptTime:
     teardown_s: float
     unknown_s: float = 0.0
     """The window's time that cannot be split without the SDK."""
+    lost_source: str = "disk"
+    """Where the lost progress was restored from by the next attempt."""
 
 
-def attempt_time(run: RunView, attempt: AttemptRecord, now: float | None = None) -> AttemptTime:
-    """Split one attempt's time (outline steps 2-6); a running attempt ends at ``now``."""
+def _memory_lost_s(attempt: AttemptRecord, following: Mapping[str, Any], window_s: float,
+                   lost_s: float) -> float:
+    """Outline step 4c for a next attempt that restored a memory snapshot: at most its
+    ``steps_lost`` times this attempt's mean step time (``lost_s`` when unknown)."""
+    steps_lost = following.get("steps_lost")
+    last = (attempt.detail or {}).get("last_step")
+    own = restore_info(attempt).get("step")
+    first = own if isinstance(own, int) else (attempt.resumed_from_step or 0)
+    if not isinstance(steps_lost, int) or not isinstance(last, int) or last <= first:
+        return lost_s
+    return min(lost_s, steps_lost * window_s / (last - first))
+
+
+def attempt_time(run: RunView, attempt: AttemptRecord, now: float | None = None,
+                 following: Mapping[str, Any] | None = None) -> AttemptTime:
+    """Split one attempt's time (outline steps 2-6); a running attempt ends at ``now``.
+    ``following``: the next attempt's ``restore`` record (outline step 4c)."""
     end = attempt.ended if attempt.ended is not None else max(now or attempt.started,
                                                                 attempt.started)
     failed = attempt.status in (FAILED, CANCELLED) and attempt.ended is not None
@@ -191,6 +225,10 @@ def attempt_time(run: RunView, attempt: AttemptRecord, now: float | None = None)
         saved = [c.created for c in ckpts if c.ok and c.created <= lost_end]
         last_saved = max(window_start, max(saved, default=window_start))
         lost = lost_end - last_saved
+        source = str((following or {}).get("source") or "disk")
+        if source in ("memory", "buddy", "mixed"):
+            lost = _memory_lost_s(attempt, following or {}, window, lost)
+            last_saved = lost_end - lost
         left = max(0.0, left - lost)
         ckpts = tuple(c for c in ckpts if c.created <= last_saved)
     # 5. checkpoint stalls, cut to what is left
@@ -199,7 +237,8 @@ def attempt_time(run: RunView, attempt: AttemptRecord, now: float | None = None)
     return AttemptTime(
         attempt_id=attempt.id, startup=startup, window_s=window, productive_s=left,
         checkpoint_blocking_s=blocking, lost_progress_s=lost, detection_s=detection,
-        hang_s=hang, teardown_s=end - f)
+        hang_s=hang, teardown_s=end - f,
+        lost_source=str((following or {}).get("source") or "disk") if failed else "disk")
 
 
 def _detection_and_hang(attempt: AttemptRecord, left: float) -> tuple[float, float, float]:
@@ -230,7 +269,8 @@ def goodput(run: RunView, *, include_queue: bool = False, now: float | None = No
     attempts = [a for a in run.attempts if a.ended is not None or now is not None]
     if not attempts:
         return Goodput(0.0, 0.0, None, Badput())
-    times = [attempt_time(run, a, now) for a in attempts]
+    nexts = [restore_info(b) for b in attempts[1:]] + [{}]
+    times = [attempt_time(run, a, now, n) for a, n in zip(attempts, nexts, strict=True)]
     ends = [a.ended if a.ended is not None else max(float(now or 0.0), a.started)
             for a in attempts]
     first, last = min(a.started for a in attempts), max(ends)
@@ -262,12 +302,31 @@ def goodput(run: RunView, *, include_queue: bool = False, now: float | None = No
         hang_s=sum(t.hang_s for t in times),
         queue_s=queue,
         host_checks_s=carve.total_s,
+        lost_progress_by_source=_by((t.lost_source, t.lost_progress_s) for t in times),
+        restart=_restart(attempts, times),
     )
     other = max(0.0, wall - productive - unknown - badput.total_s)  # 8.
     known = unknown == 0
     return Goodput(wall, productive, productive / wall if wall > 0 and known else None,
                    replace(badput, other_s=other), unknown_s=unknown,
                    ettr_wall_s=None if known else 0.0, ettr_productive_s=None if known else 0.0)
+
+
+def _by(pairs: Iterable[tuple[str, float]]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for key, seconds in pairs:
+        if seconds > 0:
+            out[key] = out.get(key, 0.0) + seconds
+    return out
+
+
+def _restart(attempts: Sequence[AttemptRecord], times: Sequence[AttemptTime]) -> dict[str, float]:
+    """Relaunches' startup by warm or cold start (outline step 8's note)."""
+    if not attempts:
+        return {}
+    cold = startup_phases(attempts[0]).get("imports")
+    return _by((start_kind(a, cold), sum(t.startup.values()))
+               for a, t in zip(attempts[1:], times[1:], strict=True))
 
 
 def _carve_checks(checks: Sequence[Interval], times: Sequence[AttemptTime],
@@ -301,6 +360,8 @@ def combine(parts: Iterable[Goodput]) -> Goodput:
     over the covered parts (the runs whose time is fully known)."""
     wall = productive = unknown = covered_wall = covered_productive = 0.0
     startup: dict[str, float] = {}
+    by_source: list[tuple[str, float]] = []
+    restart: list[tuple[str, float]] = []
     sums = dict.fromkeys(("checkpoint_blocking_s", "lost_progress_s", "detection_s",
                           "teardown_s", "relaunch_wait_s", "hang_s", "other_s", "queue_s",
                           "host_checks_s"), 0.0)
@@ -314,9 +375,13 @@ def combine(parts: Iterable[Goodput]) -> Goodput:
             startup[name] = startup.get(name, 0.0) + seconds
         for key in sums:
             sums[key] += getattr(g.badput, key)
+        by_source += g.badput.lost_progress_by_source.items()
+        restart += g.badput.restart.items()
     return Goodput(wall, productive,
                    covered_productive / covered_wall if covered_wall > 0 else None,
-                   Badput(startup=startup, **sums), unknown_s=unknown,
+                   Badput(startup=startup, lost_progress_by_source=_by(by_source),
+                          restart=_by(restart), **sums),
+                   unknown_s=unknown,
                    ettr_wall_s=covered_wall, ettr_productive_s=covered_productive)
 
 

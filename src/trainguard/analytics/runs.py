@@ -169,6 +169,25 @@ def without_sdk(attempt: AttemptRecord) -> bool:
     return (attempt.detail or {}).get("last_step") is None
 
 
+def restore_info(attempt: AttemptRecord) -> Mapping[str, Any]:
+    """``detail["restore"]`` (``source``, ``step``, ``steps_lost``...), or an empty mapping."""
+    restore = attempt.detail.get("restore") if attempt.detail else None
+    return restore if isinstance(restore, Mapping) else {}
+
+
+WARM_IMPORTS_SHARE = 0.25
+"""A relaunch whose imports phase took at most this share of the first attempt's (a cold
+start) started warm (a pre-warmed standby interpreter)."""
+
+
+def start_kind(attempt: AttemptRecord, cold_imports_s: float | None) -> str:
+    """``warm`` or ``cold``: the SDK's ``imports`` phase against a cold start's."""
+    imports = startup_phases(attempt).get("imports")
+    if imports is None or cold_imports_s is None or cold_imports_s <= 0:
+        return "cold"
+    return "warm" if imports <= WARM_IMPORTS_SHARE * cold_imports_s else "cold"
+
+
 def startup_s(attempt: AttemptRecord) -> float:
     """Launch to the end of the first training step (convention 3)."""
     return sum(startup_phases(attempt).values())
@@ -202,6 +221,7 @@ __all__ = [
     "FAILED",
     "SUCCEEDED",
     "SUPERVISOR_PHASES",
+    "WARM_IMPORTS_SHARE",
     "RunView",
     "detail_number",
     "failure_info",
@@ -210,7 +230,9 @@ __all__ = [
     "mean",
     "median",
     "quantile",
+    "restore_info",
     "stall_s",
+    "start_kind",
     "startup_phases",
     "startup_s",
     "without_sdk",

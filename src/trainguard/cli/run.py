@@ -7,7 +7,7 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import FrameType
 from typing import Annotated, Any
@@ -27,7 +27,8 @@ from trainguard.recover.inject import append_line, xid_line
 from trainguard.recover.narrate import final_line
 from trainguard.recover.registry import BackendOptions, backends_help, get_entry
 from trainguard.recover.runlock import RunDirLock
-from trainguard.recover.spec import job_name
+from trainguard.recover.spec import job_name, parse_failure_domains, parse_snapshot_every
+from trainguard.snapshot.layout import DEFAULT_ROOT
 from trainguard.store import Store
 
 run_help = reflow("""Supervise a multi-node training job: every rank gets the torch.distributed
@@ -112,6 +113,10 @@ def run(
         "in teardown from one mid-training.")] = 5.0,
     max_retries: Annotated[int, typer.Option(
         "--max-retries", help="Relaunches allowed in the chain.")] = 5,
+    crash_loop_restarts: Annotated[int, typer.Option(
+        "--crash-loop-restarts", help="Stop the chain as a crash loop when this many restarts "
+        "in a row got no further than the best step reached before them (SDK steps; 0: "
+        "off).")] = 3,
     backoff: Annotated[float, typer.Option(
         "--backoff", help="Seconds before the second relaunch of a run of failures (the first "
         "is immediate); doubles per further failure.")
@@ -188,6 +193,21 @@ def run(
     listen: Annotated[str | None, typer.Option(
         "--listen", help="Address to listen on for agents [default: --controller-addr's; "
         "all interfaces for remote hosts].")] = None,
+    snapshot_root: Annotated[Path, typer.Option(
+        "--snapshot-root", help="Where each host keeps the run's in-memory snapshots (a tmpfs; "
+        "removed when the run ends).")] = DEFAULT_ROOT,
+    snapshot_every: Annotated[str, typer.Option(
+        "--snapshot-every", help="Steps between in-memory snapshots of scripts that call "
+        "Checkpoints.snapshot: `auto` (as often as costs at most 2% of the step time), an "
+        "integer K, or `off` (restores read the disk checkpoint).")] = "auto",
+    failure_domains: Annotated[str | None, typer.Option(
+        "--failure-domains", help="Failure domain of each node, as FILE (JSON object or "
+        "`node=domain` lines) or node1=rackA,node2=rackB: a node's snapshots are replicated "
+        "to a host in another domain.")] = None,
+    warm: Annotated[bool, typer.Option(
+        "--warm/--no-warm", help="Keep pre-warmed standby interpreters (torch and the "
+        "script's imports loaded) for the next attempt; --no-warm: every attempt starts "
+        "cold.")] = True,
     node_timeout: Annotated[float, typer.Option(
         "--node-timeout", help="Seconds a host's agent may be silent before the host counts "
         "as lost (handled like Slurm's NODE_FAIL: excluded, resumed on a spare); an agent "
@@ -202,6 +222,7 @@ def run(
         if not node_names and entry.default_nodes is not None:
             node_names = entry.default_nodes(spare_names)
         faults = parse_faults(inject or ())
+        domains = parse_failure_domains(failure_domains) if failure_domains else None
         spec = JobSpec(
             command=tuple(command or ()), nodes=node_names, spares=spare_names,
             nproc_per_node=nproc_per_node, run_dir=run_dir.absolute(), min_nodes=min_nodes,
@@ -213,7 +234,11 @@ def run(
             alerts_replay=alerts_replay.absolute() if alerts_replay else None,
             stop_on_predictive=stop_on_predictive, master_port=master_port, faults=faults,
             policy=RetryPolicy(max_retries=max_retries, backoff_s=backoff,
-                               backoff_max_s=backoff_max))
+                               backoff_max_s=backoff_max,
+                               crash_loop_restarts=crash_loop_restarts),
+            snapshot_root=snapshot_root.absolute(),
+            snapshot_every=parse_snapshot_every(snapshot_every), failure_domains=domains,
+            warm=warm)
     except ConfigError as exc:
         fail(str(exc), code=2)
     lock = RunDirLock(spec.run_dir)  # one supervisor per run dir, held until this process ends
@@ -261,6 +286,7 @@ def run(
     finally:
         if isinstance(launcher, Closeable):
             launcher.close()
+        sup.sweep_snapshots()
         if store is not None:
             store.close()
         lock.release()
@@ -285,9 +311,32 @@ def _host_checks(preflight: bool, stop_checks: bool, floors: Path | None,
 def _report(result: RunResult, json_out: bool) -> None:
     if json_out:
         sys.stdout.write(Path(result.run_dir / "summary.json").read_text())
+    for attempt in result.attempts[1:]:
+        restore = attempt.restore or {}
+        if restore:
+            err.print(Text.assemble(("trainguard: ", "bold cyan"), recovery_line(
+                attempt.index, restore)))
     line = final_line(result, result.run_dir / "summary.json")
     style = "bold green" if result.status == "succeeded" else "bold red"
     err.print(Text.assemble(("trainguard: ", "bold cyan"), (line, style)))
+
+
+_FROM = {"memory": "from memory", "buddy": "from a buddy's memory",
+         "mixed": "from memory (own hosts and buddies)", "disk": "from disk",
+         "none": "from scratch (no checkpoint)"}
+
+
+def recovery_line(index: int, restore: Mapping[str, Any]) -> str:
+    """``attempt 1 restored step 25 from memory (3 steps lost)``."""
+    source, step, lost = restore.get("source"), restore.get("step"), restore.get("steps_lost")
+    where = _FROM.get(str(source), f"from {source}")
+    what = f"step {step} {where}" if step is not None else where
+    text = f"attempt {index} restored {what}"
+    if lost is not None:
+        text += f" ({lost} step{'s' if lost != 1 else ''} lost)"
+    if source == "disk" and restore.get("why"):
+        text += f": {restore['why']}"
+    return text
 
 
 # -- trainguard inject ----------------------------------------------------------------------
@@ -409,4 +458,4 @@ def inject_corrupt(
     err.print(f"corrupted {damaged} (checkpoint of step {infos[-1].step})")
 
 
-__all__ = ["inject_app", "run", "run_help"]
+__all__ = ["inject_app", "recovery_line", "run", "run_help"]

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from trainguard.devcluster.common import DevClusterError, which
 
-PRIVATE_DIRS = ("/tmp", "/var/log")  # fresh tmpfs in every host
+PRIVATE_DIRS = ("/tmp", "/var/log", "/dev/shm")  # fresh tmpfs in every host (/dev/shm: its
+# own host memory, freed when the host's PID namespace is killed)
 # Hosts have no route off this machine: their resolver asks their own loopback, so a name that
 # is not in /etc/hosts fails at once instead of after a DNS timeout (glibc also asks for an IPv6
 # address of names that /etc/hosts maps to IPv4 only, e.g. ``getent hosts host1``).
@@ -32,8 +33,8 @@ printf '%s' "$1" > /proc/sys/kernel/hostname
 mount --bind "$2" /etc/hosts
 mount --bind "$3" /etc/resolv.conf
 shift 3  # now $1 = cluster root
-for dir in /tmp /var/log; do
-  mode=0755; [ "$dir" = /tmp ] && mode=1777
+for dir in /tmp /var/log /dev/shm; do
+  mode=0755; [ "$dir" != /var/log ] && mode=1777
   case "$1/" in
     "$dir"/*)  # the cluster root lives below: keep it visible through the new tmpfs
       cd "$1"; mount -t tmpfs -o "mode=$mode" tghost "$dir"

@@ -146,9 +146,11 @@ class Attempt:
     def __init__(self, ctx: AttemptContext, chain: Chain, plan: LaunchPlan,
                  handle: AttemptHandle, drills: AttemptDrills, *, started: float,
                  launched: float, store_id: int | None,
-                 on_pids: Callable[[Mapping[int, int]], None] | None = None) -> None:
+                 on_pids: Callable[[Mapping[int, int]], None] | None = None,
+                 on_poll: Callable[[], None] | None = None) -> None:
         """``on_pids``: told the ranks' pids whenever more become known (agents report them
-        once they started the ranks; ``state.json`` lists them)."""
+        once they started the ranks; ``state.json`` lists them). ``on_poll``: called once per
+        poll (the snapshot coordinator pulls new copies)."""
         self.ctx = ctx
         self.chain = chain
         self.plan = plan
@@ -164,6 +166,7 @@ class Attempt:
         self._stragglers = StragglerWatch(self.index, ctx.spec.run_dir, ctx.status, launched)
         self._hang: HangDiagnosis | None = None
         self._on_pids = on_pids
+        self._on_poll = on_poll
         self._echo = None if ctx.output is None or ctx.fold_hold_s is None \
             else RankEcho(ctx.output, hold_s=ctx.fold_hold_s)
         self._pids_known = -1
@@ -194,6 +197,8 @@ class Attempt:
             self._pids_known = len(pids)
             self._on_pids(pids)
         self._poll_ranks(p.seen_ckpts, now)
+        if self._on_poll is not None:
+            self._on_poll()
         if self._echo is not None:
             trouble = p.trigger is not None or any(c not in (None, 0) for c in p.codes.values())
             self._echo.release(now, trouble=trouble)
@@ -375,7 +380,8 @@ class Attempt:
             skipped_checkpoints=skipped, startup_phases=phases, last_step=first.last_step,
             last_loss=first.last_loss, faults=faults, store_id=self.store_id,
             failed_at=None if failure is None else p.failed_at, hang_for_s=p.hang_for,
-            teardown_crashes=teardown, host_clocks=host_clocks(self.handle))
+            teardown_crashes=teardown, host_clocks=host_clocks(self.handle),
+            resume_source=str(resume["source"]) if resume and resume.get("source") else None)
 
 
 __all__ = ["TAIL_BYTES", "TAIL_LINES", "Attempt", "AttemptContext", "Outcome",

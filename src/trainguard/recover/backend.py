@@ -15,11 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from trainguard.evidence.events import FailureEvent
 from trainguard.recover.launchplan import LaunchPlan, RankLaunch
 from trainguard.recover.liveness import ProcSample
+from trainguard.snapshot.plane import SnapshotPlane
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +180,19 @@ class HasControl(Protocol):
 
 
 @runtime_checkable
+class HasSnapshotPlane(Protocol):
+    """A backend that moves the memory snapshot tier's bytes between its hosts
+    (docs/design/recovery-in-seconds.md): the local backend's virtual nodes share this
+    machine's memory; agents replicate over the network."""
+
+    def snapshot_plane(self, root: Path, run_id: str,
+                       nodes: tuple[str, ...]) -> SnapshotPlane:
+        """The run's plane over ``nodes`` (the nodes and the spares), snapshots kept under
+        ``root/run_id/<node>`` on each host; called once per run, before the first launch."""
+        ...
+
+
+@runtime_checkable
 class Closeable(Protocol):
     """A backend holding something for the whole run (a reaper, a controller)."""
 
@@ -186,5 +201,5 @@ class Closeable(Protocol):
 
 
 __all__ = ["AttemptHandle", "Backend", "Capabilities", "Closeable", "CollectsRankState",
-           "DeclaresCapabilities", "HasControl", "LaunchPlan", "RankExit", "RankLaunch",
-           "ReportsNodeEvents", "ReportsRankProcs", "Settles", "WritesKernelLogs"]
+           "DeclaresCapabilities", "HasControl", "HasSnapshotPlane", "LaunchPlan", "RankExit",
+           "RankLaunch", "ReportsNodeEvents", "ReportsRankProcs", "Settles", "WritesKernelLogs"]

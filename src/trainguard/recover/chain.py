@@ -42,14 +42,16 @@ class Chain:
 
 
 def decide_next(spec: JobSpec, failure: Failure, chain: Chain) -> Decision:
-    """The policy's decision on ``failure``; the chain remembers the failure."""
+    """The policy's decision on ``failure`` (the last of ``chain.attempts`` is the attempt that
+    failed); the chain remembers the failure."""
     required = spec.min_nodes if spec.min_nodes is not None else len(spec.nodes)
     state = ChainState(
         nodes=chain.nodes, spares=tuple(chain.spares), required_nodes=required,
         retries_used=chain.retries, history=tuple(chain.history),
         implicated=dict(chain.implicated), rollbacks_used=chain.rollbacks,
         checkpoint_steps=tuple(sorted(chain.checkpoint_steps)),
-        resume_max_step=chain.resume_max_step)
+        resume_max_step=chain.resume_max_step,
+        attempt_steps=tuple(a.last_step for a in chain.attempts))
     decision = decide(failure, state, spec.policy)
     chain.implicated = implicated_after(failure, state)
     chain.history.append(failure)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from trainguard.faultspec import SDK_KINDS, join_faults
 from trainguard.recover.spec import JobSpec
+from trainguard.snapshot.layout import HostDirs
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +45,24 @@ class LaunchPlan:
     kernel_logs: Mapping[str, str] = field(default_factory=dict)
     """Each node's kernel log (the ``--kernel-log`` template expanded), for backends whose
     agents read it on the node itself."""
+    host_dirs: Mapping[str, str] = field(default_factory=dict)
+    """Node -> the run's snapshot directory on that host (:class:`HostDirs.host`), for the
+    nodes and the spares; empty when the memory tier and warm standbys are both off."""
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryTier:
+    """What the ranks of one attempt are told about the memory tier (design doc, "Environment
+    given to each rank")."""
+
+    root: Path
+    """The snapshot root on every host."""
+    every: str = "auto"
+    """``TRAINGUARD_SNAPSHOT_EVERY``: ``auto`` or K; ``off``: no snapshot directory given."""
+    warm: bool = True
+    """Give each rank its host's ``warm/`` directory (standby interpreters)."""
+    restore: Mapping[int, str] = field(default_factory=dict)
+    """Rank -> ``TRAINGUARD_RESTORE`` JSON, when the coordinator chose a memory restore."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +78,8 @@ class PlanInputs:
     launch_time: float
     resume_max_step: int | None = None
     workdir: Path = field(default_factory=Path.cwd)
+    memory: MemoryTier | None = None
+    """The memory tier's variables; None: neither snapshots nor warm standbys."""
 
 
 def rank_env(spec: JobSpec, inputs: PlanInputs, rank: int, local: int, node_rank: int,
@@ -93,6 +114,24 @@ def rank_env(spec: JobSpec, inputs: PlanInputs, rank: int, local: int, node_rank
         env["TRAINGUARD_INJECT"] = join_faults(sdk_faults)
     if inputs.resume_max_step is not None:
         env["TRAINGUARD_RESUME_MAX_STEP"] = str(inputs.resume_max_step)
+    env.update(memory_env(inputs.memory, inputs.run_id, node, rank))
+    return env
+
+
+def memory_env(memory: MemoryTier | None, run_id: str, node: str, rank: int) -> dict[str, str]:
+    """The memory tier's variables of one rank: its host's snapshot directory and interval,
+    the snapshot it restores (when one was chosen), its host's warm directory."""
+    if memory is None:
+        return {}
+    dirs = HostDirs(memory.root, run_id, node)
+    env: dict[str, str] = {}
+    if memory.every != "off":
+        env["TRAINGUARD_SNAPSHOT_DIR"] = str(dirs.host)
+        env["TRAINGUARD_SNAPSHOT_EVERY"] = memory.every
+        if rank in memory.restore:
+            env["TRAINGUARD_RESTORE"] = memory.restore[rank]
+    if memory.warm:
+        env["TRAINGUARD_WARM_DIR"] = str(dirs.warm)
     return env
 
 
@@ -111,10 +150,15 @@ def build_plan(spec: JobSpec, inputs: PlanInputs, base_env: Mapping[str, str]) -
             env = rank_env(spec, inputs, rank, local, node_rank, node, base_env)
             output = attempt_dir(spec, inputs.index) / node / f"rank{rank}.log"
             ranks.append(RankLaunch(rank, local, node, node_rank, env, output))
+    everyone = (*inputs.nodes, *inputs.spares)
+    memory = inputs.memory
+    host_dirs = {} if memory is None else {
+        n: str(HostDirs(memory.root, inputs.run_id, n).host) for n in everyone}
     return LaunchPlan(
         inputs.index, spec.command, inputs.nodes, tuple(ranks), inputs.workdir,
         watch_nodes=inputs.spares,
-        kernel_logs={n: str(spec.kernel_log_path(n)) for n in (*inputs.nodes, *inputs.spares)})
+        kernel_logs={n: str(spec.kernel_log_path(n)) for n in everyone}, host_dirs=host_dirs)
 
 
-__all__ = ["LaunchPlan", "PlanInputs", "RankLaunch", "attempt_dir", "build_plan", "rank_env"]
+__all__ = ["LaunchPlan", "MemoryTier", "PlanInputs", "RankLaunch", "attempt_dir", "build_plan",
+           "memory_env", "rank_env"]

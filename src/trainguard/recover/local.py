@@ -22,11 +22,16 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Protocol
 
 from trainguard.errors import LaunchError
 from trainguard.recover.backend import Capabilities, LaunchPlan, RankExit
 from trainguard.recover.reaper import ReaperLink
+from trainguard.snapshot.plane import SnapshotPlane
 from trainguard.trace.collect import process_state
+from trainguard.warm.launcher import WarmLauncher, plan_targets
+from trainguard.warm.pool import WarmProc
 
 log = logging.getLogger(__name__)
 
@@ -59,10 +64,22 @@ def resolve_command(program: str, path_env: str | None = None) -> str:
     return found
 
 
+class RankProcess(Protocol):
+    """What :class:`LocalAttempt` uses of a rank's process: a :class:`subprocess.Popen`
+    (cold start) or a :class:`~trainguard.warm.pool.WarmProc` (started in a standby)."""
+
+    @property
+    def pid(self) -> int: ...
+    @property
+    def returncode(self) -> int | None: ...
+    def poll(self) -> int | None: ...
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
 class LocalAttempt:
     """The processes of one attempt on the local backend."""
 
-    def __init__(self, procs: Mapping[int, subprocess.Popen[bytes]],
+    def __init__(self, procs: Mapping[int, RankProcess],
                  on_reaped: Callable[[int], None] | None = None) -> None:
         self._procs = dict(procs)
         self._reported: set[int] = set()
@@ -84,6 +101,15 @@ class LocalAttempt:
 
     def running(self) -> frozenset[int]:
         return frozenset(r for r in self._procs if r not in self._reported)
+
+    @property
+    def has_warm(self) -> bool:
+        """Some rank runs in a standby: not our child, its exit is read from a socket."""
+        return any(isinstance(p, WarmProc) for p in self._procs.values())
+
+    def warm_ranks(self) -> frozenset[int]:
+        """The ranks started in a warm standby."""
+        return frozenset(r for r, p in self._procs.items() if isinstance(p, WarmProc))
 
     def pids(self) -> Mapping[int, int]:
         return {rank: proc.pid for rank, proc in self._procs.items()}
@@ -166,9 +192,13 @@ class LocalBackend:
         self._base_env = dict(os.environ if base_env is None else base_env)
         self._slots = slots_per_node
         self._reaper = ReaperSlot()
+        self._warm = WarmLauncher(self._base_env)
+        """Standby interpreters: claimed for ranks, pre-warmed for the next attempt."""
 
     def close(self) -> None:
-        """Let the reaper go (it kills anything of the job still alive, then exits)."""
+        """Let the reaper go (it kills anything of the job still alive, then exits); stop
+        keeping the warm standbys' leases (they exit once the lease is stale)."""
+        self._warm.close()
         self._reaper.close()
 
     def capacity(self) -> int | None:
@@ -189,17 +219,32 @@ class LocalBackend:
     def exclude(self, node: str, reason: str) -> None:
         """Virtual nodes have no scheduler to tell."""
 
+    def snapshot_plane(self, root: Path, run_id: str,
+                       nodes: tuple[str, ...]) -> SnapshotPlane:
+        """Virtual nodes share this machine's memory: slot files copied between their
+        directories (:class:`~trainguard.snapshot.localplane.LocalPlane`)."""
+        from trainguard.snapshot.localplane import LocalPlane
+
+        return LocalPlane(root, run_id, nodes)
+
     def unavailable(self, nodes: tuple[str, ...]) -> Mapping[str, str]:
         return {}
 
     def launch(self, plan: LaunchPlan) -> LocalAttempt:
         program = resolve_command(plan.command[0], self._base_env.get("PATH"))
         reaper = self._reaper.get()
-        procs: dict[int, subprocess.Popen[bytes]] = {}
+        procs: dict[int, RankProcess] = {}
+        warm = self._warm.command(program, plan.command, plan.workdir)
         try:
             for rl in plan.ranks:
                 rl.output.parent.mkdir(parents=True, exist_ok=True)
                 env = {**self._base_env, **rl.env}
+                adopted = None if warm is None else self._warm.claim(warm, env, rl.output,
+                                                                      plan.workdir)
+                if adopted is not None:
+                    procs[rl.rank] = adopted
+                    reaper.add(adopted.pid)
+                    continue
                 # Never through a symlink someone placed where a rank's log goes.
                 fd = os.open(rl.output, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
                              | os.O_CLOEXEC, 0o644)
@@ -212,9 +257,15 @@ class LocalBackend:
         except OSError as exc:
             LocalAttempt(procs, reaper.forget).stop(0.0)
             raise LaunchError(f"cannot start {plan.command[0]}: {exc.strerror or exc}") from exc
-        log.debug("attempt %d launched: %s", plan.attempt,
-                  {r: p.pid for r, p in procs.items()})
-        return LocalAttempt(procs, reaper.forget)
+        attempt = LocalAttempt(procs, reaper.forget)
+        log.debug("attempt %d launched: %s (warm: %s)", plan.attempt,
+                  {r: p.pid for r, p in procs.items()}, sorted(attempt.warm_ranks()))
+        if warm is not None:
+            self._warm.prewarm(warm, plan_targets(
+                plan.nodes, plan.watch_nodes, plan.host_dirs,
+                [(rl.node, rl.local_rank, {**self._base_env, **rl.env}) for rl in plan.ranks]))
+        return attempt
 
 
-__all__ = ["LocalAttempt", "LocalBackend", "ReaperSlot", "die_with_parent", "resolve_command"]
+__all__ = ["LocalAttempt", "LocalBackend", "RankProcess", "ReaperSlot", "die_with_parent",
+           "resolve_command"]

@@ -4,18 +4,22 @@ Rules are small functions tried in order; the first that returns a decision wins
 
 1. a cancelled attempt stops the chain;
 2. a spent retry budget stops the chain;
-3. nodes with hardware evidence, or named as the culprit ``implicated_limit`` times in the chain,
+3. a crash loop stops the chain: the last ``crash_loop_restarts`` restarts each failed without
+   getting past the best step reached before them (:mod:`trainguard.recover.crashloop`, where
+   the rule is written out). It comes before the rules that relaunch because replacing nodes or
+   rolling back is a restart too; a node with hardware evidence is still excluded;
+4. nodes with hardware evidence, or named as the culprit ``implicated_limit`` times in the chain,
    are excluded: each is replaced in place by the next healthy spare, else dropped while the job
    may shrink (``min_nodes``), else the chain stops. Only node-suspect failures count: a crash
    without evidence, a bug or a storage error does not implicate the host it happened on;
-4. a storage error implicates the storage, not the host: a full, over-quota or read-only
+5. a storage error implicates the storage, not the host: a full, over-quota or read-only
    filesystem stops the chain at once (a relaunch writes to the same storage); another storage
    I/O error gets ``confirm_retries`` confirming relaunches on the same nodes, then stops;
-5. a user-code or configuration error (exception, GPU/host OOM, CUDA software error) gets
+6. a user-code or configuration error (exception, GPU/host OOM, CUDA software error) gets
    ``confirm_retries`` confirming relaunches, then stops the chain: retrying a bug burns GPUs;
-6. a non-finite loss or a bad checkpoint rolls back to an earlier checkpoint, at most
+7. a non-finite loss or a bad checkpoint rolls back to an earlier checkpoint, at most
    ``max_rollbacks`` times;
-7. anything else (a crash without evidence, a hang, a network error) retries on the same nodes.
+8. anything else (a crash without evidence, a hang, a network error) retries on the same nodes.
 
     >>> from trainguard.taxonomy import Category
     >>> from trainguard.recover.failure import Failure, FailureKind
@@ -33,6 +37,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from trainguard.recover.crashloop import CrashLoop, find_crash_loop
 from trainguard.recover.failure import Failure, FailureKind
 from trainguard.recover.spec import RetryPolicy
 from trainguard.taxonomy import Category
@@ -82,6 +87,9 @@ class ChainState:
     """Steps of the checkpoints known to have been saved, ascending."""
     resume_max_step: int | None = None
     """The current rollback limit, if any."""
+    attempt_steps: tuple[int | None, ...] = ()
+    """The step each attempt of the chain reported (SDK), oldest first, the failed attempt
+    last; None where it reported none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,11 +101,14 @@ class Decision:
     backoff_s: float = 0.0
     resume_max_step: int | None = None
     """Newest checkpoint step the next launch may resume from (None: no limit)."""
+    crash_loop: CrashLoop | None = None
+    """Why a crash-loop stop stopped (the report counts these stops)."""
 
     def to_dict(self) -> dict[str, object]:
         return {"verdict": self.verdict.value, "reason": self.reason,
                 "next_nodes": list(self.next_nodes), "excluded": list(self.excluded),
-                "backoff_s": self.backoff_s, "resume_max_step": self.resume_max_step}
+                "backoff_s": self.backoff_s, "resume_max_step": self.resume_max_step,
+                "crash_loop": self.crash_loop.to_dict() if self.crash_loop else None}
 
 
 Rule = Callable[[Failure, ChainState, RetryPolicy], Decision | None]
@@ -132,6 +143,15 @@ def _budget(failure: Failure, state: ChainState, policy: RetryPolicy) -> Decisio
         return Decision(Verdict.STOP, f"stop: the retry budget ({policy.max_retries} "
                         f"relaunch{'es' if policy.max_retries != 1 else ''}) is spent")
     return None
+
+
+def _crash_loop(failure: Failure, state: ChainState, policy: RetryPolicy) -> Decision | None:
+    loop = find_crash_loop(state.attempt_steps, policy.crash_loop_restarts)
+    if loop is None:
+        return None
+    # The stop does not spare a node with hardware evidence from exclusion.
+    bad = tuple(n for n in state.nodes if failure.node_fault and n in failure.culprit_nodes)
+    return Decision(Verdict.STOP, f"stop: {loop.message}", excluded=bad, crash_loop=loop)
 
 
 def _exclude(failure: Failure, state: ChainState, policy: RetryPolicy) -> Decision | None:
@@ -233,8 +253,8 @@ def label(category: Category) -> str:
     return category.value.replace("_", " ")
 
 
-RULES: tuple[Rule, ...] = (_cancelled, _budget, _exclude, _storage, _code_error, _rollback,
-                           _same_nodes)
+RULES: tuple[Rule, ...] = (_cancelled, _budget, _crash_loop, _exclude, _storage, _code_error,
+                           _rollback, _same_nodes)
 
 
 def decide(failure: Failure, state: ChainState, policy: RetryPolicy,

@@ -71,6 +71,12 @@ class AttemptResult:
     host_clocks: Mapping[str, Mapping[str, float | int]] = field(default_factory=dict)
     """Each agent host's clock minus the controller's (``offset_s``, ``uncertainty_s``,
     ``samples``): :mod:`trainguard.agent.clock`; empty without agents."""
+    resume_source: str | None = None
+    """Where the SDK says the ranks' state came from (``memory``, ``buddy``, ``disk``)."""
+    restore: Mapping[str, Any] | None = None
+    """What this attempt restored: ``source`` (memory, buddy, mixed, disk, none), ``step``,
+    ``steps_lost`` (the best step reached before minus ``step``), ``per_rank``, ``why``
+    (:class:`trainguard.recover.restore.RestoreChoice`)."""
 
     @property
     def excluded_nodes(self) -> tuple[str, ...]:
@@ -100,6 +106,7 @@ class AttemptResult:
             "faults": list(self.faults),
             "teardown_crashes": [c.to_dict() for c in self.teardown_crashes],
             "host_clocks": {n: dict(v) for n, v in sorted(self.host_clocks.items())},
+            "restore": dict(self.restore) if self.restore is not None else None,
         }
 
 
@@ -179,7 +186,8 @@ class Recorder:
                     "faults": list(result.faults), "last_step": result.last_step,
                     "last_loss": result.last_loss, "failed_at": result.failed_at,
                     "hang_for_s": result.hang_for_s,
-                    "teardown_crashes": [c.to_dict() for c in result.teardown_crashes]},
+                    "teardown_crashes": [c.to_dict() for c in result.teardown_crashes],
+                    "restore": dict(result.restore) if result.restore is not None else None},
             resumed_from_step=result.resumed_from_step)
         store.add_events(events, session_id=self.session_id, attempt_id=result.store_id)
         for ex in exclusions:

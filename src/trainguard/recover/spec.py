@@ -11,14 +11,20 @@ is launched.
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
+from typing import Literal
 
 from trainguard.errors import ConfigError
 from trainguard.faultspec import FaultKind, FaultSpec
 from trainguard.recover.nodename import validate_node_name
+from trainguard.snapshot.layout import DEFAULT_ROOT
+
+SnapshotEvery = int | Literal["auto", "off"]
+"""``auto`` (adaptive K), a fixed K >= 1 (steps between snapshots), or ``off``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +44,9 @@ class RetryPolicy:
     """Times the chain may step back to an earlier checkpoint (NaN loss, corrupt checkpoint)."""
     implicated_limit: int = 2
     """A node named as the culprit this many times in one chain is excluded."""
+    crash_loop_restarts: int = 3
+    """The chain stops when this many restarts in a row made no progress (0: never); see
+    :mod:`trainguard.recover.crashloop`."""
 
     def __post_init__(self) -> None:
         if self.max_retries < 0:
@@ -50,6 +59,11 @@ class RetryPolicy:
             raise ConfigError("max_rollbacks must be >= 0")
         if self.implicated_limit < 1:
             raise ConfigError("implicated_limit must be >= 1")
+        if isinstance(self.crash_loop_restarts, bool) or not isinstance(
+                self.crash_loop_restarts, int) or self.crash_loop_restarts < 0:
+            raise ConfigError("crash_loop_restarts (--crash-loop-restarts) must be an "
+                              "integer >= 0 (0: off), not "
+                              f"{self.crash_loop_restarts!r}")
 
     def backoff_for(self, consecutive_failures: int) -> float:
         """Seconds to wait before relaunching after ``consecutive_failures`` (>= 1) failures:
@@ -106,6 +120,14 @@ class JobSpec:
     faults: tuple[FaultSpec, ...] = ()
     """Faults to inject (tests, demos): ``trainguard run --inject``."""
     policy: RetryPolicy = field(default_factory=RetryPolicy)
+    snapshot_root: Path = DEFAULT_ROOT
+    """Where each host keeps the run's in-memory snapshots (a tmpfs; ``--snapshot-root``)."""
+    snapshot_every: SnapshotEvery = "auto"
+    """Steps between memory snapshots of scripts that call ``Checkpoints.snapshot``."""
+    failure_domains: Mapping[str, str] | None = None
+    """Node -> failure domain; a node's buddy (which holds its replicas) is in another one."""
+    warm: bool = True
+    """Keep warm standby interpreters for the next attempt (``--no-warm``: cold starts)."""
 
     def __post_init__(self) -> None:
         if not self.command or not self.command[0].strip():
@@ -142,6 +164,27 @@ class JobSpec:
             if fault.node is not None and fault.node not in everyone:
                 raise ConfigError(f"fault {fault} names node {fault.node!r}, which is not in "
                                   "--nodes or --spares")
+        self._check_snapshots(everyone)
+
+    def _check_snapshots(self, everyone: tuple[str, ...]) -> None:
+        every = self.snapshot_every
+        if isinstance(every, bool) or not (every in ("auto", "off") or (
+                isinstance(every, int) and every >= 1)):
+            raise ConfigError(f"--snapshot-every must be auto, off or an integer >= 1, "
+                              f"not {every!r}")
+        if not self.snapshot_root.is_absolute():
+            raise ConfigError(f"--snapshot-root must be an absolute path: {self.snapshot_root}")
+        for node, domain in (self.failure_domains or {}).items():
+            if node not in everyone:
+                raise ConfigError(f"--failure-domains names node {node!r}, which is not in "
+                                  "--nodes or --spares")
+            if not domain.strip():
+                raise ConfigError(f"--failure-domains gives node {node!r} an empty domain")
+
+    @property
+    def snapshots(self) -> bool:
+        """The memory snapshot tier is on (scripts that call ``Checkpoints.snapshot``)."""
+        return self.snapshot_every != "off"
 
     @property
     def world_size(self) -> int:
@@ -150,6 +193,58 @@ class JobSpec:
     def kernel_log_path(self, node: str) -> Path:
         return Path(self.kernel_log.replace("{run_dir}", str(self.run_dir))
                     .replace("{node}", node))
+
+
+def parse_snapshot_every(text: str) -> SnapshotEvery:
+    """``--snapshot-every``: ``auto``, ``off`` or a positive integer; :class:`ConfigError`
+    otherwise."""
+    value = text.strip().lower()
+    if value in ("auto", "off"):
+        return "auto" if value == "auto" else "off"
+    try:
+        steps = int(value)
+    except ValueError:
+        steps = 0
+    if steps < 1:
+        raise ConfigError(f"--snapshot-every must be auto, off or an integer >= 1, not {text!r}")
+    return steps
+
+
+def parse_failure_domains(value: str) -> dict[str, str]:
+    """``--failure-domains``: a file (JSON object, or lines ``node=domain`` / ``node domain``,
+    ``#`` comments) or an inline list ``node1=rackA,node2=rackB``. :class:`ConfigError` (one
+    line) on a file that cannot be read or a malformed entry."""
+    path = Path(value)
+    if "=" in value and not path.exists():
+        text, where = value.replace(",", "\n"), "--failure-domains"
+    else:
+        try:
+            text, where = path.read_text(), str(path)
+        except OSError as exc:
+            raise ConfigError(f"--failure-domains: cannot read {value}: "
+                              f"{exc.strerror or exc}") from exc
+    if text.lstrip().startswith("{"):
+        try:
+            doc = json.loads(text)
+        except ValueError as exc:
+            raise ConfigError(f"{where}: not valid JSON: {exc}") from exc
+        if not isinstance(doc, dict) or not all(isinstance(v, str) for v in doc.values()):
+            raise ConfigError(f"{where}: expected a JSON object of node -> domain name")
+        return {str(k): v for k, v in doc.items()}
+    domains: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        parts = [p.strip() for p in (line.split("=", 1) if "=" in line else line.split(None, 1))]
+        if len(parts) != 2 or not all(parts):
+            raise ConfigError(f"{where}: entry {number} is not node=domain: {raw.strip()!r}")
+        if parts[0] in domains:
+            raise ConfigError(f"{where}: node {parts[0]!r} is given twice")
+        domains[parts[0]] = parts[1]
+    if not domains:
+        raise ConfigError(f"{where}: no node=domain entry")
+    return domains
 
 
 _SCRIPT_SUFFIXES = (".py", ".sh", ".bash")
@@ -178,4 +273,5 @@ def job_name(command: Sequence[str]) -> str:
     return PurePath(args[0]).name if args else "job"
 
 
-__all__ = ["JobSpec", "RetryPolicy", "job_name"]
+__all__ = ["JobSpec", "RetryPolicy", "SnapshotEvery", "job_name", "parse_failure_domains",
+           "parse_snapshot_every"]

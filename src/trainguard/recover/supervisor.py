@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from trainguard.errors import LaunchError
+from trainguard.errors import LaunchError, SnapshotError
 from trainguard.evidence.events import FailureEvent
 from trainguard.evidence.rules import RuleSet, load_rules
 from trainguard.evidence.scanner import scan_bytes
@@ -57,6 +57,15 @@ from trainguard.recover.records import (
     write_running_state,
 )
 from trainguard.recover.registry import capabilities_of
+from trainguard.recover.restore import (
+    FIRST,
+    RestoreChoice,
+    SnapshotCoordinator,
+    best_step,
+    memory_tier,
+    remove_local_snapshots,
+    start_coordinator,
+)
 from trainguard.recover.spec import JobSpec
 from trainguard.recover.watch import NodeWatch, RankWatch
 from trainguard.store import Store
@@ -112,6 +121,8 @@ class Supervisor:
         self._attempt: Attempt | None = None
         self._decision: Decision | None = None
         self._result: RunResult | None = None
+        self._snap: SnapshotCoordinator | None = None
+        self._choice: RestoreChoice = FIRST
 
     # -- public ------------------------------------------------------------------------------
 
@@ -121,11 +132,23 @@ class Supervisor:
         self._token.cancel()
 
     def run(self) -> RunResult:
-        """Drive the chain through the lifecycle table until a final state."""
-        while not self.lifecycle.done:
-            self._handlers[self.lifecycle.state]()
+        """Drive the chain through the lifecycle table until a final state; the run's memory
+        snapshots are removed at the end, whatever the end."""
+        try:
+            while not self.lifecycle.done:
+                self._handlers[self.lifecycle.state]()
+        finally:
+            if self._snap is not None:
+                self._snap.close()
         assert self._result is not None
         return self._result
+
+    def sweep_snapshots(self) -> None:
+        """Remove what is left of the run's snapshot directories on this machine, once the
+        backend is closed (its warm standbys' lease keeper may have raced the removal at the
+        end of :meth:`run`). Only where the nodes' memory is this machine's."""
+        if self.capabilities.has_local_pids:
+            remove_local_snapshots(self.spec, self.run_id)
 
     @property
     def handlers(self) -> Mapping[State, Callable[[], None]]:
@@ -160,6 +183,8 @@ class Supervisor:
                                    recorder, evidence, self.clock, self.sleep, self._status,
                                    self._output, self._fold_hold_s)
         self._chain = Chain(nodes, spares)
+        self._snap = start_coordinator(spec, self.backend, self.run_id, clock=self.clock,
+                                       status=self._status)
         for message in skipped:
             self._status(message)
         self._checks = HostChecks(
@@ -176,17 +201,22 @@ class Supervisor:
 
     def _on_launching(self) -> None:
         ctx, chain = self._context()
-        spec, index = self.spec, len(chain.attempts)
+        spec, index, snap = self.spec, len(chain.attempts), self._snap
+        spares = tuple(chain.spares)
         try:
+            if snap is not None:
+                self._choice = snap.choose(chain.nodes, spares) if index else FIRST
+                snap.begin(index, chain.nodes, spares)
             port = spec.master_port or self.backend.free_port(chain.nodes)
             plan = build_plan(spec, PlanInputs(
-                index, chain.nodes, tuple(chain.spares), self.backend.master_addr(chain.nodes),
-                port, self.run_id, self.clock(), chain.resume_max_step), os.environ)
+                index, chain.nodes, spares, self.backend.master_addr(chain.nodes),
+                port, self.run_id, self.clock(), chain.resume_max_step,
+                memory=memory_tier(spec, snap, self._choice)), os.environ)
             self._status(f"attempt {index}: launching {len(plan.ranks)} rank(s) on "
                          f"{', '.join(chain.nodes)}")
             t0 = self.clock()
             handle = self.backend.launch(plan)
-        except LaunchError as exc:
+        except (LaunchError, SnapshotError) as exc:
             self.lifecycle.to(State.FAILED)
             self._finish("failed", f"launch failed: {exc}")
             return
@@ -198,7 +228,8 @@ class Supervisor:
                                 self.drills.for_attempt(index, chain.nodes, launched),
                                 started=t0, launched=launched, store_id=store_id,
                                 on_pids=lambda pids: write_running_state(spec, plan, pids,
-                                                                         control))
+                                                                         control),
+                                on_poll=None if snap is None else snap.poll)
 
     def _on_running(self) -> None:
         attempt = self._current()
@@ -217,9 +248,15 @@ class Supervisor:
 
     def _on_deciding(self) -> None:
         ctx, chain = self._context()
-        outcome = self._current().outcome()
+        attempt = self._current()
+        outcome = attempt.outcome()
         self._attempt = None
-        chain.attempts.append(outcome.result)
+        result = replace(outcome.result,
+                         restore=self._choice.record(outcome.result, best_step(chain.attempts)))
+        outcome = replace(outcome, result=result)
+        if self._snap is not None:
+            self._snap.after(attempt.plan, result, self._choice)
+        chain.attempts.append(result)
         if outcome.failure is None:
             self._succeed(outcome)
             return
@@ -230,6 +267,8 @@ class Supervisor:
             self._finish(final, stop_message(decision, outcome.failure))
             return
         advance(chain, decision)
+        if self._snap is not None:
+            self._snap.lose(decision.excluded)
         try:
             self._host_checks().after_failure(outcome.failure, chain)
         except TooFewGoodHosts as exc:

@@ -136,13 +136,15 @@ def retry_chains(go: Any, r: AnalyticsReport) -> Any:
         x=[f"session {c.session_id}" for c in r.chains],
         y=[len(c.attempts) for c in r.chains],
         marker_color=["#2ca02c" if c.succeeded else "#d62728" for c in r.chains],
-        hovertext=["succeeded" if c.succeeded else "gave up / running" for c in r.chains]))
+        hovertext=["succeeded" if c.succeeded else "stopped as a crash loop" if c.crash_loop
+                   else "gave up / running" for c in r.chains]))
     s = r.chain_stats.get("all")
     rate = f"{s.success_rate:.0%}" if s and s.success_rate is not None else "n/a"
     med = format_duration(s.retry_interval_median_s) \
         if s and s.retry_interval_median_s is not None else "n/a"
+    loops = f", {s.crash_loops} stopped as crash loops" if s and s.crash_loops else ""
     fig.update_layout(title=f"Retry chains: attempts per chain (success {rate}, median retry "
-                      f"interval {med})", yaxis_title="attempts")
+                      f"interval {med}{loops})", yaxis_title="attempts")
     return fig
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from trainguard.analytics.goodput import Goodput
 from trainguard.analytics.leadtime import LeadTimeSummary
 from trainguard.analytics.report import AnalyticsReport
+from trainguard.analytics.runs import restore_info
 from trainguard.durations import format_duration
 
 NO_SDK = "unknown (no SDK)"
@@ -45,10 +46,54 @@ def badput_rows(g: Goodput) -> list[tuple[str, str]]:
     could not report is not badput and is labelled as what it is."""
     if g.wall_s <= 0:
         return []
-    return [(NO_SDK, f"{format_duration(v)} ({v / g.wall_s:.1%}): imports, rendezvous, first "
-                     "step and training, which only the SDK reports") if label == NO_SDK else
-            (f"badput: {label}", f"{format_duration(v)} ({v / g.wall_s:.1%})")
-            for label, v in badput_parts(g)]
+    rows = []
+    for label, v in badput_parts(g):
+        if label == NO_SDK:
+            rows.append((NO_SDK, f"{format_duration(v)} ({v / g.wall_s:.1%}): imports, "
+                                 "rendezvous, first step and training, which only the SDK "
+                                 "reports"))
+            continue
+        rows.append((f"badput: {label}", f"{format_duration(v)} ({v / g.wall_s:.1%})"))
+        rows += [(f"badput: {label} ({sub})", f"{format_duration(x)} ({x / g.wall_s:.1%})")
+                 for sub, x in _splits(g, label)]
+    # Relaunches' startup by warm/cold start, after the startup rows (a view of them).
+    at = max((i + 1 for i, (k, _) in enumerate(rows) if k.startswith("badput: startup: ")),
+             default=0)
+    rows[at:at] = [(f"badput: startup of relaunches ({k} start)",
+                    f"{format_duration(x)} ({x / g.wall_s:.1%})")
+                   for k, x in sorted(g.badput.restart.items())]
+    return rows
+
+
+_RESTORED = {"memory": "restored from memory", "buddy": "restored from a buddy",
+             "mixed": "restored from memory and buddies", "disk": "restored from disk",
+             "none": "restarted from scratch"}
+
+
+def _splits(g: Goodput, label: str) -> list[tuple[str, float]]:
+    """Views of one badput row: lost progress by restore source (only when there is
+    something to tell apart)."""
+    b = g.badput
+    if label == "lost progress" and set(b.lost_progress_by_source) - {"disk"}:
+        return [(_RESTORED.get(k, k), v) for k, v in sorted(b.lost_progress_by_source.items())]
+    return []
+
+
+def recoveries_text(r: AnalyticsReport) -> str | None:
+    """``attempt 1: memory, step 25, 3 steps lost; ...`` over the runs' relaunches that
+    recorded where they restored from."""
+    parts = []
+    for chain in r.chains:
+        for a in chain.attempts:
+            info = restore_info(a)
+            if a.index == 0 or not info:
+                continue
+            lost = info.get("steps_lost")
+            step = info.get("step")
+            parts.append(f"attempt {a.index}: {info.get('source')}"
+                         + (f" (step {step})" if step is not None else "")
+                         + (f", {lost} steps lost" if lost is not None else ""))
+    return "; ".join(parts) or None
 
 
 def productive_text(g: Goodput) -> str:
@@ -99,9 +144,14 @@ def summary_rows(r: AnalyticsReport) -> list[tuple[str, str]]:
     if s is not None:
         rows.append(("retry chains", f"{s.chains} ({s.success_rate:.0%} succeeded)"
                      if s.success_rate is not None else str(s.chains)))
+        if s.chains:
+            rows.append(("retry chains stopped as crash loops", str(s.crash_loops)))
         if s.retry_interval_median_s is not None:
             rows.append(("median retry interval", format_duration(s.retry_interval_median_s)))
     rows.append(("failures", _failures_text(r)))
+    recoveries = recoveries_text(r)
+    if recoveries is not None:
+        rows.append(("recoveries (restore source)", recoveries))
     mttr = _mttr_text(r)
     if mttr is not None:
         rows.append(("MTTR (failure to resume)", mttr))
@@ -123,4 +173,4 @@ def summary_rows(r: AnalyticsReport) -> list[tuple[str, str]]:
 
 
 __all__ = ["NO_SDK", "badput_parts", "badput_rows", "ettr_text", "lead_text", "productive_text",
-           "summary_rows"]
+           "recoveries_text", "summary_rows"]

@@ -24,6 +24,7 @@ from trainguard.ckpt.engine import Checkpointer, PendingSave
 from trainguard.ckpt.manifest import read_manifest, step_dirname
 from trainguard.ckpt.resume import check_fresh_start
 from trainguard.errors import CheckpointError
+from trainguard.snapshot.tier import MemoryTier
 from trainguard.train import api
 from trainguard.train.env import TrainEnv
 from trainguard.train.session import Session
@@ -70,6 +71,7 @@ class Checkpoints:
         stripe_bytes: int = 16 << 20,
         checksum: str = "crc32",
         sharded: bool = False,
+        tier: MemoryTier | None = None,
     ) -> None:
         # Under the supervisor, saves carry the attempt: opening the directory raises its epoch
         # so a fenced (lost) host's older attempt can no longer commit here.
@@ -82,6 +84,7 @@ class Checkpoints:
         # either kind must not prune (its ledger, `trainguard.ckpt.retention`).
         self.dir: CheckpointDir = self.engine.dir
         self._session = session
+        self._tier = tier
         self.dir.fence("opening the checkpoint directory")
 
     def __repr__(self) -> str:
@@ -145,13 +148,44 @@ class Checkpoints:
         pending.add_done_callback(report)
         return pending
 
+    # ---- memory snapshots (trainguard.snapshot.tier) -------------------------------------
+
+    @property
+    def tier(self) -> MemoryTier:
+        """This rank's memory tier (from TRAINGUARD_SNAPSHOT_DIR, _EVERY, _RESTORE...)."""
+        if self._tier is None:
+            self._tier = MemoryTier.from_environ(os.environ)
+        return self._tier
+
+    def snapshot(self, step: int, state: object | Callable[[], object]) -> bool:
+        """Snapshot `state` (or what a zero-argument callable returns) into host memory when
+        due, as resuming at `step`; every rank calls it every step. Returns whether it did.
+        Off (returns False at once) unless the supervisor set TRAINGUARD_SNAPSHOT_DIR."""
+        return self.tier.maybe_snapshot(step, state)
+
+    def restore_memory(self, *, map_location: object = "cpu",
+                       trusted: bool = False) -> tuple[object, CheckpointInfo] | None:
+        """The state from the memory slot TRAINGUARD_RESTORE names and writes the ``resume``
+        record (``source`` memory or buddy); None when it is not set. `SnapshotError` (the
+        supervisor then relaunches from disk) when the slot does not verify."""
+        restored = self.tier.restore(map_location=map_location, trusted=trusted)
+        if restored is None:
+            return None
+        self.session.resumed(restored.step, restored.path, [], source=restored.source)
+        logger.info("resuming from memory snapshot %s (step %d, %.2f s)", restored.path,
+                    restored.step, restored.restore_s)
+        return restored.state, CheckpointInfo(restored.step, restored.path, time.time(), ())
+
     def prepare(self, state: object) -> int:
         """Reserve the snapshot buffer for states like `state` at start-up (see
         `Checkpointer.prepare`); returns the bytes reserved."""
         return self.engine.prepare(state)
 
     def wait(self, timeout_s: float | None = None) -> builtins.list[SavedCheckpoint]:
-        """Wait until every background save is durable; raises the first failure."""
+        """Wait until every background save is durable (and the last memory snapshot is
+        committed); raises the first failure."""
+        if self._tier is not None:
+            self._tier.wait()
         return self.engine.wait(timeout_s)
 
     def load_state(
@@ -165,7 +199,13 @@ class Checkpoints:
         Unpickling is restricted (tensors, containers, scalars, arrays) unless `trusted`. When
         checkpoints exist but none loads, `CheckpointError` lists them unless
         `allow_fresh_start` (see `trainguard.ckpt.resume`).
+
+        When TRAINGUARD_RESTORE is set, the state comes from that memory slot instead
+        (`restore_memory`).
         """
+        memory = self.restore_memory(map_location=map_location, trusted=trusted)
+        if memory is not None:
+            return memory
         if self.engine.sharded:
             bound = self.max_step(max_step)
             state, info, skipped = self.engine.load_latest(

@@ -8,7 +8,8 @@ tests build their own with a fake clock. Records (one JSON object per line, see 
     {"t": ..., "rank": 0, "kind": "nonfinite", "step": 31, "loss": "nan"}
     {"t": ..., "rank": 0, "kind": "checkpoint", "step": 40, "path": ..., "size_bytes": ...,
      "save_s": ..., "ok": true}
-    {"t": ..., "rank": 0, "kind": "resume", "step": 30, "path": ..., "skipped": [...]}
+    {"t": ..., "rank": 0, "kind": "resume", "step": 30, "path": ..., "skipped": [...],
+     "source": "disk"}
     {"t": ..., "rank": 0, "kind": "fault", "fault": "nan:step=31", "step": 31}
     {"t": ..., "rank": 0, "kind": "trace", "start": ..., "end": ..., "steps": 92, ...}
     {"t": ..., "rank": 0, "kind": "finish"}
@@ -317,15 +318,18 @@ class Session:
         )
 
     def resumed(
-        self, step: int | None, path: Path | None, skipped: Iterable[SkippedCheckpoint]
+        self, step: int | None, path: Path | None, skipped: Iterable[SkippedCheckpoint],
+        source: Literal["disk", "memory", "buddy"] = "disk",
     ) -> None:
-        """Record which checkpoint training resumes from (None: from scratch) and what was
-        passed over."""
+        """Record which checkpoint training resumes from (None: from scratch), what was
+        passed over, and where it came from (``disk``; ``memory``/``buddy``: a snapshot slot
+        of this host / fetched from another host's memory)."""
         self.record(
             "resume",
             step=step,
             path=None if path is None else str(path),
             skipped=[{"step": s.step, "path": str(s.path), "reason": s.reason} for s in skipped],
+            source=source,
         )
 
     # ---- end -----------------------------------------------------------------------------

@@ -73,8 +73,14 @@ def load_torch(
     ``torch.save`` files) unless `trusted`: a checkpoint holding other objects is refused
     with the global named. Pass ``trusted=True`` only for checkpoints you trust: unpickling
     them can run arbitrary code.
+
+    When TRAINGUARD_RESTORE is set (the supervisor chose a memory snapshot), the state comes
+    from that slot (`Checkpoints.restore_memory`); `SnapshotError` when it does not verify.
     """
     torch = _torch("load_torch")
+    memory = ckpts.restore_memory(map_location=map_location, trusted=trusted)
+    if memory is not None:
+        return memory[0], memory[1].step
     legacy = name or LEGACY_NAME
 
     def load(info: CheckpointInfo) -> Any:

@@ -71,6 +71,7 @@ def test_latest_falls_back_over_a_corrupted_newest(
         "path": str(tmp_path / "ckpt" / "step-00000020"),
         "skipped": [{"step": 30, "path": str(tmp_path / "ckpt" / "step-00000030"),
                      "reason": "sha256 mismatch for state.bin"}],
+        "source": "disk",
     }  # fmt: skip
 
 

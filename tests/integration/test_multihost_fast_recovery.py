@@ -1,0 +1,247 @@
+"""Issue 27's fault cases on the namespaced cluster: restores from memory, from the buddy's
+replica, from the disk when both copies are gone, never from a torn slot, never from a stale host.
+
+The job is examples/train_gpt.py (it calls ``Checkpoints.snapshot`` every step) under
+``trainguard run`` with agents entered into each host; every host has its own /dev/shm, so a
+killed host takes its snapshots with it. Disk checkpoints are every ``CKPT_EVERY`` steps, more
+than the snapshot interval, so a restore from memory loses fewer steps than one from disk. Each
+destructive case builds its own cluster (a killed host cannot be entered again); a cluster
+starts in well under a second.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import multihost_job
+import pytest
+from multihost_job import Job, _unavailable, no_job_left, rank_pids  # noqa: F401 (fixture)
+
+from trainguard.devcluster import HostCluster, missing_requirements
+
+pytestmark = [pytest.mark.integration, pytest.mark.multihost,
+              pytest.mark.usefixtures("no_job_left")]
+
+GPT = Path(__file__).resolve().parents[2] / "examples" / "train_gpt.py"
+MARKER = "train_gpt.py"
+STEPS = 40
+KILL_STEP = 15
+CKPT_EVERY = 20
+EVERY = 2
+"""Snapshot interval (steps) given to the runs: the bound on the steps lost."""
+NODE_TIMEOUT = 6.0
+ARGS = ["--log-every", "1", "--ckpt-every", str(CKPT_EVERY), "--n-embd", "64"]
+OPTS = ["--snapshot-every", str(EVERY), "--hang-timeout", "60"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def gpt_script() -> Iterator[None]:
+    """Module-wide (the module's baseline fixture runs the script too)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(multihost_job, "SCRIPT", GPT)
+        yield
+
+
+def _require() -> None:
+    if os.geteuid() != 0:
+        _unavailable("namespaced hosts need root")
+    missing = missing_requirements()
+    if missing:
+        _unavailable(f"missing programs: {', '.join(missing)}")
+
+
+@pytest.fixture(scope="module")
+def cluster(gpt_script: None, tmp_path_factory: pytest.TempPathFactory
+            ) -> Iterator[HostCluster]:
+    _require()
+    with HostCluster(4, tmp_path_factory.mktemp("mhr") / "cluster", prefix="tgr") as c:
+        yield c
+
+
+@pytest.fixture()
+def fresh(tmp_path: Path) -> Iterator[HostCluster]:
+    """Five hosts (3 nodes, 2 possible spares) for a case that kills hosts."""
+    _require()
+    with HostCluster(5, tmp_path / "cluster", prefix="tgq") as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def baseline(cluster: HostCluster, tmp_path_factory: pytest.TempPathFactory) -> float:
+    """The fault-free run's final loss (snapshots on: they must not change the arithmetic)."""
+    job = Job(cluster, tmp_path_factory.mktemp("base"), "baseline", steps=STEPS,
+              script_args=ARGS, extra=OPTS)
+    summary = job.wait()
+    assert summary["status"] == "succeeded", job.output()[-3000:]
+    assert len(summary["attempts"]) == 1
+    return _final_loss(job)
+
+
+def _restore(summary: dict[str, Any], attempt: int = -1) -> dict[str, Any]:
+    found = summary["attempts"][attempt].get("restore")
+    assert isinstance(found, dict), f"attempt {attempt} has no restore record: {summary}"
+    return found
+
+
+def _resume_events(job: Job, attempt: int) -> dict[int, dict[str, Any]]:
+    """The SDK's ``resume`` record of each rank of ``attempt`` (from the run's mirrors)."""
+    found: dict[int, dict[str, Any]] = {}
+    for path in (job.run_dir / "attempts" / str(attempt)).glob("*/rank*.events.jsonl"):
+        rank = int(path.name.removeprefix("rank").split(".")[0])
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(rec, dict) and rec.get("kind") == "resume":
+                found[rank] = rec
+    return found
+
+
+def _final_loss(job: Job) -> float:
+    """The last ``step loss`` line of the run's loss log (train_gpt.py appends one a step)."""
+    return float(job.loss.read_text().splitlines()[-1].split()[1])
+
+
+def _ranks(c: HostCluster, node: str) -> list[int]:
+    """``node``'s training ranks: not its warm standbys (their command line names the script
+    too), which are the recovery's own and must survive a rank's fault."""
+    return [pid for pid in rank_pids(c, node, MARKER)
+            if b"standby" not in Path(f"/proc/{pid}/cmdline").read_bytes()]
+
+
+def _kill_ranks(c: HostCluster, node: str, sig: signal.Signals = signal.SIGKILL) -> None:
+    pids = _ranks(c, node)
+    assert pids, f"no rank on {node}"
+    for pid in pids:
+        os.kill(pid, sig)
+
+
+def _wait_output(job: Job, text: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while text not in job.output() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert text in job.output(), job.output()[-3000:]
+
+
+def test_a_killed_rank_restores_from_its_hosts_memory(
+        cluster: HostCluster, baseline: float, tmp_path: Path) -> None:
+    job = Job(cluster, tmp_path, "rank", steps=STEPS, script_args=ARGS, extra=OPTS)
+    job.wait_for_step(KILL_STEP)
+    _kill_ranks(cluster, "host2")
+    summary = job.wait()
+    assert summary["status"] == "succeeded", job.output()[-3000:]
+    assert len(summary["attempts"]) == 2
+    restore = _restore(summary)
+    assert restore["source"] == "memory", restore
+    assert 0 <= restore["steps_lost"] <= EVERY, restore
+    assert restore["step"] > CKPT_EVERY // 2  # newer than the disk checkpoint at step 0/20
+    events = _resume_events(job, 1)
+    assert {r["source"] for r in events.values()} == {"memory"}, events
+    assert _final_loss(job) == baseline
+
+
+def test_a_lost_host_is_replaced_by_the_spare_from_its_buddys_copy(
+        fresh: HostCluster, baseline: float, tmp_path: Path) -> None:
+    job = Job(fresh, tmp_path, "host", steps=STEPS, script_args=ARGS, spares=("host4",),
+              extra=[*OPTS, "--node-timeout", str(NODE_TIMEOUT)])
+    job.wait_for_step(KILL_STEP)
+    fresh.kill_host("host2")  # ranks, agent and its /dev/shm
+    summary = job.wait()
+    assert summary["status"] == "succeeded", job.output()[-3000:]
+    assert summary["attempts"][-1]["nodes"] == ["host1", "host4", "host3"]
+    restore = _restore(summary)
+    per_rank = restore["per_rank"]
+    assert per_rank["1"]["source"] == "buddy" and per_rank["1"]["holder"] == "host3", restore
+    assert all(per_rank[r]["source"] == "local" for r in ("0", "2")), restore
+    assert restore["source"] == "mixed" and 0 <= restore["steps_lost"] <= EVERY, restore
+    events = _resume_events(job, len(summary["attempts"]) - 1)
+    assert events[1]["source"] == "buddy", events  # rank 1 read no disk checkpoint
+    assert _final_loss(job) == baseline
+
+
+def test_the_buddy_lost_with_the_host_falls_back_to_disk_and_says_so(
+        fresh: HostCluster, baseline: float, tmp_path: Path) -> None:
+    job = Job(fresh, tmp_path, "pair", steps=STEPS, script_args=ARGS,
+              spares=("host4", "host5"), extra=[*OPTS, "--node-timeout", str(NODE_TIMEOUT)])
+    job.wait_for_step(KILL_STEP)
+    fresh.kill_host("host3")  # host2's buddy (ring host1 -> host2 -> host3 -> host1) ...
+    fresh.kill_host("host2")  # ... and host2: rank 1 has no copy left anywhere
+    summary = job.wait()
+    assert summary["status"] == "succeeded", job.output()[-3000:]
+    assert summary["attempts"][-1]["nodes"] == ["host1", "host4", "host5"]
+    restore = _restore(summary)
+    assert restore["source"] == "disk", restore
+    assert restore["why"], restore  # the reason is recorded ...
+    assert "disk" in job.output()  # ... and said
+    events = _resume_events(job, len(summary["attempts"]) - 1)
+    assert {r["source"] for r in events.values()} == {"disk"}, events
+    assert restore["steps_lost"] > EVERY  # the disk checkpoint is older: the cost is visible
+    assert _final_loss(job) == baseline
+
+
+_TEAR = r"""
+import sys
+from pathlib import Path
+from trainguard.snapshot.slot import newest_slot
+root = Path(sys.argv[1])
+dirs = list(root.glob("*/host2/own"))
+found = newest_slot(dirs[0], 1) if len(dirs) == 1 else None
+if found is None:
+    sys.exit(f"no committed slot of rank 1 under {root}: {dirs}")
+path, header = found
+with open(path, "r+b") as f:  # a copy that died half way: the payload's middle is garbage
+    f.seek(4096 + header.payload_bytes // 2)
+    f.write(b"\xa5" * 4096)
+print(header.step, path)
+"""
+
+
+def test_a_torn_snapshot_is_never_restored(
+        cluster: HostCluster, baseline: float, tmp_path: Path) -> None:
+    job = Job(cluster, tmp_path, "torn", steps=STEPS, script_args=ARGS, extra=OPTS)
+    job.wait_for_step(KILL_STEP)
+    _kill_ranks(cluster, "host2", signal.SIGSTOP)  # no more snapshots from rank 1
+    torn = cluster.run("host2", [sys.executable, "-c", _TEAR, "/dev/shm/trainguard"],
+                       capture_output=True, text=True)
+    assert torn.returncode == 0, torn.stderr
+    torn_step = int(torn.stdout.split()[0])
+    _kill_ranks(cluster, "host2")
+    summary = job.wait()
+    assert summary["status"] == "succeeded", job.output()[-3000:]
+    final = len(summary["attempts"]) - 1
+    rank1 = _resume_events(job, final)[1]
+    # Rank 1's state came from an intact copy: the buddy's replica of that step, an older
+    # snapshot, or the disk; never its own torn slot.
+    assert not (rank1["source"] == "memory" and rank1.get("step") == torn_step), rank1
+    assert _final_loss(job) == baseline
+
+
+def test_a_stale_host_coming_back_is_fenced_and_its_copies_unused(
+        fresh: HostCluster, baseline: float, tmp_path: Path) -> None:
+    job = Job(fresh, tmp_path, "stale", steps=STEPS, script_args=ARGS, spares=("host4",),
+              extra=[*OPTS, "--node-timeout", str(NODE_TIMEOUT)])
+    job.wait_for_step(KILL_STEP)
+    fresh.link_down("host2")  # host2 lives on, with its snapshots in its memory
+    try:
+        _wait_output(job, "attempt 1: launching", NODE_TIMEOUT + 60)
+    finally:
+        fresh.link_up("host2")  # ... and comes back while the job runs on the spare
+    summary = job.wait()
+    assert summary["status"] == "succeeded", job.output()[-3000:]
+    assert summary["attempts"][-1]["nodes"] == ["host1", "host4", "host3"]
+    restore = _restore(summary)
+    holders = {v.get("holder") for v in restore["per_rank"].values()}
+    assert "host2" not in holders, restore
+    doc = json.loads((job.run_dir / "snapshots.json").read_text())
+    assert "host2" in doc["fenced"], doc["fenced"]
+    assert not [c for c in doc["manifest"]["copies"] if c["holder"] == "host2"], doc
+    assert _ranks(fresh, "host2") == []  # its ranks were fenced
+    assert _final_loss(job) == baseline
