@@ -171,14 +171,14 @@ def test_the_buddy_lost_with_the_host_falls_back_to_disk_and_says_so(
         fresh: HostCluster, baseline: float, tmp_path: Path) -> None:
     job = Job(fresh, tmp_path, "pair", steps=STEPS, script_args=ARGS,
               spares=("host4", "host5"), extra=[*OPTS, "--node-timeout", str(NODE_TIMEOUT)])
-    job.wait_for_step(KILL_STEP)
+    job.wait_for_step(CKPT_EVERY + 5)  # a disk checkpoint (step 20) to fall back to
     fresh.kill_host("host3")  # host2's buddy (ring host1 -> host2 -> host3 -> host1) ...
     fresh.kill_host("host2")  # ... and host2: rank 1 has no copy left anywhere
     summary = job.wait()
     assert summary["status"] == "succeeded", job.output()[-3000:]
     assert summary["attempts"][-1]["nodes"] == ["host1", "host4", "host5"]
     restore = _restore(summary)
-    assert restore["source"] == "disk", restore
+    assert restore["source"] == "disk" and restore["step"] == CKPT_EVERY, restore
     assert restore["why"], restore  # the reason is recorded ...
     assert "disk" in job.output()  # ... and said
     events = _resume_events(job, len(summary["attempts"]) - 1)

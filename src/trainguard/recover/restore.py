@@ -203,7 +203,8 @@ class SnapshotCoordinator:
 
     # -- 4. before a relaunch ----------------------------------------------------------------
 
-    def choose(self, nodes: tuple[str, ...], spares: tuple[str, ...]) -> RestoreChoice:
+    def choose(self, nodes: tuple[str, ...], spares: tuple[str, ...],
+               max_step: int | None = None) -> RestoreChoice:
         """What the attempt about to launch on ``nodes`` restores; buddy shards are fetched
         to the ranks' new hosts first. Any failure: disk, said in the status line."""
         from trainguard.snapshot.manifest import plan_restore
@@ -218,7 +219,8 @@ class SnapshotCoordinator:
         placement = {i * nproc + local: node for i, node in enumerate(nodes)
                      for local in range(nproc)}
         live = {n for n in (*nodes, *spares) if n not in self.fenced}
-        plan = plan_restore(self.manifest, placement, live, len(placement), set(self.fenced))
+        plan = plan_restore(self.manifest, placement, live, len(placement), set(self.fenced),
+                            max_step=max_step)
         if plan.step is None:
             return self._disk(plan.why or "no snapshot is complete on live hosts")
         per_rank: dict[int, dict[str, Any]] = {}

@@ -291,7 +291,8 @@ class RestorePlan:
 
 
 def plan_restore(manifest: Manifest, placement: Mapping[int, str], live: Collection[str],
-                 world: int, fenced: Collection[str] = ()) -> RestorePlan:
+                 world: int, fenced: Collection[str] = (),
+                 max_step: int | None = None) -> RestorePlan:
     """The newest snapshot that was complete for all ranks and still has a copy of every
     rank on a live, unfenced host; each rank reads the copy on its new node (``placement``:
     rank -> node of the next attempt) when there is one, else one on another live host.
@@ -302,11 +303,19 @@ def plan_restore(manifest: Manifest, placement: Mapping[int, str], live: Collect
        count as a source).
     3. The first candidate with a usable copy for every rank wins; none: ``step`` None and
        ``why`` says what was missing (the supervisor reads the disk).
-    """
+
+    ``max_step``: no snapshot above it (the supervisor's rollback after a NaN loss: the
+    snapshots taken after the bad step hold the bad state)."""
     if world <= 0:
         return RestorePlan(None, {}, "no ranks to restore")
     usable_hosts = set(live) - set(fenced)
     candidates = manifest.complete(world, ever=True)
+    if max_step is not None:
+        newer = len(candidates)
+        candidates = [c for c in candidates if c[0] <= max_step]
+        if not candidates and newer:
+            return RestorePlan(None, {}, f"no complete memory snapshot at or below step "
+                               f"{max_step} (the rollback's limit): restoring from disk")
     if not candidates:
         return RestorePlan(None, {}, "no memory snapshot was complete for all ranks (each "
                            "shard on 2 hosts): restoring from disk")

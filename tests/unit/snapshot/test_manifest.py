@@ -265,3 +265,13 @@ def test_newer_attempt_preferred_at_the_same_step() -> None:
                           (5, 8, 0)])
 def test_steps_lost(reached: int | None, restored: int | None, lost: int | None) -> None:
     assert steps_lost(reached, restored) == lost
+
+
+def test_a_rollback_limit_excludes_newer_snapshots() -> None:
+    """After a NaN loss the supervisor rolls back below the bad step: the snapshots taken
+    after it hold the bad state and must never be restored."""
+    m = _run()  # complete at steps 10 and 20
+    assert plan_restore(m, PLACE, set(NODES), 6).step == 20
+    assert plan_restore(m, PLACE, set(NODES), 6, max_step=19).step == 10
+    plan = plan_restore(m, PLACE, set(NODES), 6, max_step=5)
+    assert plan.step is None and "at or below step 5" in plan.why

@@ -221,3 +221,30 @@ def test_other_startup_env_finds_no_standby(w: Env) -> None:
     job = Assignment(cmd.argv, other, str(w.root), str(w.root / "o.log"))
     assert claim(cmd, other, w.warm, job) is None
     assert len(ready_standbys(w.warm, cmd.key(w.env))) == 1
+
+
+def test_standby_killed_takes_the_rank_with_it(w: Env) -> None:
+    cmd = w.command("sleeps")
+    standby = w.standby(cmd)
+    proc, _ = w.run(cmd)
+    os.kill(standby, signal.SIGKILL)
+    assert proc.wait(20) == -signal.SIGKILL
+    assert wait_gone(proc.pid)
+
+
+def test_local_attempt_stops_a_warm_rank(w: Env) -> None:
+    from trainguard.recover.local import LocalAttempt
+
+    cmd = w.command("sleeps")
+    w.standby(cmd)
+    proc, out = w.run(cmd)
+    attempt = LocalAttempt({0: proc})
+    assert attempt.has_warm and attempt.warm_ranks() == {0}
+    assert attempt.pids() == {0: proc.pid} and attempt.running() == {0}
+    deadline = time.monotonic() + 20
+    while "up" not in out.read_text():
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    exits = attempt.stop(5.0)
+    assert [(e.rank, e.returncode) for e in exits] == [(0, -signal.SIGTERM)]
+    assert attempt.running() == frozenset()
