@@ -164,3 +164,62 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+LAZY = """import sys
+print("preloaded", "colorsys" in sys.modules, "torch._dynamo" in sys.modules, flush=True)
+import torch
+import trainguard.train as tg
+
+
+def setup():
+    import colorsys  # imported after start-up, as a script's helpers do
+    torch.use_deterministic_algorithms(True)  # imports torch._dynamo lazily
+
+
+tg.init()
+setup()
+tg.step(0, loss=1.0)
+tg.finish()
+"""
+
+
+def _one_rank_plan(hosts: Path, script: Path, attempt: int) -> LaunchPlan:
+    env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0",
+           "TRAINGUARD_WARM_DIR": str(hosts / "n0" / "warm"), "OMP_NUM_THREADS": "1",
+           "PYTHONUNBUFFERED": "1"}
+    out = hosts / "attempts" / str(attempt) / "rank0.log"
+    return LaunchPlan(attempt, (sys.executable, str(script)), ("n0",),
+                      (RankLaunch(0, 0, "n0", 0, env, out),), hosts,
+                      host_dirs={"n0": str(hosts / "n0")})
+
+
+def test_standby_imports_what_the_last_rank_loaded_lazily(hosts: Path) -> None:
+    """Attempt 0 (cold) loads colorsys and torch._dynamo after start-up and lists them at its
+    first step; the standbys started after attempt 1's launch (the list exists by then) have
+    them loaded before attempt 2's rank runs its first line."""
+    script = hosts / "lazy.py"
+    script.write_text(LAZY)
+    (hosts / "n0" / "warm").mkdir(parents=True, mode=0o700)
+    cmd = parse_command((sys.executable, str(script)), sys.executable, hosts)
+    assert cmd is not None
+    key = cmd.key({**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
+    backend = LocalBackend()
+    lines = []
+    try:
+        for attempt in range(3):
+            if attempt:
+                _wait_ready(hosts / "n0" / "warm", key, 1)
+            launched = backend.launch(_one_rank_plan(hosts, script, attempt))
+            assert launched.warm_ranks() == (frozenset({0}) if attempt else frozenset())
+            assert _wait_exits(launched) == {0: 0}
+            text = (hosts / "attempts" / str(attempt) / "rank0.log").read_text()
+            lines.append(text.splitlines()[0])
+            if attempt == 0:
+                listed = (hosts / "n0" / "warm" / f"{key}.imports").read_text().split()
+                assert "colorsys" in listed and "torch._dynamo" in listed
+                assert "trainguard.train" not in listed  # a checkout, not a library
+    finally:
+        backend.close()
+    assert lines[0] == "preloaded False False"  # cold: nothing before the first line
+    assert lines[2] == "preloaded True True", lines

@@ -148,9 +148,12 @@ class AgentSnapshotPlane:
     def close(self, remove: bool) -> None:
         if remove and self._backend is not None:
             nodes = tuple(n for n in self.nodes if n not in self._lost)
-            if nodes:
+            # A lost host may be up (excluded on evidence, or back after a cut link): its
+            # memory is freed too when its agent answers within a short grace.
+            lost = tuple(n for n in self.nodes if n in self._lost)
+            if nodes or lost:
                 clean_hosts(self._backend, nodes, self.root, self.run_id,
-                            self._clean_timeout_s, self._clock)
+                            self._clean_timeout_s, self._clock, optional=lost)
 
     # -- the attempt's side (agent.remote.SnapshotLink) --------------------------------------
 
@@ -238,18 +241,24 @@ class AgentSnapshotPlane:
 
 
 def clean_hosts(backend: CleanAgents, nodes: tuple[str, ...], root: Path, run_id: str,
-                timeout_s: float, clock: Callable[[], float] = time.monotonic) -> set[str]:
+                timeout_s: float, clock: Callable[[], float] = time.monotonic, *,
+                optional: tuple[str, ...] = (), optional_wait_s: float = 2.0) -> set[str]:
     """Start an agent on each of ``nodes`` (no ranks) to remove the run's snapshot
-    directories there; the nodes that answered."""
+    directories there; the nodes that answered. ``optional`` hosts (lost ones) are asked
+    too, but waited for at most ``optional_wait_s`` once ``nodes`` are connected."""
     work = Path(tempfile.mkdtemp(prefix="trainguard-snapclean-"))
     done: set[str] = set()
     attempt = None
     try:
-        plan = LaunchPlan(attempt=next(_clean_numbers), command=(), nodes=nodes, ranks=(),
+        every = (*nodes, *optional)
+        plan = LaunchPlan(attempt=next(_clean_numbers), command=(), nodes=every, ranks=(),
                           workdir=work)
         attempt = backend.launch(plan)
         deadline = clock() + timeout_s
         while clock() < deadline and not attempt.connected() >= set(nodes):
+            time.sleep(0.05)
+        grace = min(deadline, clock() + optional_wait_s)
+        while optional and clock() < grace and not attempt.connected() >= set(every):
             time.sleep(0.05)
         left = max(1.0, deadline - clock())
         replies = attempt.request(attempt.connected(), {"t": "snapclean", "root": str(root),
@@ -261,7 +270,7 @@ def clean_hosts(backend: CleanAgents, nodes: tuple[str, ...], root: Path, run_id
         if attempt is not None:
             attempt.close()
         shutil.rmtree(work, ignore_errors=True)
-    missing = sorted(set(nodes) - done)
+    missing = sorted(set((*nodes, *optional)) - done)
     if missing:
         log.warning("snapshots: the run's snapshot directories may remain on %s",
                     ", ".join(missing))

@@ -6,8 +6,8 @@ Started by the launch message's ``snapshot`` field, before the host's ranks:
 - with ``replicate``, it runs this host's :class:`~trainguard.snapshot.replicawire.ReplicaServer`
   (other hosts push replicas to it, and pull shards from it before a restore), scans ``own/``,
   ``replica/*/`` and ``fetched/`` for committed slots and reports each new one (``snapinv``:
-  every copy there at start, the new ones after), and pushes each rank's newest own slot to
-  the buddy the controller named (``snapbuddy``);
+  every copy there at start, the new ones after), and pushes its ranks' new own slots to
+  the buddy the controller named (``snapbuddy``), every new one, oldest first;
 - it pulls a shard from another host into ``fetched/`` when told (``snapfetch``).
 
 The slot files outlive this agent (they are in host memory, not its work dir): the next
@@ -43,7 +43,7 @@ from trainguard.snapshot.replicawire import (
     fetched_path,
     push_slot,
 )
-from trainguard.snapshot.slot import newest_slot, read_header
+from trainguard.snapshot.slot import SlotHeader, read_header, slot_paths
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ class SnapshotService:
         self._server: ReplicaServer | None = None
         self._buddy: tuple[str, tuple[str, int]] | None = None
         self._pushed: dict[tuple[str, int], tuple[int, int, str]] = {}
-        """(buddy, rank) -> the (step, attempt, digest) last pushed there."""
+        """(buddy, rank) -> the (attempt, step, digest) last pushed there (or skipped)."""
         self._retry_at: dict[tuple[str, int], float] = {}
         self._seen: dict[str, tuple[int, int, str]] = {}
         """Path -> the slot last reported there."""
@@ -202,7 +202,13 @@ class SnapshotService:
             self._buddy = (node, addr) if node is not None and addr is not None else None
 
     def push_new(self) -> int:
-        """Each rank's newest own slot to the buddy, when not sent there yet; the count."""
+        """Each rank's own slots not sent to the buddy yet, oldest first; the count.
+
+        Both slots, not only the newest: when two snapshots were committed since the last
+        look, pushing only the newest would leave the older one on one host, and ranks whose
+        agents looked at different moments would be replicated at different steps (no step
+        complete). The older slot is the next one the rank writes: a push torn by that
+        write fails the receiver's digest check and is skipped (the newer one follows)."""
         with self._lock:
             buddy = self._buddy
         if buddy is None:
@@ -211,26 +217,26 @@ class SnapshotService:
         ranks = sorted({r for p in _names(self.dirs.own) if (r := _rank_of(p)) is not None})
         sent = 0
         for rank in ranks:
-            found = newest_slot(self.dirs.own, rank)
-            if found is None:
-                continue
-            path, header = found
-            ident = (header.step, header.attempt, header.digest)
             key = (node, rank)
-            if self._pushed.get(key) == ident or self._clock() < self._retry_at.get(key, 0.0):
+            if self._clock() < self._retry_at.get(key, 0.0):
                 continue
-            if not self._live() or self._stop.is_set():
-                return sent
-            try:
-                push_slot(addr, self._secret, self.dirs.node, self.attempt, path,
-                          self._push_timeout_s)
-            except SnapshotError as exc:
-                self._retry_at[key] = self._clock() + RETRY_S
-                log.warning("snapshots on %s: replica of rank %d to %s failed: %s",
-                            self.dirs.node, rank, node, exc)
-                continue
-            self._pushed[key] = ident
-            sent += 1
+            for path, header in _unpushed(self.dirs.own, rank, self._pushed.get(key)):
+                if not self._live() or self._stop.is_set():
+                    return sent
+                ident = (header.attempt, header.step, header.digest)
+                try:
+                    push_slot(addr, self._secret, self.dirs.node, self.attempt, path,
+                              self._push_timeout_s)
+                except SnapshotError as exc:
+                    if read_header(path) != header:  # overwritten meanwhile: the next one
+                        self._pushed[key] = ident
+                        continue
+                    self._retry_at[key] = self._clock() + RETRY_S
+                    log.warning("snapshots on %s: replica of rank %d to %s failed: %s",
+                                self.dirs.node, rank, node, exc)
+                    break
+                self._pushed[key] = ident
+                sent += 1
         return sent
 
     # -- fetches and cleanup -----------------------------------------------------------------
@@ -268,6 +274,21 @@ def remove_run(dirs: HostDirs) -> bool:
     with contextlib.suppress(OSError):
         dirs.run.rmdir()
     return existed
+
+
+def _unpushed(own: Path, rank: int, last: tuple[int, int, str] | None
+              ) -> list[tuple[Path, SlotHeader]]:
+    """``rank``'s committed own slots newer than ``last`` (attempt, step, digest), oldest
+    first."""
+    found = []
+    for path in slot_paths(own, rank):
+        header = read_header(path)
+        if header is None or header.rank != rank:
+            continue
+        ident = (header.attempt, header.step, header.digest)
+        if last is None or ident[:2] > last[:2]:
+            found.append((ident, path, header))
+    return [(path, header) for _, path, header in sorted(found, key=lambda f: f[0][:2])]
 
 
 def _names(directory: Path) -> list[str]:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -39,7 +38,7 @@ from trainguard.recover.backend import Backend, HasSnapshotPlane
 from trainguard.recover.launchplan import LaunchPlan, MemoryTier
 from trainguard.recover.records import AttemptResult
 from trainguard.recover.spec import JobSpec
-from trainguard.snapshot.layout import HostDirs
+from trainguard.snapshot.layout import HostDirs, remove_tree
 from trainguard.snapshot.plane import ShardCopy, SnapshotPlane
 
 if TYPE_CHECKING:
@@ -316,8 +315,7 @@ def run_snapshot_dir(spec: JobSpec, run_id: str) -> Path:
 def remove_local_snapshots(spec: JobSpec, run_id: str) -> None:
     """Remove the run's snapshot directory on this machine (never through a symlink)."""
     path = run_snapshot_dir(spec, run_id)
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
+    remove_tree(path)
 
 
 __all__ = ["FETCH_TIMEOUT_S", "FIRST", "POLL_EVERY_S", "RestoreChoice", "SnapshotCoordinator",

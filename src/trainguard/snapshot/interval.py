@@ -5,12 +5,19 @@ Snapshot every K steps, K the smallest integer >= 1 with ``blocking_s / K <= bud
 spread over the K steps between snapshots, costs at most 2 % of the step time. An explicit
 integer K (``TRAINGUARD_SNAPSHOT_EVERY=5``) overrides the measurement.
 
+K is also large enough that snapshots are at least ``min_interval_s`` plus the time to copy the
+state to the buddy host (``payload_bytes / replicate_bytes_per_s``) apart: a rank keeps two
+slots, and a snapshot overwritten before its replica is stored never becomes complete (on two
+hosts). So the work lost per failure is one interval, about ``min_interval_s`` for small states.
+
 Snapshots are taken at steps that are multiples of K, and the tier rounds a measured K up to
 a power of two (`aligned`): every rank measures its own times, and a restore needs one step
 that all ranks hold. Ranks whose K differ (8 and 16) still share every 16th step.
 
     >>> choose_every([0.1, 0.1, 0.3], [1.0, 1.0], IntervalConfig())   # 0.1 / 0.02 -> 5
     5
+    >>> choose_every([0.001], [0.05], IntervalConfig())   # 1 s apart at 50 ms a step -> 20
+    20
     >>> choose_every([0.1], [1.0], IntervalConfig(every=2))
     2
 """
@@ -37,6 +44,11 @@ class IntervalConfig:
     """How many recent blocking and step times the medians look at."""
     max_every: int = 100_000
     """Upper bound on an adaptive K (a state huge against its steps still gets snapshots)."""
+    min_interval_s: float = 1.0
+    """Adaptive snapshots are at least this far apart (seconds of training), plus the copy
+    to the buddy: room for the replication of one before the next reuses its slot."""
+    replicate_bytes_per_s: float = 1e9
+    """The buddy copy's assumed speed (bytes/s) for that margin (about 10 Gb/s)."""
 
     def __post_init__(self) -> None:
         if self.every is not None and self.every < 1:
@@ -47,10 +59,14 @@ class IntervalConfig:
             raise ValueError("snapshot.window must be >= 1")
         if self.max_every < 1:
             raise ValueError("snapshot.max_every must be >= 1")
+        if self.min_interval_s < 0:
+            raise ValueError("snapshot.min_interval_s must be >= 0")
+        if self.replicate_bytes_per_s <= 0:
+            raise ValueError("snapshot.replicate_bytes_per_s must be > 0")
 
 
 def choose_every(blocking_s: Sequence[float], step_s: Sequence[float],
-                 cfg: IntervalConfig) -> int:
+                 cfg: IntervalConfig, payload_bytes: int = 0) -> int:
     """K for the measurements so far (oldest first). With no measurement yet: 1 (snapshot now,
     which measures the stall)."""
     if cfg.every is not None:
@@ -66,6 +82,8 @@ def choose_every(blocking_s: Sequence[float], step_s: Sequence[float],
     # Smallest integer K with blocking / K <= budget * step; the epsilon keeps an exact
     # quotient (0.1 / 0.02 = 5.000000000000001 in floats) from rounding up.
     k = math.ceil(blocking / (cfg.budget * step) - 1e-9)
+    apart_s = cfg.min_interval_s + payload_bytes / cfg.replicate_bytes_per_s
+    k = max(k, math.ceil(apart_s / step - 1e-9))
     return max(1, min(cfg.max_every, k))
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,4 +86,17 @@ class HostDirs:
         self.lease.touch(exist_ok=True)
 
 
-__all__ = ["DEFAULT_ROOT", "HostDirs"]
+def remove_tree(path: Path, tries: int = 5) -> bool:
+    """Remove ``path`` and everything below it (never through a symlink); True when it is gone.
+
+    Two removals may run at once at the end of a run (the supervisor's and the command's
+    final sweep), each then failing on what the other just removed: retry until nothing is
+    left."""
+    for _ in range(tries):
+        if path.is_symlink() or not path.exists():
+            return not path.exists()
+        shutil.rmtree(path, ignore_errors=True)
+    return not path.exists()
+
+
+__all__ = ["DEFAULT_ROOT", "HostDirs", "remove_tree"]

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import re
-import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -30,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainguard.errors import SnapshotError
-from trainguard.snapshot.layout import HostDirs
+from trainguard.snapshot.layout import HostDirs, remove_tree
 from trainguard.snapshot.plane import ShardCopy
 from trainguard.snapshot.slot import (
     SlotHeader,
@@ -150,7 +149,7 @@ class LocalPlane:
             self._thread.join()
             self._thread = None
         if remove:
-            shutil.rmtree(HostDirs(self.root, self.run_id, "x").run, ignore_errors=True)
+            remove_tree(HostDirs(self.root, self.run_id, "x").run)
 
     # -- the replicator ------------------------------------------------------------------------
 

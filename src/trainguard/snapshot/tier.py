@@ -235,7 +235,8 @@ class MemoryTier:
         """The current interval K (measured K rounded up to a power of two, see
         `trainguard.snapshot.interval`; an explicit K as given)."""
         cfg = self.settings.interval or IntervalConfig()
-        k = choose_every(self._blocking, self._steps, cfg)
+        size = self.history[-1].payload_bytes if self.history else 0
+        k = choose_every(self._blocking, self._steps, cfg, size)
         return k if cfg.every is not None else aligned(k)
 
     def maybe_snapshot(self, step: int, state: object | Callable[[], object]) -> bool:

@@ -251,6 +251,7 @@ class Session:
             self._first_step_done = True
             self._flush_inferred_imports()
             self.record("phase", t=now, name="first_step", start=self._last_phase_end, end=now)
+            self._record_loaded_modules()
 
         if value is not None and not math.isfinite(value):
             text = _loss_text(value)
@@ -266,6 +267,20 @@ class Session:
             self._last_step_record = now
         else:
             self._pending = (now, fields)
+
+    def _record_loaded_modules(self) -> None:
+        """With warm standbys (``TRAINGUARD_WARM_DIR``), local rank 0 writes the library modules
+        it has loaded by its first step, so the next standbys import them too
+        (:mod:`trainguard.warm.loaded`). Never fails the rank."""
+        warm_dir = os.environ.get("TRAINGUARD_WARM_DIR")
+        if not warm_dir or (self.env.local_rank or 0) != 0 or os.getpid() != self._pid:
+            return
+        try:
+            from trainguard.warm.loaded import record_loaded
+
+            record_loaded(Path(warm_dir))
+        except Exception as exc:  # a hint for later standbys: never worth failing the rank
+            logger.info("trainguard: loaded modules not recorded for warm standbys: %s", exc)
 
     def _due(
         self, now: float, step: int, kinds: Iterable[FaultKind]

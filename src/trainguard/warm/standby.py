@@ -4,11 +4,13 @@
     python -m trainguard.warm.standby ...          (the same, when trainguard is importable)
 
 1. Imports torch (when installed) and the script's top-level imports (:mod:`.imports`) that
-   resolve outside the script's folder. A failing import is logged (stderr, which the launcher
-   sends to ``WARM/KEY.PID.log``) and ignored: the rank imports it again and fails as it would
-   cold. Side effects: whatever those modules do at import (threads, files, signal handlers)
-   happens before the fork, once, in the standby; the script's own modules (its folder) are
-   not imported, so an edited helper module is never run stale.
+   resolve outside the script's folder, then the library modules an earlier rank with the same
+   key had loaded by its first step (``WARM/KEY.imports``, :mod:`.loaded`), when listed.
+   A failing import is logged (stderr, which the launcher sends to ``WARM/KEY.PID.log``) and
+   ignored: the rank imports it again and fails as it would cold. Side effects: whatever
+   those modules do at import (threads, files, signal handlers) happens before the fork,
+   once, in the standby; the script's own modules (its folder) are not imported, so an edited
+   helper module is never run stale.
 2. Listens on ``WARM/KEY.PID.sock`` and writes ``WARM/KEY.PID.ready``; an adopter claims it by
    renaming the marker (one adopter wins), then connects.
 3. Reads one assignment, forks: the child calls ``setsid``, is SIGKILLed if the standby dies,
@@ -46,6 +48,7 @@ else:
     _COLD_PATH = list(sys.path[1:])
 
 from trainguard.warm.imports import top_level_imports
+from trainguard.warm.loaded import names_path, read_names
 from trainguard.warm.protocol import (
     MAX_LINE,
     Assignment,
@@ -93,6 +96,31 @@ def prewarm(script: str | None, torch: bool = True) -> list[str]:
             failed.append(name)
             _log(f"import {name} failed (the rank will import it again): {exc!r}")
     return failed
+
+
+def prewarm_loaded(warm: Path, key: str) -> tuple[int, list[str]]:
+    """Import the modules an earlier rank with this key had loaded by its first step
+    (``WARM/KEY.imports``, :mod:`.loaded`): how many names were read, and those that failed.
+    No file yet (the first attempt has not reached a step): nothing to do."""
+    try:
+        names = read_names(names_path(warm, key))
+    except (OSError, ValueError) as exc:
+        _log(f"cannot read the loaded-modules list: {exc!r}")
+        return 0, []
+    import importlib
+    failed = []
+    for name in names:
+        if name in sys.modules:
+            continue
+        try:
+            importlib.import_module(name)
+        except BaseException as exc:
+            failed.append(name)
+            if len(failed) <= 20:
+                _log(f"import {name} (loaded by an earlier rank) failed: {exc!r}")
+    if len(failed) > 20:
+        _log(f"{len(failed) - 20} more imports of the loaded-modules list failed")
+    return len(names), failed
 
 
 def lease_stale(lease: Path, timeout_s: float, now: float, started: float) -> bool:
@@ -228,6 +256,15 @@ def serve(args: argparse.Namespace) -> int:
     starting = Path(f"{stem}.starting")  # written by the starter: counts us while we import
     started = time.time()
     prewarm(args.script, torch=not args.no_torch)  # -m: a module's imports are not read
+    t0 = time.time()
+    n, failed = prewarm_loaded(warm, args.key)
+    if n:
+        _log(f"imported {n - len(failed)} of {n} modules earlier ranks had loaded "
+             f"in {time.time() - t0:.2f} s")
+    with contextlib.suppress(OSError):
+        threads = len(os.listdir("/proc/self/task"))
+        if threads > 1:  # an import started threads: the forked rank has none of them
+            _log(f"{threads} threads before the fork (the rank gets only the main one)")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     dir_fd = os.open(warm, os.O_PATH | os.O_DIRECTORY)
     try:

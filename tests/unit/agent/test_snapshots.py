@@ -213,3 +213,28 @@ def test_launch_field_names_root_run_and_fetches(tmp_path: Path) -> None:
                      "fetch_timeout_s": 12.0}
     assert plane.launch_fields("n1")["fetch"] == []  # handed to one launch only
     assert snapshot_field("/dev/shm/trainguard/r/n2", {})["replicate"] is False
+
+
+def test_two_snapshots_between_looks_both_reach_the_buddy(tmp_path: Path) -> None:
+    """Pushing only the newest would leave step 2 on one host: no step complete when
+    the other hosts' agents happened to look between the two snapshots."""
+    a = SnapshotService(HostDirs(tmp_path, "run", "n1"), SECRET, 1)
+    b = SnapshotService(HostDirs(tmp_path, "run", "n2"), SECRET, 1)
+    try:
+        a.start()
+        addr = b.start()
+        assert addr is not None
+        a.set_buddy("n2", addr)
+        _own(a.dirs, 0, 2, b"two")
+        _own(a.dirs, 0, 4, b"four", slot=1)
+        assert a.push_new() == 2
+        replicas = {c.step: c for c in scan_copies(b.dirs) if c.kind == "replica"}
+        assert set(replicas) == {2, 4}
+        assert read_verified(Path(replicas[2].path), None) == b"two"
+        assert a.push_new() == 0  # both sent already
+        _own(a.dirs, 0, 6, b"six")  # overwrites step 2's slot: only the new one goes
+        assert a.push_new() == 1
+        assert {c.step for c in scan_copies(b.dirs) if c.kind == "replica"} == {4, 6}
+    finally:
+        a.close()
+        b.close()

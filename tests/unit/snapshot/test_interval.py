@@ -32,7 +32,7 @@ def test_choose_every(blocking: list[float], steps: list[float], cfg: IntervalCo
 
 
 def test_k_is_the_smallest_within_budget() -> None:
-    cfg = IntervalConfig()
+    cfg = IntervalConfig(min_interval_s=0.0)  # the blocking budget alone
     for blocking in (0.003, 0.05, 0.37, 1.9):
         for step in (0.01, 0.2, 1.3):
             k = choose_every([blocking], [step], cfg)
@@ -69,3 +69,14 @@ def test_ranks_with_different_k_share_steps() -> None:
     fast = {s for s in range(1, 200) if is_due(s, 1, aligned(5))}
     slow = {s for s in range(1, 200) if is_due(s, 1, aligned(11))}
     assert slow <= fast and slow
+
+
+def test_snapshots_are_far_enough_apart_to_replicate() -> None:
+    """A snapshot must live long enough in its slot for the buddy's copy: at least
+    ``min_interval_s`` plus the copy time at ``replicate_bytes_per_s``."""
+    cfg = IntervalConfig(min_interval_s=1.0, replicate_bytes_per_s=1e9)
+    assert choose_every([0.0001], [0.1], cfg) == 10
+    assert choose_every([0.0001], [0.1], cfg, payload_bytes=2_000_000_000) == 30
+    assert choose_every([0.0001], [5.0], cfg) == 1  # slow steps: every step
+    big_stall = choose_every([10.0], [0.1], cfg)  # the blocking budget is the larger bound
+    assert big_stall == 5000
