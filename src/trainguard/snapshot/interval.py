@@ -75,13 +75,11 @@ def choose_every(blocking_s: Sequence[float], step_s: Sequence[float],
         return 1
     blocking = statistics.median(blocking_s[-cfg.window:])
     step = statistics.median(step_s[-cfg.window:])
-    if blocking <= 0:
-        return 1
     if step <= 0:
-        return cfg.max_every
+        return 1 if blocking <= 0 else cfg.max_every
     # Smallest integer K with blocking / K <= budget * step; the epsilon keeps an exact
     # quotient (0.1 / 0.02 = 5.000000000000001 in floats) from rounding up.
-    k = math.ceil(blocking / (cfg.budget * step) - 1e-9)
+    k = max(1, math.ceil(blocking / (cfg.budget * step) - 1e-9))
     apart_s = cfg.min_interval_s + payload_bytes / cfg.replicate_bytes_per_s
     k = max(k, math.ceil(apart_s / step - 1e-9))
     return max(1, min(cfg.max_every, k))

@@ -22,6 +22,7 @@ import json
 import logging
 import mmap
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -193,14 +194,40 @@ class _MappedSlot:
         os.close(self.fd)
 
 
+AGREE_AFTER_STEPS = 8
+"""Steps measured before the ranks agree on the snapshot interval."""
+
+
+def agree_max(k: int) -> int:
+    """The largest ``k`` over the job's process group (``torch.distributed`` all-reduce MAX,
+    once per process), or ``k`` when there is no initialized group of more than one rank."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized() \
+            or dist.get_world_size() <= 1:
+        return k
+    import torch
+
+    device = torch.device("cpu")
+    if dist.get_backend() == "nccl":  # pragma: no cover - needs a GPU
+        device = torch.device("cuda", torch.cuda.current_device())
+    value = torch.tensor([k], dtype=torch.int64, device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return int(value.item())
+
+
 class MemoryTier:
     """Snapshots of one rank into ``<TRAINGUARD_SNAPSHOT_DIR>/own`` and its restore."""
 
     def __init__(self, settings: TierSettings, *, clock: Callable[[], float] = time.monotonic,
                  statvfs: Callable[[Path], os.statvfs_result] = os.statvfs,
                  meminfo: Callable[[], int | None] = mem_available,
-                 copy_threads: int = 1) -> None:
+                 copy_threads: int = 1,
+                 agree: Callable[[int], int] | None = None) -> None:
+        """``agree``: makes every rank use the same measured K (default: the largest over
+        the process group, `agree_max`); tests inject it."""
         self.settings = settings
+        self._agree = agree if agree is not None else agree_max
+        self._agreed: int | None = None
         self.copy_threads = copy_threads
         self.history: list[SnapshotRecord] = []
         self.commit_s: list[float] = []
@@ -235,9 +262,19 @@ class MemoryTier:
         """The current interval K (measured K rounded up to a power of two, see
         `trainguard.snapshot.interval`; an explicit K as given)."""
         cfg = self.settings.interval or IntervalConfig()
+        if cfg.every is not None:
+            return cfg.every
+        if self._agreed is not None:
+            return self._agreed
+        if len(self._steps) < AGREE_AFTER_STEPS:
+            return cfg.max_every  # measuring: only the first snapshot so far
         size = self.history[-1].payload_bytes if self.history else 0
-        k = choose_every(self._blocking, self._steps, cfg, size)
-        return k if cfg.every is not None else aligned(k)
+        # Every rank measures its own times; a restore needs a step that all ranks hold, so
+        # they agree once on one K (the largest), at the same step (they all call this
+        # every step from the same start).
+        self._agreed = max(1, self._agree(aligned(choose_every(self._blocking, self._steps,
+                                                               cfg, size))))
+        return self._agreed
 
     def maybe_snapshot(self, step: int, state: object | Callable[[], object]) -> bool:
         """Snapshot `state` (or what the callable returns) as resuming at `step` when due;

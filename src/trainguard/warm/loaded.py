@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import site
 import sys
 import sysconfig
@@ -117,6 +118,10 @@ def process_key() -> str | None:
     main = sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)
     python = sys.orig_argv[0] if sys.orig_argv else sys.executable
+    if os.sep not in python:  # found on PATH, as the launcher resolved it
+        python = shutil.which(python) or sys.executable
+    elif not os.path.isabs(python):  # relative to the working directory it started in
+        python = os.path.normpath(os.path.abspath(python))
     if spec is not None and getattr(spec, "name", None):
         module = str(spec.name)
         if module.endswith(".__main__"):

@@ -72,6 +72,11 @@ def parse_command(command: tuple[str, ...], program: str, workdir: Path) -> Warm
     name = Path(program).name
     if not name.startswith("python") or len(command) < 2:
         return None
+    if not os.path.isabs(program):
+        # A relative interpreter (``.venv/bin/python``) runs from the ranks' working directory;
+        # the standby starts in its warm directory, so it gets the absolute path (not through
+        # the symlink: a venv's python is its link).
+        program = os.path.normpath(os.path.join(workdir, program))
     if command[1] == "-m":
         if len(command) < 3 or not command[2] or command[2].startswith("-"):
             return None

@@ -124,16 +124,37 @@ def test_adaptive_interval_from_measured_times(tmp_path: Path) -> None:
         return build
 
     taken = []
-    for step in range(1, 17):
+    for step in range(1, 25):
         clock.now += 1.0  # a 1 s step
         if t.maybe_snapshot(step, slow_state(step)):
             taken.append(step)
     t.close()
-    # 0.1 s / K <= 2 % of 1 s: K = 5 once the first snapshot measured its stall, rounded up
-    # to 8, on multiples of 8 (the steps every rank snapshots).
-    assert taken == [1, 8, 16]
+    # The first call snapshots at once (it measures the stall); after 8 measured steps the
+    # ranks agree on K: 0.1 s / K <= 2 % of 1 s gives K = 5, rounded up to 8, on multiples
+    # of 8 (the steps every rank snapshots).
+    assert taken == [1, 16, 24]
     assert t.every() == 8
     assert [round(r.blocking_s, 6) for r in t.history] == [0.1] * 3
+
+
+def test_ranks_agree_on_one_interval(tmp_path: Path) -> None:
+    """Ranks measure slightly different times; the K they use is the agreed one (the
+    process group's largest), asked once."""
+    asked: list[int] = []
+
+    def agree(k: int) -> int:
+        asked.append(k)
+        return 32
+
+    clock = Clock()
+    t = _tier(tmp_path, every=None, clock=clock, agree=agree)
+    taken = [step for step in range(1, 70)
+             if (clock.__setattr__("now", clock.now + 0.1) or True)
+             and t.maybe_snapshot(step, lambda: {"x": 1})]
+    t.close()
+    # 1 s apart at 100 ms a step: K = 10, rounded up to 16; another rank asked for 32.
+    assert asked == [16] and t.every() == 32
+    assert taken == [1, 32, 64]
 
 
 def test_torn_slot_is_never_restored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

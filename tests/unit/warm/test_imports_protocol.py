@@ -104,6 +104,10 @@ def test_parse_command(tmp_path: Path) -> None:
     assert parse_command(("bash", "s.py"), "/bin/bash", tmp_path) is None
     assert parse_command(("python", "missing.py"), "/usr/bin/python", tmp_path) is None
     assert parse_command(("python", "-m"), "/usr/bin/python", tmp_path) is None
+    # A relative interpreter (make demo's .venv/bin/python) is made absolute against the
+    # ranks' working directory: the standby starts elsewhere (in its warm directory).
+    rel = parse_command((".venv/bin/python", "s.py"), ".venv/bin/python", tmp_path)
+    assert rel is not None and rel.python == str(tmp_path / ".venv" / "bin" / "python")
 
 
 def test_plan_targets_one_per_slot_of_nodes_and_spares() -> None:
