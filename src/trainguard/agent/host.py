@@ -196,7 +196,22 @@ class HostWork:
             self._watch = DirWatch.open(self.work_dir)
             if plan.ranks:
                 self._attempt = self._backend.launch(plan)
+            else:
+                self._prewarm_spare(plan, msg.get("warm"))
             return dict(self._attempt.pids()) if self._attempt is not None else {}
+
+    def _prewarm_spare(self, plan: LaunchPlan, warm: object) -> None:
+        """A spare: standby interpreters for the ranks it may take over (a bad field is
+        ignored: warm starts are an optimisation, never a reason to refuse the launch)."""
+        if not isinstance(warm, dict) or not plan.command:
+            return
+        host, envs = warm.get("host_dir"), warm.get("envs")
+        if not isinstance(host, str) or not isinstance(envs, list) or len(envs) > 1024:
+            return
+        try:
+            self._backend.prewarm(plan, Path(host), [_env(e) for e in envs])
+        except (WireError, LaunchError, OSError) as exc:
+            log.info("%s: no standby pre-warmed for the spare: %s", self.node, exc)
 
     def signal(self, rank: int, signum: int) -> None:
         with self._lock:

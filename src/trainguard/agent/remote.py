@@ -106,6 +106,21 @@ def _event_key(ev: FailureEvent) -> tuple[object, ...]:
     return (ev.host, ev.signature, tuple((e.path, e.line_no, e.text) for e in ev.evidence))
 
 
+def spare_warm_field(plan: LaunchPlan, spare: str) -> dict[str, Any] | None:
+    """What a spare's agent needs to pre-warm standbys for the ranks it may take over: the
+    first node's slot environments, moved to the spare's warm directory (None: warm starts
+    off, or no directory for the spare)."""
+    host = plan.host_dirs.get(spare)
+    if host is None or not plan.nodes:
+        return None
+    envs = []
+    for rl in plan.ranks:
+        if rl.node == plan.nodes[0] and "TRAINGUARD_WARM_DIR" in rl.env:
+            envs.append({**rl.env, "TRAINGUARD_WARM_DIR": str(Path(host) / "warm"),
+                         "TRAINGUARD_NODE": spare})
+    return {"host_dir": host, "envs": envs} if envs else None
+
+
 class RemoteAttempt:
     """One attempt's ranks on the agents' hosts (see the module docstring)."""
 
@@ -143,6 +158,10 @@ class RemoteAttempt:
                        "node_rank": rl.node_rank, "env": dict(rl.env)}
                       for rl in plan.ranks if rl.node == node]} for node in self.nodes}
         self._snap = snapshots
+        for node in watch_nodes:  # hot spares keep standby interpreters warm too
+            spare_warm = spare_warm_field(plan, node)
+            if spare_warm is not None and not self._launch[node]["ranks"]:
+                self._launch[node]["warm"] = spare_warm
         for node, launch in self._launch.items():
             if node in plan.host_dirs:
                 launch["snapshot"] = snapshot_field(

@@ -21,7 +21,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -30,7 +30,7 @@ from trainguard.recover.backend import Capabilities, LaunchPlan, RankExit
 from trainguard.recover.reaper import ReaperLink
 from trainguard.snapshot.plane import SnapshotPlane
 from trainguard.trace.collect import process_state
-from trainguard.warm.launcher import WarmLauncher, plan_targets
+from trainguard.warm.launcher import WarmLauncher, WarmTarget, plan_targets
 from trainguard.warm.pool import WarmProc
 
 log = logging.getLogger(__name__)
@@ -229,6 +229,16 @@ class LocalBackend:
 
     def unavailable(self, nodes: tuple[str, ...]) -> Mapping[str, str]:
         return {}
+
+    def prewarm(self, plan: LaunchPlan, host_dir: Path,
+                envs: Sequence[Mapping[str, str]]) -> None:
+        """Standbys in ``host_dir`` for ranks with these environments, with no rank of this
+        host running (a hot spare's agent)."""
+        program = resolve_command(plan.command[0], self._base_env.get("PATH"))
+        warm = self._warm.command(program, plan.command, plan.workdir)
+        if warm is not None and envs:
+            self._warm.prewarm(warm, [WarmTarget(host_dir / "warm", host_dir / "lease",
+                                                 {**self._base_env, **env}) for env in envs])
 
     def launch(self, plan: LaunchPlan) -> LocalAttempt:
         program = resolve_command(plan.command[0], self._base_env.get("PATH"))

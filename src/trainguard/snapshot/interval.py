@@ -16,8 +16,8 @@ that all ranks hold. Ranks whose K differ (8 and 16) still share every 16th step
 
     >>> choose_every([0.1, 0.1, 0.3], [1.0, 1.0], IntervalConfig())   # 0.1 / 0.02 -> 5
     5
-    >>> choose_every([0.001], [0.05], IntervalConfig())   # 1 s apart at 50 ms a step -> 20
-    20
+    >>> choose_every([0.001], [0.05], IntervalConfig())   # 0.5 s apart at 50 ms a step
+    10
     >>> choose_every([0.1], [1.0], IntervalConfig(every=2))
     2
 """
@@ -44,7 +44,7 @@ class IntervalConfig:
     """How many recent blocking and step times the medians look at."""
     max_every: int = 100_000
     """Upper bound on an adaptive K (a state huge against its steps still gets snapshots)."""
-    min_interval_s: float = 1.0
+    min_interval_s: float = 0.5
     """Adaptive snapshots are at least this far apart (seconds of training), plus the copy
     to the buddy: room for the replication of one before the next reuses its slot."""
     replicate_bytes_per_s: float = 1e9

@@ -152,8 +152,8 @@ def test_ranks_agree_on_one_interval(tmp_path: Path) -> None:
              if (clock.__setattr__("now", clock.now + 0.1) or True)
              and t.maybe_snapshot(step, lambda: {"x": 1})]
     t.close()
-    # 1 s apart at 100 ms a step: K = 10, rounded up to 16; another rank asked for 32.
-    assert asked == [16] and t.every() == 32
+    # 0.5 s apart at 100 ms a step: K = 5, rounded up to 8; another rank asked for 32.
+    assert asked == [8] and t.every() == 32
     assert taken == [1, 32, 64]
 
 
