@@ -71,9 +71,10 @@ def choose_every(blocking_s: Sequence[float], step_s: Sequence[float],
     which measures the stall)."""
     if cfg.every is not None:
         return cfg.every
-    if not blocking_s or not step_s:
+    if not step_s:
         return 1
-    blocking = statistics.median(blocking_s[-cfg.window:])
+    # No snapshot measured yet (a restored rank's first ones): the minimum interval decides.
+    blocking = statistics.median(blocking_s[-cfg.window:]) if blocking_s else 0.0
     step = statistics.median(step_s[-cfg.window:])
     if step <= 0:
         return 1 if blocking <= 0 else cfg.max_every

@@ -80,3 +80,10 @@ def test_snapshots_are_far_enough_apart_to_replicate() -> None:
     assert choose_every([0.0001], [5.0], cfg) == 1  # slow steps: every step
     big_stall = choose_every([10.0], [0.1], cfg)  # the blocking budget is the larger bound
     assert big_stall == 5000
+
+
+def test_no_snapshot_measured_yet_still_keeps_them_apart() -> None:
+    """A rank restored from a snapshot measures steps before its first snapshot: the minimum
+    interval applies (not K = 1, a snapshot every step)."""
+    assert choose_every([], [0.1] * 8, IntervalConfig(min_interval_s=0.5)) == 5
+    assert choose_every([], [], IntervalConfig()) == 1
