@@ -132,6 +132,8 @@ class SnapshotCoordinator:
         self._fetch_timeout_s = fetch_timeout_s
         self._last_poll: float | None = None
         self._disk_next: str | None = None
+        self._bad_restores = 0
+        """Attempts whose ranks could not restore the chosen copies (the second: disk)."""
         self._closed = False
         self._seen = 0
         self._world = spec.world_size
@@ -196,9 +198,22 @@ class SnapshotCoordinator:
         if choice.source in ("disk", "none") or result.status == "succeeded":
             return
         bad = failed_restoring(plan, result)
-        if bad:
-            self._disk_next = (f"rank(s) {', '.join(map(str, bad))} could not restore the "
-                               f"memory snapshot of step {choice.step} (SnapshotError)")
+        if not bad:
+            return
+        self._bad_restores += 1
+        why = (f"rank(s) {', '.join(map(str, bad))} could not restore the memory snapshot of "
+               f"step {choice.step} (SnapshotError)")
+        if self._bad_restores > 1:  # the second time: the disk, whatever copies are left
+            self._disk_next = why
+            return
+        # The copies that did not verify are forgotten; the next attempt takes another copy
+        # of the same snapshot (a buddy's replica) if one is left, else the disk.
+        for rank in bad:
+            used = choice.per_rank.get(rank, {})
+            holder, path = used.get("holder"), used.get("path")
+            if isinstance(holder, str) and isinstance(path, str):
+                self.manifest.discard(holder, path)
+        self._status(f"snapshots: {why}: trying another copy")
 
     # -- 4. before a relaunch ----------------------------------------------------------------
 

@@ -178,6 +178,15 @@ class Manifest:
         self._idents.setdefault((copy.step, copy.attempt), set()).add(ident)
         return True
 
+    def discard(self, holder: str, path: str) -> bool:
+        """The copy at ``path`` on ``holder`` did not verify (torn, overwritten): forget it
+        (the snapshot's other copies stay usable). False when no such copy is held."""
+        key = self._where.get((holder, path))
+        if key is None:
+            return False
+        self._set(key, [c for c in self._copies.get(key, []) if c.path != path])
+        return True
+
     def drop_holder(self, node: str) -> None:
         """``node`` is lost: its copies are gone (completeness already reached is kept)."""
         for key in [k for k in self._copies if k[1] == node]:
