@@ -26,8 +26,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import signal
+import statistics
 import sys
 import tempfile
 import time
@@ -104,13 +104,24 @@ def _job(cluster: HostCluster, root: Path, name: str, cfg: Config, extra: Sequen
                              extra=["--hang-timeout", "60", *extra])
 
 
-def _step_s(run_dir: Path, attempt: int) -> float | None:
+def _step_s(run_dir: Path, attempt: int, skip: int = 10) -> float | None:
+    """Rank 0's median step time in steady state (the SDK's step records after the first
+    ``skip`` steps: start-up, the first snapshots and the standbys' pre-warm left out)."""
+    path = run_dir / "attempts" / str(attempt) / "host1" / "rank0.events.jsonl"
+    times = []
     try:
-        text = (run_dir / "attempts" / str(attempt) / "host1" / "rank0.log").read_text()
+        lines = path.read_text().splitlines()
     except OSError:
         return None
-    m = re.search(r"(\d+) steps in ([\d.]+) s", text)
-    return None if m is None else float(m.group(2)) / int(m.group(1))
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if rec.get("kind") == "step" and isinstance(rec.get("step_s"), (int, float)) \
+                and int(rec.get("step", 0)) >= skip:
+            times.append(float(rec["step_s"]))
+    return statistics.median(times) if times else None
 
 
 def _lag(run_dir: Path) -> int | None:
@@ -247,9 +258,10 @@ def render(table: Sequence[Row]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=50)
-    p.add_argument("--kill-step", type=int, default=20)
-    p.add_argument("--ckpt-every", type=int, default=25)
+    p.add_argument("--steps", type=int, default=120)
+    p.add_argument("--kill-step", type=int, default=60,
+                   help="late enough for the standbys to be ready (about 5 s here)")
+    p.add_argument("--ckpt-every", type=int, default=50)
     p.add_argument("--n-embd", type=int, default=128)
     p.add_argument("--n-layer", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=8)
