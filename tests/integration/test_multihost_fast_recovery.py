@@ -191,9 +191,14 @@ def test_a_lost_host_is_replaced_by_the_spare_from_its_buddys_copy(
     assert summary["attempts"][-1]["nodes"] == ["host1", "host4", "host3"]
     restore = _restore(summary)
     per_rank = restore["per_rank"]
+    assert set(per_rank) == {"0", "1", "2"}, (restore, job.output()[-3000:])
     assert per_rank["1"]["source"] == "buddy" and per_rank["1"]["holder"] == "host3", restore
     assert all(per_rank[r]["source"] == "local" for r in ("0", "2")), restore
-    assert restore["source"] == "mixed" and 0 <= restore["steps_lost"] <= EVERY, restore
+    # At most one interval, plus the snapshot the host took but had not yet replicated when
+    # it died (here a forced 8-step interval is ~0.25 s, about the replication latency; the
+    # default interval keeps snapshots >= 0.5 s + copy time apart for that reason).
+    assert restore["source"] == "mixed" and 0 <= restore["steps_lost"] <= 2 * EVERY, \
+        (restore, seen, job.output()[-2500:])
     assert restore["step"] >= seen, restore
     events = _resume_events(job, len(summary["attempts"]) - 1)
     assert events[1]["source"] == "buddy", events  # rank 1 read no disk checkpoint

@@ -47,7 +47,7 @@ from trainguard.snapshot.slot import SlotHeader, read_header, slot_paths
 
 log = logging.getLogger(__name__)
 
-SCAN_S = 0.2
+SCAN_S = 0.05
 """How often the slot directories are looked at (a header read per slot file)."""
 LEASE_S = 1.0
 RETRY_S = 1.0
