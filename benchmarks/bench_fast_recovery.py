@@ -258,10 +258,10 @@ def render(table: Sequence[Row]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=120)
-    p.add_argument("--kill-step", type=int, default=60,
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--kill-step", type=int, default=200,
                    help="late enough for the standbys to be ready (about 5 s here)")
-    p.add_argument("--ckpt-every", type=int, default=50)
+    p.add_argument("--ckpt-every", type=int, default=100)
     p.add_argument("--n-embd", type=int, default=128)
     p.add_argument("--n-layer", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=8)
