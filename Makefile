@@ -41,7 +41,7 @@ demo: install
 	$(BIN)/trainguard run --run-dir $(DEMO_RUN) --db $(DEMO_RUN)/trainguard.db \
 		--nodes node07,node08,node09 --spares node10 --nproc-per-node 1 \
 		--alerts $(DEMO_RUN)/alerts-live.jsonl --alerts-replay $(DEMO_DIR)/alerts.jsonl \
-		--stop-on-predictive \
+		--stop-on-predictive --warm \
 		--inject kill:rank=1,step=25 --inject alert:node=node08,step=45,attempt=1 \
 		-- $(BIN)/python examples/train_gpt.py --steps 80 --ckpt-every 10 \
 		--ckpt-dir $(DEMO_RUN)/ckpt --loss-log $(DEMO_RUN)/loss.txt

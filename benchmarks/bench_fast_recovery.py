@@ -101,7 +101,7 @@ def _job(cluster: HostCluster, root: Path, name: str, cfg: Config, extra: Sequen
 
     multihost_job.SCRIPT = GPT
     return multihost_job.Job(cluster, root, name, steps=cfg.steps, script_args=cfg.train_args(),
-                             extra=["--hang-timeout", "60", *extra])
+                             extra=["--hang-timeout", "60", "--warm", *extra])
 
 
 def _step_s(run_dir: Path, attempt: int, skip: int = 10) -> float | None:

@@ -47,7 +47,7 @@ FIRST = EVERY
 COMPLETE_TIMEOUT_S = 60.0
 NODE_TIMEOUT = 6.0
 ARGS = ["--log-every", "1", "--ckpt-every", str(CKPT_EVERY), "--n-embd", "64"]
-OPTS = ["--snapshot-every", str(EVERY), "--hang-timeout", "60"]
+OPTS = ["--snapshot-every", str(EVERY), "--hang-timeout", "60", "--warm"]
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -205,9 +205,10 @@ def run(
         "`node=domain` lines) or node1=rackA,node2=rackB: a node's snapshots are replicated "
         "to a host in another domain.")] = None,
     warm: Annotated[bool, typer.Option(
-        "--warm/--no-warm", help="Keep pre-warmed standby interpreters (torch and the "
-        "script's imports loaded) for the next attempt; --no-warm: every attempt starts "
-        "cold.")] = True,
+        "--warm/--no-warm", help="Keep pre-warmed standby interpreters (torch, the "
+        "script's imports and what its ranks loaded) on every node and spare, so a relaunch "
+        "skips interpreter start and imports. Off by default: each standby holds those "
+        "modules in memory and uses CPU while it imports.")] = False,
     node_timeout: Annotated[float, typer.Option(
         "--node-timeout", help="Seconds a host's agent may be silent before the host counts "
         "as lost (handled like Slurm's NODE_FAIL: excluded, resumed on a spare); an agent "

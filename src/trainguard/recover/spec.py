@@ -126,8 +126,9 @@ class JobSpec:
     """Steps between memory snapshots of scripts that call ``Checkpoints.snapshot``."""
     failure_domains: Mapping[str, str] | None = None
     """Node -> failure domain; a node's buddy (which holds its replicas) is in another one."""
-    warm: bool = True
-    """Keep warm standby interpreters for the next attempt (``--no-warm``: cold starts)."""
+    warm: bool = False
+    """Keep warm standby interpreters for the next attempt (``--warm``; off by default: each
+    standby holds torch and the script's imports in memory and uses CPU while it imports)."""
 
     def __post_init__(self) -> None:
         if not self.command or not self.command[0].strip():

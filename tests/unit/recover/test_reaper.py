@@ -155,6 +155,12 @@ def test_ranks_do_not_inherit_the_pipe_to_the_reaper(tmp_path: Path) -> None:
         assert link is not None and link.alive
         pipe = os.readlink(f"/proc/self/fd/{link._fd}")
         rank_pid = attempt.pids()[0]
+        # Between fork and exec the child still holds every descriptor (close-on-exec acts
+        # at exec): look once it runs the rank's command.
+        deadline = time.monotonic() + 10
+        while b"time.sleep" not in Path(f"/proc/{rank_pid}/cmdline").read_bytes() \
+                and time.monotonic() < deadline:
+            time.sleep(0.01)
         rank_fds = {os.readlink(f"/proc/{rank_pid}/fd/{fd}")
                     for fd in os.listdir(f"/proc/{rank_pid}/fd")}
         assert pipe.startswith("pipe:") and pipe not in rank_fds

@@ -56,7 +56,7 @@ def test_spec_refuses_unknown_domain_nodes_and_a_relative_root() -> None:
         _spec(failure_domains={"a": "r1", "zz": "r2"})
     with pytest.raises(ConfigError, match="--snapshot-root must be an absolute path"):
         _spec(snapshot_root=Path("shm"))
-    assert _spec(failure_domains={"a": "r1", "c": "r2"}).warm is True
+    assert _spec(failure_domains={"a": "r1", "c": "r2"}).warm is False  # --warm: opt in
 
 
 @pytest.mark.parametrize(("opts", "message"), [
