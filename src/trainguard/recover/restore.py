@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -218,7 +218,8 @@ class SnapshotCoordinator:
     # -- 4. before a relaunch ----------------------------------------------------------------
 
     def choose(self, nodes: tuple[str, ...], spares: tuple[str, ...],
-               max_step: int | None = None) -> RestoreChoice:
+               max_step: int | None = None,
+               disk_steps: Collection[int] = ()) -> RestoreChoice:
         """What the attempt about to launch on ``nodes`` restores; buddy shards are fetched
         to the ranks' new hosts first. Any failure: disk, said in the status line."""
         from trainguard.snapshot.manifest import plan_restore
@@ -237,6 +238,10 @@ class SnapshotCoordinator:
                             max_step=max_step)
         if plan.step is None:
             return self._disk(plan.why or "no snapshot is complete on live hosts")
+        disk = max((d for d in disk_steps if max_step is None or d <= max_step), default=None)
+        if disk is not None and disk >= plan.step:
+            return self._disk(f"the disk checkpoint of step {disk} is at least as new as the "
+                              f"newest complete memory snapshot (step {plan.step})")
         per_rank: dict[int, dict[str, Any]] = {}
         for rank, src in sorted(plan.per_rank.items()):
             copy = src.copy

@@ -205,8 +205,8 @@ class Supervisor:
         spares = tuple(chain.spares)
         try:
             if snap is not None:
-                self._choice = snap.choose(chain.nodes, spares, chain.resume_max_step) \
-                    if index else FIRST
+                self._choice = snap.choose(chain.nodes, spares, chain.resume_max_step,
+                                           chain.checkpoint_steps) if index else FIRST
                 snap.begin(index, chain.nodes, spares)
             port = spec.master_port or self.backend.free_port(chain.nodes)
             plan = build_plan(spec, PlanInputs(

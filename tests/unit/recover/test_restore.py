@@ -193,3 +193,15 @@ def test_best_step_and_close_once(setup) -> None:  # type: ignore[no-untyped-def
     coord.close()
     assert plane.closed == [True]
     assert plane.begun[0][:2] == (0, ("n1", "n2"))
+
+
+def test_a_newer_disk_checkpoint_wins_over_an_older_snapshot(setup) -> None:  # type: ignore[no-untyped-def]
+    """A memory snapshot older than the newest disk checkpoint is never restored (e.g. the
+    first snapshot, of step 1, after a NaN rollback to the checkpoint of step 10)."""
+    coord, plane, _, _ = setup
+    plane.queued = _replicated(20)
+    assert coord.choose(("n1", "n2"), ("n3",), None, {10}).source == "memory"
+    later = coord.choose(("n1", "n2"), ("n3",), None, {10, 20})
+    assert later.source == "disk" and "step 20" in later.why
+    # The rollback limit bounds the disk checkpoint too: 20 is above it, the snapshot is not.
+    assert coord.choose(("n1", "n2"), ("n3",), 25, {10, 30}).source == "memory"
