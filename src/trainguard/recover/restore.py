@@ -239,8 +239,8 @@ class SnapshotCoordinator:
         if plan.step is None:
             return self._disk(plan.why or "no snapshot is complete on live hosts")
         disk = max((d for d in disk_steps if max_step is None or d <= max_step), default=None)
-        if disk is not None and disk >= plan.step:
-            return self._disk(f"the disk checkpoint of step {disk} is at least as new as the "
+        if disk is not None and disk > plan.step:
+            return self._disk(f"the disk checkpoint of step {disk} is newer than the "
                               f"newest complete memory snapshot (step {plan.step})")
         per_rank: dict[int, dict[str, Any]] = {}
         for rank, src in sorted(plan.per_rank.items()):

@@ -201,7 +201,9 @@ def test_a_newer_disk_checkpoint_wins_over_an_older_snapshot(setup) -> None:  # 
     coord, plane, _, _ = setup
     plane.queued = _replicated(20)
     assert coord.choose(("n1", "n2"), ("n3",), None, {10}).source == "memory"
-    later = coord.choose(("n1", "n2"), ("n3",), None, {10, 20})
-    assert later.source == "disk" and "step 20" in later.why
+    # A tie: memory (the faster read).
+    assert coord.choose(("n1", "n2"), ("n3",), None, {20}).source == "memory"
+    later = coord.choose(("n1", "n2"), ("n3",), None, {10, 30})
+    assert later.source == "disk" and "step 30" in later.why
     # The rollback limit bounds the disk checkpoint too: 20 is above it, the snapshot is not.
-    assert coord.choose(("n1", "n2"), ("n3",), 25, {10, 30}).source == "memory"
+    assert coord.choose(("n1", "n2"), ("n3",), 25, {10, 30}).source == "memory"  # 30 > 25
