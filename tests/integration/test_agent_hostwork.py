@@ -80,3 +80,29 @@ def test_ranks_reaped_by_stop_are_still_reported(host: HostWork, tmp_path: Path)
     got = _poll_until(host, lambda g: len([m for m in g if m["t"] == "exit"]) == 2, 5.0)
     assert sorted((m["rank"], m["code"]) for m in got if m["t"] == "exit") == [(0, -15),
                                                                                (1, -15)]
+
+
+def test_a_rank_that_just_finished_is_not_a_zombie_to_the_hang_diagnosis(
+        host: HostWork, tmp_path: Path) -> None:
+    """Rank 0 finishes its work (exit 0) while rank 1 is stopped; nobody has reaped rank 0 when
+    the diagnosis looks: it is reported finished (not a zombie, not a culprit), rank 1 stopped,
+    and rank 0's exit still reaches the controller exactly once."""
+    code = ("import os, signal, sys, time\n"
+            "if os.environ['RANK'] == '1':\n"
+            "    os.kill(os.getpid(), signal.SIGSTOP)\n"
+            "raise SystemExit(0)")
+    host.launch({"t": "launch", "attempt": 0, "command": [sys.executable, "-c", code],
+                 "workdir": str(tmp_path),
+                 "ranks": [{"rank": r, "local_rank": r, "node_rank": 0,
+                            "env": {"RANK": str(r)}} for r in range(2)]})
+    deadline = time.monotonic() + 20
+    procs: dict[str, str] = {}
+    while time.monotonic() < deadline:
+        ranks = host.collect(1.0)["ranks"]
+        procs = {r: str(v["proc"]) for r, v in ranks.items()}
+        if procs["0"] != "running" and procs["1"] == "stopped":
+            break
+        time.sleep(0.05)
+    assert procs == {"0": "finished", "1": "stopped"}
+    got = _poll_until(host, lambda g: any(m["t"] == "exit" for m in g))
+    assert [(m["rank"], m["code"]) for m in got if m["t"] == "exit"] == [(0, 0)]

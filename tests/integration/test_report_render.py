@@ -113,11 +113,14 @@ def test_report_numbers_match_an_independent_computation(tmp_path: Path) -> None
     assert counts, "the XID drill excluded no node"
     top3 = sum(sorted(counts.values(), reverse=True)[:3]) / sum(counts.values())
     assert rep.exclusions.summary.top_k_share == pytest.approx(top3)
-    # ETTR: productive time / wall time, from the raw records
+    # ETTR: productive time / wall time, from the raw records. A failed attempt loses the
+    # work since its last checkpoint, or, when the next attempt restored a memory snapshot,
+    # at most that restore's steps_lost at the attempt's mean step time.
     wall = productive = 0.0
+    memory_restores = 0
     for atts in attempts.values():
         wall += max(a.ended or 0.0 for a in atts) - min(a.started for a in atts)
-        for a in atts:
+        for i, a in enumerate(atts):
             assert a.ended is not None
             end = a.detail.get("failed_at") or a.ended
             start = min(a.started + sum(a.startup_phases.values()), end)
@@ -125,9 +128,18 @@ def test_report_numbers_match_an_independent_computation(tmp_path: Path) -> None
                           key=lambda c: c.created)
             if a.status != "succeeded":
                 kept = [c for c in mine if c.created <= end]
-                end = max(start, kept[-1].created) if kept else start
-                mine = kept
+                lost = end - (max(start, kept[-1].created) if kept else start)
+                restore = atts[i + 1].detail.get("restore") or {} if i + 1 < len(atts) else {}
+                if restore.get("source") in ("memory", "buddy", "mixed"):
+                    memory_restores += 1
+                    own = (a.detail.get("restore") or {}).get("step")
+                    first = own if own is not None else a.resumed_from_step or 0
+                    per_step = (end - start) / (a.detail["last_step"] - first)
+                    lost = min(lost, restore["steps_lost"] * per_step)
+                end -= lost
+                mine = [c for c in kept if c.created <= end]
             stall = sum((c.blocking_s if c.blocking_s is not None else c.save_s) or 0.0
                         for c in mine if c.created <= end)
             productive += max(0.0, end - start - stall)
+    assert memory_restores >= 1, "no recovery restored a memory snapshot"
     assert rep.goodput.ettr == pytest.approx(productive / wall, rel=1e-6)

@@ -48,6 +48,9 @@ EXIT_HOLD_S = 60.0
 after a stalled controller the backlog goes first; a file that never stops growing (something
 the rank left behind still writing) does not hold the exit forever."""
 _TRACE_MAX = 1 << 20
+SETTLE_S = 0.5
+"""How long a hang diagnosis waits for a rank that is ending (a zombie, or in D state while
+it tears down) to be reaped, before it reports the state it sees."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +154,10 @@ class HostWork:
         self._again: set[str] = set()
         """Files a poll read only part of (``CHUNK``): read again without a new change."""
         self._held: list[tuple[RankExit, float]] = []
+        self._codes: dict[int, int] = {}
+        """Every exit status seen this attempt, by rank."""
+        self._now = 0.0
+        """The ``now`` of the last :meth:`poll` (when an exit reaped elsewhere was seen)."""
         """Exits seen while their rank's output was still unread, and since when."""
 
     def wall_time(self) -> float:
@@ -258,13 +265,14 @@ class HostWork:
         rank's exit waits while its files are not read to their end, at most
         :data:`EXIT_HOLD_S` (``hold_exits=False``: not at all, the agent's last look)."""
         out: list[dict[str, Any]] = []
+        self._now = now
         with self._lock:
             attempt = self._attempt
             # stop() reaps in another thread: from then on, ask every rank. Ranks started
             # in warm standbys are not our children: their exits come over sockets.
             exits = attempt.poll() if attempt is not None \
                 and (self._stopping or attempt.has_warm or _child_exited()) else []
-            self._held += [(ex, now) for ex in exits]
+            self._take_exits(exits, now)
             left = budget
             changed = self._changed() if left is None or left > 0 else set()
             behind: set[int] = set()
@@ -335,18 +343,40 @@ class HostWork:
             out += [{"t": "klog", "event": ev.to_dict()} for ev in self._klog.poll(now)]
         return out
 
+    def _settle_exits(self, attempt: LocalAttempt, pids: Mapping[int, int]) -> None:
+        """Reap the ranks that are ending (a zombie, or a process in D state that is tearing
+        down), waiting at most :data:`SETTLE_S`, so that a rank that has just finished its work
+        is told apart from one that is stuck. Their exits are still reported by :meth:`poll`."""
+        deadline = time.monotonic() + SETTLE_S
+        while True:
+            with self._lock:
+                self._take_exits(attempt.poll(), self._now)
+                ending = [r for r in attempt.running()
+                          if process_state(pids.get(r)) in ("zombie", "disk-sleep")]
+            if not ending or time.monotonic() >= deadline:
+                return
+            time.sleep(0.02)
+
+    def _take_exits(self, exits: list[RankExit], now: float) -> None:
+        self._held += [(ex, now) for ex in exits]
+        self._codes.update((ex.rank, ex.returncode) for ex in exits)
+
     def collect(self, timeout_s: float) -> dict[str, Any]:
         """Hang diagnosis on this host: each rank's process state, collective state file and
         Python stacks (SDK signal, else py-spy)."""
         attempt = self._attempt
         pids = dict(attempt.pids()) if attempt is not None else {}
+        if attempt is not None:
+            self._settle_exits(attempt, pids)
+        codes = dict(self._codes)
         running = attempt.running() if attempt is not None else frozenset()
         ranks: dict[str, dict[str, Any]] = {}
         targets: dict[int, tuple[int | None, Path]] = {}
         signalable: set[int] = set()
         for rank, files in self._files.items():
             pid = pids.get(rank)
-            proc = process_state(pid) if rank in running else "exited"
+            proc = process_state(pid) if rank in running \
+                else "finished" if codes.get(rank) == 0 else "exited"
             state_file = trace_path(files.events)
             entry: dict[str, Any] = {"pid": pid, "proc": proc, "trace": _read_small(state_file)}
             ranks[str(rank)] = entry

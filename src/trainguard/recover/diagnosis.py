@@ -157,8 +157,9 @@ class HangDiagnoser:
         paths: dict[int, Path] = {}
         for rl in plan.ranks:
             info = found.get(rl.rank, {})
-            if rl.rank not in running:
-                proc = "finished" if codes.get(rl.rank) == 0 else "exited"
+            code = codes.get(rl.rank)
+            if rl.rank not in running and (code is not None or not info.get("proc")):
+                proc = "finished" if code == 0 else "exited"
             elif stopped.get(rl.rank):
                 proc = "stopped"
             else:
