@@ -34,8 +34,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.multihost,
 
 GPT = Path(__file__).resolve().parents[2] / "examples" / "train_gpt.py"
 MARKER = "train_gpt.py"
-STEPS = 40
+STEPS = 120
+"""Long against the time a fault waits for a complete snapshot (the job must still run)."""
 CKPT_EVERY = 20
+"""The disk checkpoint interval of the disk-fallback case."""
+MEM_CKPT_EVERY = 100
+"""The other cases' disk interval: far from where their faults come, so that the newest
+complete snapshot is newer than the newest disk checkpoint (the disk would win a tie or a
+race, and rightly: a newer disk checkpoint is restored instead of an older snapshot)."""
 EVERY = 8
 """Snapshot interval (steps) given to the runs: the bound on the steps lost. Explicit, so the
 steps are known; long against the replication lag (a scan, 0.2 s, and a push: about 3 steps
@@ -46,7 +52,8 @@ FIRST = EVERY
 """The complete snapshot a fault waits for (newer than the disk checkpoint of step 0)."""
 COMPLETE_TIMEOUT_S = 60.0
 NODE_TIMEOUT = 6.0
-ARGS = ["--log-every", "1", "--ckpt-every", str(CKPT_EVERY), "--n-embd", "64"]
+ARGS = ["--log-every", "1", "--ckpt-every", str(MEM_CKPT_EVERY), "--n-embd", "64"]
+DISK_ARGS = ["--log-every", "1", "--ckpt-every", str(CKPT_EVERY), "--n-embd", "64"]
 OPTS = ["--snapshot-every", str(EVERY), "--hang-timeout", "60", "--warm"]
 
 
@@ -207,7 +214,7 @@ def test_a_lost_host_is_replaced_by_the_spare_from_its_buddys_copy(
 
 def test_the_buddy_lost_with_the_host_falls_back_to_disk_and_says_so(
         fresh: HostCluster, baseline: float, tmp_path: Path) -> None:
-    job = Job(fresh, tmp_path, "pair", steps=STEPS, script_args=ARGS,
+    job = Job(fresh, tmp_path, "pair", steps=STEPS, script_args=DISK_ARGS,
               spares=("host4", "host5"), extra=[*OPTS, "--node-timeout", str(NODE_TIMEOUT)])
     # A disk checkpoint (step 20) to fall back to, and a newer complete snapshot: the disk
     # is chosen because both copies of rank 1 are gone, not for want of a snapshot.

@@ -32,6 +32,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from trainguard.agent.dirwatch import DirWatch
 from trainguard.errors import SnapshotError
 from trainguard.snapshot.layout import HostDirs
 from trainguard.snapshot.plane import CopyKind, ShardCopy
@@ -48,7 +49,11 @@ from trainguard.snapshot.slot import SlotHeader, read_header, slot_paths
 log = logging.getLogger(__name__)
 
 SCAN_S = 0.05
-"""How often the slot directories are looked at (a header read per slot file)."""
+"""How often the agent looks for news: an inotify read of ``own/`` (a rank committed a slot)
+and whether the replica server stored a copy; the slot directories are only read (a header per
+slot file) when there is news, or every :data:`FULL_SCAN_S`."""
+FULL_SCAN_S = 1.0
+"""The slot directories are read at least this often (and on every look without inotify)."""
 LEASE_S = 1.0
 RETRY_S = 1.0
 """After a failed push, how long before the next try."""
@@ -117,6 +122,10 @@ class SnapshotService:
         """Path -> the slot last reported there."""
         self._out: list[dict[str, Any]] = []
         self._next_lease = 0.0
+        self._watch: DirWatch | None = None
+        self._news = threading.Event()
+        """Set when the replica server stored a copy or the buddy changed."""
+        self._next_full = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -129,8 +138,10 @@ class SnapshotService:
         self.dirs.create()
         self.touch()
         if self.replicate:
+            self._watch = DirWatch.open(self.dirs.own)
             self._server = ReplicaServer(self.dirs, self._secret, self.attempt, host=self._addr,
-                                         config=self._config, live=self._live).start()
+                                         config=self._config, live=self._live,
+                                         on_copy=lambda _p, _h: self._news.set()).start()
             self.scan()
         self._thread = threading.Thread(target=self._run, name="snapshots", daemon=True)
         self._thread.start()
@@ -143,6 +154,9 @@ class SnapshotService:
         server, self._server = self._server, None
         if server is not None:
             server.close()
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            watch.close()
         if wait and self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(self._push_timeout_s + 1.0)
 
@@ -160,9 +174,23 @@ class SnapshotService:
             return
         if self._clock() >= self._next_lease:
             self.touch()
-        if self.replicate:
+        if self.replicate and self._news_since_last_look():
             self.scan()
             self.push_new()
+
+    def _news_since_last_look(self) -> bool:
+        """Whether the slot directories may hold something new: a rank wrote in ``own/``
+        (inotify), the server stored a copy, the buddy changed, a push is due again, or
+        :data:`FULL_SCAN_S` passed (also: always, without inotify)."""
+        now = self._clock()
+        changed = self._watch.changed() if self._watch is not None else None
+        news = self._news.is_set()
+        self._news.clear()
+        retry = any(now >= t for t in self._retry_at.values())
+        if changed is None or changed or news or retry or now >= self._next_full:
+            self._next_full = now + FULL_SCAN_S
+            return True
+        return False
 
     def touch(self) -> None:
         self._next_lease = self._clock() + LEASE_S
@@ -200,6 +228,7 @@ class SnapshotService:
         """Push new own slots to ``node``'s server at ``addr`` from now on (None: to nobody)."""
         with self._lock:
             self._buddy = (node, addr) if node is not None and addr is not None else None
+        self._news.set()
 
     def push_new(self) -> int:
         """Each rank's own slots not sent to the buddy yet, oldest first; the count.
@@ -220,6 +249,7 @@ class SnapshotService:
             key = (node, rank)
             if self._clock() < self._retry_at.get(key, 0.0):
                 continue
+            self._retry_at.pop(key, None)
             for path, header in _unpushed(self.dirs.own, rank, self._pushed.get(key)):
                 if not self._live() or self._stop.is_set():
                     return sent

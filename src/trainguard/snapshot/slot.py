@@ -205,7 +205,9 @@ class SlotWriter:
                clock: Callable[[], float] = time.time) -> SlotHeader:
         header = SlotHeader(rank, world, step, attempt, self.payload_bytes,
                             digest_of(self.payload), ALGO, node, clock())
-        self._map[:HEADER_BYTES] = _header_block(header)
+        # Through the file, not the map: a write() is what an inotify watch of the directory
+        # sees (the agent looks at its slots when one is committed).
+        os.pwrite(self._fd, _header_block(header), 0)
         return header
 
     def close(self) -> None:

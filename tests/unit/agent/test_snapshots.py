@@ -39,6 +39,38 @@ def test_scan_finds_committed_copies_only(tmp_path: Path) -> None:
     assert found == {("own", 0, 4, "n1"), ("replica", 1, 3, "n1")}  # a misnamed slot skipped
 
 
+def test_service_reads_the_slot_directories_only_when_there_is_news(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Between commits a look costs one inotify read, not a header read per slot file; a
+    commit in own/ is found at the next look, and a full look comes every FULL_SCAN_S."""
+    import trainguard.agent.snapshots as snapshots
+
+    scans: list[int] = []
+    real = snapshots.scan_copies
+    monkeypatch.setattr(snapshots, "scan_copies", lambda d: scans.append(1) or real(d))
+    now = [100.0]
+    dirs = HostDirs(tmp_path, "run", "n1")
+    svc = SnapshotService(dirs, SECRET, 1, clock=lambda: now[0])
+    try:
+        svc.start()  # its thread looks too, on the same (test) clock
+        svc.step()
+        svc.take()
+        scans.clear()
+        for _ in range(5):
+            now[0] += 0.05
+            svc.step()
+        assert scans == []
+        _own(dirs, 0, 4, b"aaaa")
+        svc.step()
+        assert len(scans) == 1
+        assert [c["step"] for m in svc.take() for c in m["copies"]] == [4]
+        now[0] += snapshots.FULL_SCAN_S
+        svc.step()
+        assert len(scans) == 2
+    finally:
+        svc.close()
+
+
 def test_service_reports_each_copy_once(tmp_path: Path) -> None:
     dirs = HostDirs(tmp_path, "run", "n1")
     svc = SnapshotService(dirs, SECRET, 1)
