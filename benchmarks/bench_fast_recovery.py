@@ -258,8 +258,8 @@ def render(table: Sequence[Row]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=300)
-    p.add_argument("--kill-step", type=int, default=200,
+    p.add_argument("--steps", type=int, default=350)
+    p.add_argument("--kill-step", type=int, default=250,
                    help="late enough for the standbys to be ready (about 5 s here)")
     p.add_argument("--ckpt-every", type=int, default=100)
     p.add_argument("--n-embd", type=int, default=128)

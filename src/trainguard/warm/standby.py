@@ -123,6 +123,27 @@ def prewarm_loaded(warm: Path, key: str) -> tuple[int, list[str]]:
     return len(names), failed
 
 
+def late_prewarm(warm: Path, key: str, ready: Path, starting: Path) -> bool:
+    """The loaded-modules list appeared after this standby started (the first attempt's
+    ranks reached their first step): import it now, unclaimable meanwhile (the ready marker
+    is renamed to the starting one, which still counts the standby as pending). False when
+    an adopter claimed the standby first (it is served as it is)."""
+    try:
+        os.rename(ready, starting)
+    except OSError:
+        return False
+    t0 = time.time()
+    try:
+        n, failed = prewarm_loaded(warm, key)
+        if n:
+            _log(f"imported {n - len(failed)} of {n} modules earlier ranks had loaded "
+                 f"(listed after the start) in {time.time() - t0:.2f} s")
+    finally:
+        with contextlib.suppress(OSError):
+            os.rename(starting, ready)
+    return True
+
+
 def lease_stale(lease: Path, timeout_s: float, now: float, started: float) -> bool:
     """The lease was not touched for ``timeout_s`` (a missing lease: ``timeout_s`` after the
     standby started)."""
@@ -258,6 +279,7 @@ def serve(args: argparse.Namespace) -> int:
     prewarm(args.script, torch=not args.no_torch)  # -m: a module's imports are not read
     t0 = time.time()
     n, failed = prewarm_loaded(warm, args.key)
+    loaded = n > 0
     if n:
         _log(f"imported {n - len(failed)} of {n} modules earlier ranks had loaded "
              f"in {time.time() - t0:.2f} s")
@@ -283,6 +305,9 @@ def serve(args: argparse.Namespace) -> int:
                     conn.close()
                     continue
                 break
+            if not loaded and names_path(warm, args.key).exists():
+                loaded = True
+                late_prewarm(warm, args.key, ready, starting)
             now = time.time()
             if not warm.is_dir():
                 _log("warm directory removed: exiting")

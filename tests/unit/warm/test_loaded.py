@@ -196,3 +196,30 @@ def test_standby_imports_the_list_before_ready(sb: Standbys) -> None:
     log = (sb.warm / f"{key}.log").read_text()
     assert "import no_such_module_xyz (loaded by an earlier rank) failed" in log
     assert "imported 1 of 2 modules" in log
+
+
+def test_a_standby_started_before_the_list_imports_it_when_it_appears(sb: Standbys) -> None:
+    """The first attempt's standbys start before its ranks reach a step (no list yet): they
+    import the list once it is written, and are ready again after."""
+    script = sb.root / "lazy.py"
+    script.write_text(LAZY)
+    env = dict(os.environ)
+    cmd = parse_command((sys.executable, str(script)), sys.executable, sb.root)
+    assert cmd is not None
+    key = cmd.key(env)
+    pid = sb.start(key, cmd, env, sb.warm, sb.lease)
+    write_names(names_path(sb.warm, key), ["colorsys"])
+    log = sb.warm / f"{key}.log"
+    deadline = time.monotonic() + 30
+    while "listed after the start" not in log.read_text():
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.02)
+    while not any(p.name.split(".")[1] == str(pid) for p in ready_standbys(sb.warm, key)):
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.02)
+    out = sb.root / "out.log"
+    proc = claim(cmd, env, sb.warm, Assignment(cmd.argv, env, str(sb.root), str(out)))
+    assert proc is not None and proc.pid != pid
+    sb.pids.append(proc.pid)
+    assert proc.wait(30) == 0
+    assert out.read_text().split() == ["preloaded", "True", "False"]
