@@ -42,8 +42,8 @@ demo: install
 		--nodes node07,node08,node09 --spares node10 --nproc-per-node 1 \
 		--alerts $(DEMO_RUN)/alerts-live.jsonl --alerts-replay $(DEMO_DIR)/alerts.jsonl \
 		--stop-on-predictive --warm \
-		--inject kill:rank=1,step=25 --inject alert:node=node08,step=45,attempt=1 \
-		-- $(BIN)/python examples/train_gpt.py --steps 80 --ckpt-every 10 \
+		--inject kill:rank=1,step=150 --inject alert:node=node08,step=300,attempt=1 \
+		-- $(BIN)/python examples/train_gpt.py --steps 400 --ckpt-every 100 --log-every 50 \
 		--ckpt-dir $(DEMO_RUN)/ckpt --loss-log $(DEMO_RUN)/loss.txt
 	@echo
 	$(BIN)/trainguard report --db $(DEMO_RUN)/trainguard.db --html $(DEMO_RUN)/report.html

@@ -15,8 +15,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +37,9 @@ log = logging.getLogger(__name__)
 WARM_DIR_ENV = "TRAINGUARD_WARM_DIR"
 WARM_START_ENV = "TRAINGUARD_WARM_START"
 LEASE_EVERY_S = 1.0
+PENDING_WAIT_S = 20.0
+"""How long a rank waits for a standby of its host that is still importing (it is further
+along than a cold interpreter started now) before it starts cold."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,8 +82,13 @@ def plan_targets(nodes: Sequence[str], spares: Sequence[str], host_dirs: Mapping
 class WarmLauncher:
     """Claims standbys for ranks and starts standbys for later attempts."""
 
-    def __init__(self, base_env: Mapping[str, str], lease_timeout_s: float = 15.0) -> None:
+    def __init__(self, base_env: Mapping[str, str], lease_timeout_s: float = 15.0, *,
+                 pending_wait_s: float = PENDING_WAIT_S,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         self._base_env = dict(base_env)
+        self._pending_wait_s = pending_wait_s
+        self._clock, self._sleep = clock, sleep
         self._lease_timeout_s = lease_timeout_s
         self._leases: set[Path] = set()
         self._lock = threading.Lock()
@@ -98,16 +107,25 @@ class WarmLauncher:
     def claim(self, cmd: WarmCommand, env: Mapping[str, str], output: Path,
               cwd: Path) -> WarmProc | None:
         """Start a rank (``env``: its full environment) in a matching standby of its host;
-        None: start it cold."""
+        None: start it cold. With no standby ready but some still importing (started for this
+        attempt after the previous one, not long ago), it waits for one, at most
+        ``pending_wait_s``."""
         warm_dir = env.get(WARM_DIR_ENV)
         if not warm_dir:
             return None
         job = Assignment(cmd.argv, {**env, WARM_START_ENV: "1"}, str(cwd), str(output))
-        try:
-            return claim(cmd, dict(env), Path(warm_dir), job)
-        except OSError as exc:
-            log.info("no warm start (%s): starting cold", exc)
-            return None
+        deadline = self._clock() + self._pending_wait_s
+        key = cmd.key(dict(env))
+        while True:
+            try:
+                proc = claim(cmd, dict(env), Path(warm_dir), job)
+            except OSError as exc:
+                log.info("no warm start (%s): starting cold", exc)
+                return None
+            if proc is not None or self._clock() >= deadline \
+                    or count_pending(Path(warm_dir), key) == 0:
+                return proc
+            self._sleep(0.02)
 
     def prewarm(self, cmd: WarmCommand, targets: Sequence[WarmTarget]) -> threading.Thread:
         """Start, in the background, the standbys ``targets`` want that are not there yet."""

@@ -248,3 +248,35 @@ def test_local_attempt_stops_a_warm_rank(w: Env) -> None:
     exits = attempt.stop(5.0)
     assert [(e.rank, e.returncode) for e in exits] == [(0, -signal.SIGTERM)]
     assert attempt.running() == frozenset()
+
+
+def test_a_rank_waits_for_a_standby_still_importing(w: Env) -> None:
+    """A standby started for this attempt that is still importing is further along than a
+    cold interpreter: the launcher waits for it (and, with no wait allowed, starts cold)."""
+    from trainguard.warm.launcher import WARM_DIR_ENV, WarmLauncher
+    from trainguard.warm.loaded import names_path, write_names
+
+    lib = w.root / "slowlib"
+    lib.mkdir()
+    (lib / "slowmod.py").write_text("import time\ntime.sleep(1.5)\n")
+    w.env["PYTHONPATH"] = str(lib)
+    cmd = w.command("ok")
+    write_names(names_path(w.warm, cmd.key(w.env)), ["slowmod"])
+    env = {**w.env, WARM_DIR_ENV: str(w.warm)}
+    for wait_s in (0.0, 30.0):
+        pid = start_standby(cmd, w.env, w.warm, w.lease, torch=False, check_s=0.1)
+        w.pids.append(pid)
+        launcher = WarmLauncher(w.env, pending_wait_s=wait_s)
+        try:
+            proc = launcher.claim(cmd, env, w.root / f"out{wait_s}.log", w.root)
+        finally:
+            launcher.close()
+        if wait_s == 0.0:
+            assert proc is None  # not ready yet: cold
+            os.kill(pid, signal.SIGKILL)  # the next round has only a standby still importing
+            assert wait_gone(pid)
+            continue
+        assert proc is not None and proc.pid not in w.pids
+        w.pids.append(proc.pid)
+        assert proc.wait(20) == 0
+    assert "argv" in (w.root / "out30.0.log").read_text()
