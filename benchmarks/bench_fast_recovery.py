@@ -13,7 +13,9 @@ its own network, PID and mount namespace (and /dev/shm). In one run, side by sid
 3. work lost per failure (the attempt records' ``restore.steps_lost``) vs the interval;
 4. step-time overhead of snapshots (``--snapshot-every auto`` vs ``off``, fault-free);
 5. replication: how far the newest complete snapshot trails the newest one (snapshots.json);
-6. the final loss after each recovery vs the fault-free run's.
+6. the final loss after each recovery vs the fault-free run's;
+7. a plain DDP script with no SDK (benchmarks/bench_fast_recovery_plain.py): a rank SIGKILLed,
+   warm restart vs torchrun (``--no-plain`` skips it).
 
 Each trainguard case uses a fresh cluster when it kills a host. Sizes are flags; the defaults
 take about 5 minutes on a 2-core machine. Root only.
@@ -39,6 +41,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "integration"))
 
+from benchmarks.bench_fast_recovery_plain import PlainConfig, plain_case, plain_rows
 from benchmarks.bench_recovery import (
     Split,
     _read_events,
@@ -292,6 +295,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="seconds torchrun gets to recover from a lost host")
     p.add_argument("--overhead-runs", type=int, default=3,
                    help="fault-free runs with snapshots on, and as many off, alternated")
+    p.add_argument("--no-plain", action="store_true",
+                   help="skip the plain DDP script (no SDK) case")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
     if os.geteuid() != 0 or missing_requirements():
@@ -313,11 +318,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     rank = run_trainguard(cfg, root, "rank", fault="rank")
     host = run_trainguard(cfg, root, "host", fault="host")
     table = rows(cfg, frees, offs, rank, host, tr_rank, tr_host)
+    plain: dict[str, Any] = {}
+    if not a.no_plain:
+        pcfg = PlainConfig(node_timeout=cfg.node_timeout)
+        p_free, p_tg, p_tr = plain_case(pcfg, root)
+        table += [Row(**r) for r in plain_rows(pcfg, p_free, p_tg, p_tr)]
+        plain = {"plain_free": p_free, "plain_rank": p_tg, "plain_torchrun": p_tr}
     if a.json:
         print(json.dumps({"config": asdict(cfg), "rows": [asdict(r) for r in table],
                           "runs": {k: asdict(v) for k, v in (
                               ("free", free), ("off", off), ("rank", rank), ("host", host),
-                              ("torchrun_rank", tr_rank), ("torchrun_host", tr_host))}},
+                              ("torchrun_rank", tr_rank), ("torchrun_host", tr_host),
+                              *plain.items())}},
                          indent=1, default=str))
     else:
         print(render(table))

@@ -330,6 +330,9 @@ _FROM = {"memory": "from memory", "buddy": "from a buddy's memory",
 def recovery_line(index: int, restore: Mapping[str, Any]) -> str:
     """``attempt 1 restored step 25 from memory (3 steps lost)``."""
     source, step, lost = restore.get("source"), restore.get("step"), restore.get("steps_lost")
+    if source == "unknown":
+        return (f"attempt {index} resumed as the script chose (it reports no resume to "
+                "trainguard: no SDK)")
     where = _FROM.get(str(source), f"from {source}")
     what = f"step {step} {where}" if step is not None else where
     text = f"attempt {index} restored {what}"

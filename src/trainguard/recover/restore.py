@@ -77,8 +77,8 @@ class RestoreChoice:
             source, step = "disk", result.resumed_from_step
         elif source == "disk":
             step = result.resumed_from_step
-            if step is None:
-                source = "none"
+            if step is None:  # no rank reported a resume: a script without the SDK
+                source = "none" if reported is not None else "unknown"
         lost = None if best_before is None else max(0, best_before - (step or 0))
         return {"source": source, "step": step, "steps_lost": lost,
                 "per_rank": {str(r): dict(v) for r, v in sorted(self.per_rank.items())},

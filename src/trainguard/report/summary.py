@@ -67,7 +67,8 @@ def badput_rows(g: Goodput) -> list[tuple[str, str]]:
 
 _RESTORED = {"memory": "restored from memory", "buddy": "restored from a buddy",
              "mixed": "restored from memory and buddies", "disk": "restored from disk",
-             "none": "restarted from scratch"}
+             "none": "restarted from scratch",
+             "unknown": "resumed as the script chose (no SDK)"}
 
 
 def _splits(g: Goodput, label: str) -> list[tuple[str, float]]:

@@ -5,7 +5,9 @@ imports ``torch._dynamo`` and ``torch._inductor``): a standby that only imports 
 top-level imports leaves those to the rank. So the first step of local rank 0 writes the names
 in ``sys.modules`` that came from the standard library or site-packages to
 ``WARM/KEY.imports`` (KEY: the standby key, :func:`process_key`); a standby with that key
-imports them too (:func:`read_names`) before it reports ready.
+imports them too (:func:`read_names`) before it reports ready. A script without the SDK has
+no first-step hook: local rank 0 of a warm restart records them from a thread instead
+(:func:`record_later`), so its later restarts get them.
 
 Kept: modules whose file lies under the interpreter's library folders (stdlib, site-packages,
 the user site). Left out: ``__main__``, modules without a file (built-ins and extension
@@ -24,7 +26,9 @@ import shutil
 import site
 import sys
 import sysconfig
-from collections.abc import Iterable, Mapping, Sequence
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 
@@ -183,5 +187,44 @@ def record_loaded(warm_dir: Path) -> Path | None:
     return path
 
 
-__all__ = ["library_roots", "names_path", "process_env", "process_key", "read_names",
-           "record_loaded", "script_dirs", "select_names", "write_names"]
+RECORD_AFTER_S = (5.0, 30.0)
+"""When a rank run in a standby records its modules (seconds after its start, each a pause
+after the one before): by then a script has built its model and taken its first steps."""
+
+
+def record_grown(warm_dir: Path) -> bool:
+    """Write this process's library modules when they are more than the list holds (a rank
+    without the SDK, or one that has loaded more since its first step); True when written.
+    Never raises: a hint for later standbys is not worth failing a rank."""
+    try:
+        key = process_key()
+        if key is None:
+            return False
+        names = select_names(sys.modules, library_roots(),
+                             script_dirs(sys.modules.get("__main__")))
+        path = names_path(warm_dir, key)
+        if len(names) <= len(read_names(path)):
+            return False
+        write_names(path, names)
+        return True
+    except Exception:
+        return False
+
+
+def record_later(warm_dir: Path, delays: Sequence[float] = RECORD_AFTER_S,
+                 sleep: Callable[[float], None] = time.sleep) -> threading.Thread:
+    """Start a daemon thread that calls :func:`record_grown` after each pause in ``delays``
+    (the rank's own work goes on; the thread dies with the process)."""
+    def work() -> None:
+        for pause in delays:
+            sleep(pause)
+            record_grown(warm_dir)
+
+    thread = threading.Thread(target=work, name="trainguard-warm-record", daemon=True)
+    thread.start()
+    return thread
+
+
+__all__ = ["RECORD_AFTER_S", "library_roots", "names_path", "process_env", "process_key",
+           "read_names", "record_grown", "record_later", "record_loaded", "script_dirs",
+           "select_names", "write_names"]

@@ -4,7 +4,8 @@
     python -m trainguard.warm.standby ...          (the same, when trainguard is importable)
 
 1. Imports torch (when installed) and the script's top-level imports (:mod:`.imports`) that
-   resolve outside the script's folder, then the library modules an earlier rank with the same
+   resolve outside the script's folder, with the heavy lazy imports of those packages
+   (:data:`.imports.LAZY_IMPORTS`), then the library modules an earlier rank with the same
    key had loaded by its first step (``WARM/KEY.imports``, :mod:`.loaded`), when listed.
    A failing import is logged (stderr, which the launcher sends to ``WARM/KEY.PID.log``) and
    ignored: the rank imports it again and fails as it would cold. Side effects: whatever
@@ -16,7 +17,9 @@
 3. Reads one assignment, forks: the child calls ``setsid``, is SIGKILLed if the standby dies,
    replaces ``os.environ``, ``cwd``, ``sys.argv``, ``sys.path[0]``, sends fd 1 and 2 to the
    output, restores the signal dispositions a fresh interpreter has, and runs the script as
-   ``__main__``; its exit code is a cold ``python script.py``'s.
+   ``__main__``; its exit code is a cold ``python script.py``'s. Local rank 0 records, a few
+   seconds in and again later, the library modules it has loaded (for a script without the
+   SDK, which records them at its first step).
 4. Sends the child's pid, then its wait status; SIGKILLs the child's group if the adopter's
    socket closes first. Exits when the lease file is stale, the warm directory is gone, or
    after ``--idle-s`` without an assignment.
@@ -47,8 +50,8 @@ if __package__ in (None, ""):  # run as a file: find trainguard beside this file
 else:
     _COLD_PATH = list(sys.path[1:])
 
-from trainguard.warm.imports import top_level_imports
-from trainguard.warm.loaded import names_path, read_names
+from trainguard.warm.imports import top_level_imports, with_lazy
+from trainguard.warm.loaded import names_path, read_names, record_later
 from trainguard.warm.protocol import (
     MAX_LINE,
     Assignment,
@@ -78,6 +81,7 @@ def prewarm(script: str | None, torch: bool = True) -> list[str]:
         script_dir = Path(script).resolve().parent
         with contextlib.suppress(OSError):
             names += top_level_imports(Path(script).read_bytes())
+    names = list(with_lazy(names))
     import importlib
     import importlib.util
     failed = []
@@ -185,9 +189,10 @@ def _exit_code(code: Any) -> int:
     return 1
 
 
-def run_rank(job: Assignment, started_fd: int) -> int:
+def run_rank(job: Assignment, started_fd: int, warm: Path | None = None) -> int:
     """In the forked child: become the rank and run its script; returns the exit code.
-    ``started_fd`` is closed once the child leads its own session."""
+    ``started_fd`` is closed once the child leads its own session. With ``warm``, local rank
+    0 records the modules it has loaded for later standbys (:func:`.loaded.record_later`)."""
     os.setsid()
     _prctl_pdeathsig()
     os.close(started_fd)
@@ -211,6 +216,8 @@ def run_rank(job: Assignment, started_fd: int) -> int:
     sys.path[:] = [first, *_COLD_PATH]
     sys.argv[:] = list(job.argv[1:] if is_module else job.argv)
     import runpy
+    if warm is not None and os.environ.get("LOCAL_RANK", "0") == "0":
+        record_later(warm)
     try:
         if is_module:
             runpy.run_module(target, run_name="__main__", alter_sys=True)
@@ -339,7 +346,7 @@ def serve(args: argparse.Namespace) -> int:
         if child == 0:
             conn.close()
             os.close(started_r)
-            return run_rank(job, started_w)  # the caller exits as a cold interpreter would
+            return run_rank(job, started_w, warm)  # the caller exits as a cold one would
         os.close(started_w)
         os.read(started_r, 1)  # end of file: setsid done (or the child died)
         os.close(started_r)

@@ -174,8 +174,11 @@ def test_a_snapshot_error_tries_another_copy_then_the_disk(setup, tmp_path: Path
      ("disk", 10, 13)),
     (RestoreChoice("disk", None), _result({0: 0}, resumed=10, source="disk"), 15,
      ("disk", 10, 5)),
-    (FIRST, _result({0: 0}), None, ("none", None, None)),
-    (RestoreChoice("disk", None), _result({0: 0}), 7, ("none", None, 7)),
+    (FIRST, _result({0: 0}, source="disk"), None, ("none", None, None)),
+    (RestoreChoice("disk", None), _result({0: 0}, source="disk"), 7, ("none", None, 7)),
+    # No rank reported a resume (a script without the SDK): not "from scratch", unknown.
+    (FIRST, _result({0: 0}), None, ("unknown", None, None)),
+    (RestoreChoice("disk", None), _result({0: 0}), 7, ("unknown", None, 7)),
 ])
 def test_the_record_says_source_step_and_steps_lost(
         choice: RestoreChoice, result: AttemptResult, best: int | None,

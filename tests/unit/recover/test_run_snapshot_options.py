@@ -91,6 +91,8 @@ def test_help_names_the_snapshot_options() -> None:
      "attempt 1 restored step 20 from disk (1 step lost): no snapshot is complete"),
     ({"source": "none", "step": None, "steps_lost": 7},
      "attempt 1 restored from scratch (no checkpoint) (7 steps lost)"),
+    ({"source": "unknown", "step": None, "steps_lost": None},
+     "attempt 1 resumed as the script chose (it reports no resume to trainguard: no SDK)"),
 ])
 def test_the_terminal_lists_each_recovery(restore: dict[str, object], line: str) -> None:
     from trainguard.cli.run import recovery_line

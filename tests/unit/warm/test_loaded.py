@@ -154,7 +154,7 @@ def test_first_step_of_local_rank_0_writes_the_list_once(
     s.step(0, loss=1.0)
     assert time.perf_counter() - t0 < 0.5  # generous for a loaded 2-core machine; ~5 ms here
     names = read_names(path)
-    assert "json" in names and "pytest" in names and "__main__" not in names
+    assert "json" in names and "_pytest" in names and "__main__" not in names
     assert not any(n.startswith("trainguard") for n in names)  # a checkout, not a library
     path.unlink()
     s.step(1, loss=1.0)
@@ -223,3 +223,32 @@ def test_a_standby_started_before_the_list_imports_it_when_it_appears(sb: Standb
     sb.pids.append(proc.pid)
     assert proc.wait(30) == 0
     assert out.read_text().split() == ["preloaded", "True", "False"]
+
+
+def test_a_rank_without_the_sdk_records_what_it_has_loaded_when_it_grew(
+        tmp_path: Path) -> None:
+    """A rank run in a standby (no SDK to write the list at its first step) records its
+    modules from a thread, pausing as told; a list is replaced only by a longer one."""
+    from trainguard.warm.loaded import record_grown, record_later
+
+    key = process_key()
+    assert key is not None
+    path = names_path(tmp_path, key)
+    pauses: list[float] = []
+    record_later(tmp_path, delays=(5.0, 30.0), sleep=pauses.append).join(10)
+    assert pauses == [5.0, 30.0]
+    names = read_names(path)
+    assert "json" in names and "__main__" not in names
+    assert not record_grown(tmp_path)  # nothing new loaded: left as it is
+    write_names(path, ["json"])
+    assert record_grown(tmp_path) and len(read_names(path)) == len(names)
+    assert not record_grown(tmp_path / "missing-dir")  # never raises
+
+
+def test_a_standby_imports_the_heavy_lazy_imports_of_its_packages() -> None:
+    from trainguard.warm.imports import LAZY_IMPORTS, with_lazy
+
+    assert with_lazy(["torch.distributed", "numpy"]) == (
+        "torch.distributed", "numpy", *LAZY_IMPORTS["torch"])
+    assert with_lazy(["a.b", "c"], {"a": ("a.lazy",)}) == ("a.b", "c", "a.lazy")
+    assert with_lazy([]) == ()
