@@ -119,7 +119,8 @@ def run(
         "off).")] = 3,
     backoff: Annotated[float, typer.Option(
         "--backoff", help="Seconds before the second relaunch of a run of failures (the first "
-        "is immediate); doubles per further failure.")
+        "is immediate); doubles per further failure. An attempt that trained past every "
+        "earlier one (SDK steps) starts a new run.")
     ] = 1.0,
     backoff_max: Annotated[float, typer.Option("--backoff-max", help="Cap on the backoff.")
                            ] = 60.0,

@@ -75,6 +75,35 @@ class CrashLoop:
                 "steps": list(self.steps), "restarts": self.restarts}
 
 
+def failures_in_a_row(steps: Sequence[int | None], failures: int) -> int:
+    """How long the run of failures is that the attempt that just failed ends: counted back to
+    (and including) the newest attempt that got further than every attempt before it. The
+    relaunch backoff grows with this, not with every failure of the chain: an attempt that
+    trained on for an hour before a new fault starts a new run. ``steps`` as in
+    :func:`find_crash_loop`; ``failures``: the chain's failures, the current one included,
+    returned as it is where no step is known (a script without the SDK).
+
+    >>> failures_in_a_row((150, 300), 2)   # attempt 1 trained past 150: a new run
+    1
+    >>> failures_in_a_row((41, 41, 41), 3)
+    3
+    >>> failures_in_a_row((150, None), 2)   # attempt 1 failed before its first step
+    2
+    >>> failures_in_a_row((None, None), 2)
+    2
+    """
+    if len(steps) != failures or all(s is None for s in steps):
+        return failures
+    run = 0
+    for i in range(len(steps) - 1, -1, -1):
+        run += 1
+        step = steps[i]
+        before = [s for s in steps[:i] if s is not None]
+        if step is not None and (not before or step > max(before)):
+            break
+    return run
+
+
 def find_crash_loop(steps: Sequence[int | None], restarts: int) -> CrashLoop | None:
     """The crash loop that ends ``steps`` (the step each attempt of the chain reported, oldest
     first, the failed attempt last), or None. ``restarts``: N of the module's rule; 0: never."""
@@ -111,4 +140,5 @@ def _words(items: Sequence[str]) -> str:
     return f"{', '.join(items[:-1])} and {items[-1]}"
 
 
-__all__ = ["CRASH_LOOP_PREFIX", "CrashLoop", "find_crash_loop", "is_crash_loop_stop"]
+__all__ = ["CRASH_LOOP_PREFIX", "CrashLoop", "failures_in_a_row", "find_crash_loop",
+           "is_crash_loop_stop"]

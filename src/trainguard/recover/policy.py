@@ -37,7 +37,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from trainguard.recover.crashloop import CrashLoop, find_crash_loop
+from trainguard.recover.crashloop import CrashLoop, failures_in_a_row, find_crash_loop
 from trainguard.recover.failure import Failure, FailureKind
 from trainguard.recover.spec import RetryPolicy
 from trainguard.taxonomy import Category
@@ -126,7 +126,7 @@ def implicated_after(failure: Failure, state: ChainState) -> dict[str, int]:
 def _retry(state: ChainState, policy: RetryPolicy, verdict: Verdict, reason: str,
            nodes: tuple[str, ...] | None = None, excluded: tuple[str, ...] = (),
            resume_max_step: int | None = None) -> Decision:
-    backoff = policy.backoff_for(len(state.history) + 1)
+    backoff = policy.backoff_for(failures_in_a_row(state.attempt_steps, len(state.history) + 1))
     return Decision(verdict, reason, nodes if nodes is not None else state.nodes, excluded,
                     backoff, resume_max_step if resume_max_step is not None
                     else state.resume_max_step)

@@ -12,6 +12,7 @@ from trainguard.errors import ConfigError
 from trainguard.recover.chain import Chain, decide_next
 from trainguard.recover.crashloop import (
     CrashLoop,
+    failures_in_a_row,
     find_crash_loop,
     is_crash_loop_stop,
 )
@@ -202,3 +203,30 @@ def test_cli_rejects_a_negative_crash_loop_restarts_in_one_line(
     assert list(tmp_path.iterdir()) == []
     shown = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "200"})
     assert "--crash-loop-restarts" in shown.output
+
+
+@pytest.mark.parametrize(("steps", "failures", "run"), [
+    ((150,), 1, 1),
+    ((150, 300), 2, 1),            # attempt 1 trained past attempt 0: a new run of failures
+    ((41, 41, 41), 3, 3),          # no progress since attempt 0
+    ((41, 60, 60), 3, 2),
+    ((150, None), 2, 2),           # attempt 1 failed before its first step
+    ((None, None, None), 3, 3),    # no SDK: every failure counts
+    ((10, 20), 3, 3),              # steps that do not match the failures: every failure
+])
+def test_a_run_of_failures_starts_at_the_last_attempt_that_got_further(
+        steps: tuple[int | None, ...], failures: int, run: int) -> None:
+    assert failures_in_a_row(steps, failures) == run
+
+
+def test_the_backoff_grows_with_failures_in_a_row_not_with_the_chain() -> None:
+    policy = RetryPolicy(max_retries=10, backoff_s=1.0, backoff_max_s=8.0)
+
+    def backoff(steps: tuple[int | None, ...]) -> float:
+        state = _state(steps, history=(_crash(),) * (len(steps) - 1))
+        return decide(_crash(), state, policy).backoff_s
+
+    assert backoff((150, 300)) == 0.0
+    assert backoff((150, 150)) == 1.0
+    assert backoff((150, 300, 300, 300)) == 2.0   # 3 in a row since attempt 1 (not 4)
+    assert backoff((None, None, None)) == 2.0   # no SDK steps: as before, every failure
