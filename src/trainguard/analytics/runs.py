@@ -181,7 +181,11 @@ start) started warm (a pre-warmed standby interpreter)."""
 
 
 def start_kind(attempt: AttemptRecord, cold_imports_s: float | None) -> str:
-    """``warm`` or ``cold``: the SDK's ``imports`` phase against a cold start's."""
+    """``warm``, ``cold`` or ``mixed``, as the SDK reported (``detail["begun"]``); for older
+    records, ``warm`` or ``cold`` from the ``imports`` phase against a cold start's."""
+    begun = attempt.detail.get("begun") if attempt.detail else None
+    if begun in ("warm", "cold", "mixed"):
+        return str(begun)
     imports = startup_phases(attempt).get("imports")
     if imports is None or cold_imports_s is None or cold_imports_s <= 0:
         return "cold"

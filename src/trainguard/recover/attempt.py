@@ -14,7 +14,7 @@ The chain driver (:mod:`trainguard.recover.supervisor`) calls, one lifecycle sta
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -381,8 +381,16 @@ class Attempt:
             last_loss=first.last_loss, faults=faults, store_id=self.store_id,
             failed_at=None if failure is None else p.failed_at, hang_for_s=p.hang_for,
             teardown_crashes=teardown, host_clocks=host_clocks(self.handle),
-            resume_source=str(resume["source"]) if resume and resume.get("source") else None)
+            resume_source=str(resume["source"]) if resume and resume.get("source") else None,
+            begun=begun_of([w.begun for w in watches.values()]))
 
 
-__all__ = ["TAIL_BYTES", "TAIL_LINES", "Attempt", "AttemptContext", "Outcome",
+def begun_of(kinds: Sequence[str | None]) -> str | None:
+    """The attempt's start from its ranks' (``warm``/``cold``; None: not reported): one kind
+    when all that reported agree, else ``mixed``; None when none reported."""
+    said = {k for k in kinds if k is not None}
+    return None if not said else said.pop() if len(said) == 1 else "mixed"
+
+
+__all__ = ["TAIL_BYTES", "TAIL_LINES", "Attempt", "AttemptContext", "Outcome", "begun_of",
            "checkpoint_events", "remote_events", "tail_events"]

@@ -77,6 +77,9 @@ class AttemptResult:
     """What this attempt restored: ``source`` (memory, buddy, mixed, disk, none), ``step``,
     ``steps_lost`` (the best step reached before minus ``step``), ``per_rank``, ``why``
     (:class:`trainguard.recover.restore.RestoreChoice`)."""
+    begun: str | None = None
+    """How the ranks' processes began, as the SDK reported: ``warm`` (all in pre-warmed
+    standbys), ``cold``, ``mixed``; None where no rank said."""
 
     @property
     def excluded_nodes(self) -> tuple[str, ...]:
@@ -107,6 +110,7 @@ class AttemptResult:
             "teardown_crashes": [c.to_dict() for c in self.teardown_crashes],
             "host_clocks": {n: dict(v) for n, v in sorted(self.host_clocks.items())},
             "restore": dict(self.restore) if self.restore is not None else None,
+            "begun": self.begun,
         }
 
 
@@ -187,7 +191,8 @@ class Recorder:
                     "last_loss": result.last_loss, "failed_at": result.failed_at,
                     "hang_for_s": result.hang_for_s,
                     "teardown_crashes": [c.to_dict() for c in result.teardown_crashes],
-                    "restore": dict(result.restore) if result.restore is not None else None},
+                    "restore": dict(result.restore) if result.restore is not None else None,
+                    "begun": result.begun},
             resumed_from_step=result.resumed_from_step)
         store.add_events(events, session_id=self.session_id, attempt_id=result.store_id)
         for ex in exclusions:

@@ -59,6 +59,8 @@ class RankWatch:
         self.last_step: int | None = None
         self.last_loss: float | None = None
         self.phases: dict[str, float] = {}
+        self.begun: str | None = None
+        """``warm`` or ``cold``: how the SDK says the rank's process began (None: not said)."""
         self.nonfinite: tuple[int, str] | None = None
         self.checkpoints: list[dict[str, Any]] = []
         self.resume: dict[str, Any] | None = None
@@ -102,6 +104,9 @@ class RankWatch:
             if isinstance(name, str) and isinstance(start, (int, float)) \
                     and isinstance(end, (int, float)):
                 self.phases[name] = self.phases.get(name, 0.0) + max(0.0, end - start)
+            begun = rec.get("begun")
+            if begun in ("warm", "cold"):  # sent with the imports phase only
+                self.begun = str(begun)
         elif kind == "nonfinite":
             step = rec.get("step")
             if self.nonfinite is None and isinstance(step, int):

@@ -56,6 +56,12 @@ def _loss_text(loss: float) -> str:
     return "nan" if math.isnan(loss) else ("inf" if loss > 0 else "-inf")
 
 
+def _start_kind() -> str:
+    """``warm`` when this process is a rank run in a pre-warmed standby (the launcher sets
+    ``TRAINGUARD_WARM_START``), else ``cold``: recorded with the imports phase, so the report
+    need not guess from the phase's length."""
+    return "warm" if os.environ.get("TRAINGUARD_WARM_START") == "1" else "cold"
+
 class Session:
     """Reporting and fault injection for one training process.
 
@@ -116,7 +122,8 @@ class Session:
         # the checkpoint helpers reports no startup.
         self._inferred_imports: float | None = None
         if env.launch_time is not None:
-            self.record("phase", name="imports", start=env.launch_time, end=self.started)
+            self.record("phase", name="imports", start=env.launch_time, end=self.started,
+                        begun=_start_kind())
         else:
             if process_start is None and clock is time.time:
                 process_start = process_start_time
@@ -161,7 +168,8 @@ class Session:
     def _flush_inferred_imports(self) -> None:
         if self._inferred_imports is not None:
             start, self._inferred_imports = self._inferred_imports, None
-            self.record("phase", t=self.started, name="imports", start=start, end=self.started)
+            self.record("phase", t=self.started, name="imports", start=start, end=self.started,
+                        begun=_start_kind())
 
     def _flush_pending(self) -> None:
         if self._pending is not None:

@@ -37,6 +37,10 @@ log = logging.getLogger(__name__)
 WARM_DIR_ENV = "TRAINGUARD_WARM_DIR"
 WARM_START_ENV = "TRAINGUARD_WARM_START"
 LEASE_EVERY_S = 1.0
+PREWARM_AFTER_S = 3.0
+"""Standbys for the next attempt start this long after the ranks they follow were launched:
+the ranks' own start-up (imports, rendezvous, restore) gets the host's CPUs first, and a
+standby is needed only at the next failure."""
 PENDING_WAIT_S = 20.0
 """How long a rank waits for a standby of its host that is still importing (it is further
 along than a cold interpreter started now) before it starts cold."""
@@ -84,10 +88,12 @@ class WarmLauncher:
 
     def __init__(self, base_env: Mapping[str, str], lease_timeout_s: float = 15.0, *,
                  pending_wait_s: float = PENDING_WAIT_S,
+                 prewarm_after_s: float = PREWARM_AFTER_S,
                  clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self._base_env = dict(base_env)
         self._pending_wait_s = pending_wait_s
+        self._prewarm_after_s = prewarm_after_s
         self._clock, self._sleep = clock, sleep
         self._lease_timeout_s = lease_timeout_s
         self._leases: set[Path] = set()
@@ -128,13 +134,16 @@ class WarmLauncher:
             self._sleep(0.02)
 
     def prewarm(self, cmd: WarmCommand, targets: Sequence[WarmTarget]) -> threading.Thread:
-        """Start, in the background, the standbys ``targets`` want that are not there yet."""
+        """Start, in the background and ``prewarm_after_s`` from now, the standbys
+        ``targets`` want that are not there yet."""
         thread = threading.Thread(target=self._prewarm, args=(cmd, list(targets)),
                                   name="warm-prewarm", daemon=True)
         thread.start()
         return thread
 
     def _prewarm(self, cmd: WarmCommand, targets: list[WarmTarget]) -> None:
+        if self._stop.wait(self._prewarm_after_s):
+            return
         wanted: Counter[tuple[Path, Path, str]] = Counter()
         envs: dict[str, dict[str, str]] = {}
         for t in targets:
@@ -182,4 +191,5 @@ class WarmLauncher:
             self._toucher.join(timeout=2.0)
 
 
-__all__ = ["WARM_DIR_ENV", "WARM_START_ENV", "WarmLauncher", "WarmTarget", "plan_targets"]
+__all__ = ["PREWARM_AFTER_S", "WARM_DIR_ENV", "WARM_START_ENV", "WarmLauncher", "WarmTarget",
+           "plan_targets"]

@@ -47,7 +47,8 @@ def test_full_record_sequence(tmp_path: Path, clock: FakeClock, records: Records
     s.finish()
     records = records(tmp_path / "events.jsonl")
     assert records == [
-        {"t": 1000.0, "rank": 3, "kind": "phase", "name": "imports", "start": 990.0, "end": 1000.0},
+        {"t": 1000.0, "rank": 3, "kind": "phase", "name": "imports", "start": 990.0, "end": 1000.0,
+         "begun": "cold"},
         {"t": 1003.0, "rank": 3, "kind": "phase", "name": "dist_init", "start": 1001.0,
          "end": 1003.0},
         {"t": 1004.0, "rank": 3, "kind": "phase", "name": "first_step", "start": 1003.0,
@@ -341,8 +342,18 @@ def test_imports_phase_from_process_start_without_launch_time(
     s = Session(_env(tmp_path), clock=clock, sleep=clock.sleep, process_start=lambda: 997.5)
     s.step(0)
     assert records(tmp_path / "events.jsonl")[0] == {
-        "t": 1000.0, "rank": 0, "kind": "phase", "name": "imports", "start": 997.5, "end": 1000.0
+        "t": 1000.0, "rank": 0, "kind": "phase", "name": "imports", "start": 997.5, "end": 1000.0,
+        "begun": "cold"
     }  # fmt: skip
+
+
+def test_a_rank_run_in_a_standby_says_it_began_warm(
+    tmp_path: Path, clock: FakeClock, records: Records, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TRAINGUARD_WARM_START", "1")
+    s = Session(_env(tmp_path), clock=clock, sleep=clock.sleep, process_start=lambda: 997.5)
+    s.step(0)
+    assert records(tmp_path / "events.jsonl")[0]["begun"] == "warm"
 
 
 def test_launch_time_wins_over_process_start(
