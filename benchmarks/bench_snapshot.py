@@ -90,7 +90,7 @@ def drop_cache(directory: Path) -> None:
                 os.close(fd)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--size", default="1GiB", help="state size per rank (default 1GiB)")
     p.add_argument("--repeats", type=int, default=3)
@@ -99,7 +99,7 @@ def main() -> int:
                    help="tmpfs for the slots (default /dev/shm)")
     p.add_argument("--disk-dir", type=Path,
                    default=Path(__file__).resolve().parents[1] / "bench-data" / "snapshot")
-    args = p.parse_args()
+    args = p.parse_args(argv)
 
     import torch
 

@@ -20,6 +20,7 @@ from benchmarks import (
     bench_fast_recovery,
     bench_openmetrics,
     bench_recovery,
+    bench_snapshot,
     bench_tracing,
 )
 
@@ -49,6 +50,8 @@ if __name__ == "__main__":
         bench_agents.main(["--only", "controller"])
     else:
         bench_agents.main([])
+    print("\n== memory snapshots vs the disk checkpoint engine (issue 27) ==")
+    bench_snapshot.main(["--size", os.environ.get("BENCH_SNAPSHOT_SIZE", "1GiB")])
     print("\n== recovery in seconds vs torchrun on the namespaced cluster (issue 27) ==")
     bench_fast_recovery.main([])
     print("\n== the controller with 1,024 simulated agents, steady and flooded (issue #26) ==")
