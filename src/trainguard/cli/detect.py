@@ -6,7 +6,6 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -15,9 +14,9 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from trainguard.cli.alerttable import alerts_table
 from trainguard.cli.console import err, fail, out, stderr_is_tty, warn
 from trainguard.cli.helptext import reflowed_doc
-from trainguard.detect.alerts import AlertEpisode, AlertKind, Signal
 from trainguard.detect.backtest import BASELINES, run_backtest
 from trainguard.detect.calibration import annotate, detector_file
 from trainguard.detect.detector import detect as run_detect
@@ -186,33 +185,6 @@ def _client(url: str, token_file: Path | None, basic_auth: str | None) -> Promet
         raise named(exc, _CLIENT_FLAGS) from None
 
 
-def _fmt_t(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M")
-
-
-def _signal_text(s: Signal, *, hard: bool) -> str:
-    """One signal in the table: a predictive one's deviation in σ, a hard one's evidence
-    (its detail, e.g. "XID 79", else the value that tripped the rule)."""
-    where = s.metric if s.gpu is None else f"{s.metric} gpu{s.gpu}"
-    if not hard:
-        return f"{where} {s.deviation:+.1f}σ"
-    return f"{where}: {s.detail or f'{s.deviation:g}'}"
-
-
-def _alerts_table(alerts: list[AlertEpisode], limit: int) -> Table:
-    table = Table(title=f"{len(alerts)} alert episodes", title_justify="left")
-    for col in ("node", "start (UTC)", "min", "kind", "peak", "top signals"):
-        table.add_column(col)
-    shown = alerts if limit == 0 else alerts[:limit]
-    for a in shown:
-        sig = ", ".join(_signal_text(s, hard=a.kind is AlertKind.HARD) for s in a.signals[:3])
-        table.add_row(a.node, _fmt_t(a.start), f"{(a.end - a.start) / 60:.0f}", a.kind.value,
-                      f"{a.peak_score:.1f}", escape(sig))
-    if len(shown) < len(alerts):
-        table.caption = f"first {len(shown)} of {len(alerts)}; --limit 0 shows all"
-    return table
-
-
 @reflowed_doc
 def detect(
     ctx: typer.Context,
@@ -267,7 +239,7 @@ def detect(
     days = tel.times.size * tel.step_s / 86400
     out.print(f"{len(tel.nodes)} nodes, {len(tel.metrics)} metrics, {tel.n_samples:,} samples, "
               f"{days:.1f} days at {tel.step_s}s")
-    out.print(_alerts_table(alerts, limit))
+    out.print(alerts_table(alerts, limit))
     if out_file is not None:
         out.print(f"wrote {len(alerts)} episodes to {out_file}")
 
