@@ -24,6 +24,7 @@ from trainguard.evidence import (
     scan_paths,
 )
 from trainguard.evidence.aggregate import repeats
+from trainguard.evidence.clocks import BOOT_TIME_NOTE, boot_time_files
 from trainguard.evidence.incidents import DEFAULT_WINDOW_S
 from trainguard.evidence.inputs import DEFAULT_MAX_BYTES
 from trainguard.textsafe import terminal_safe
@@ -72,6 +73,10 @@ def classify(
     Lines that no signature explains but that carry failure words (error, fatal, killed,
     lost...) make an "unknown" incident with a low confidence and the lines that made it
     suspicious.
+
+    Plain `dmesg` stamps lines with seconds since boot: such a file gets a warning, its events
+    no date (JSON: "time" null, "since_boot_s"), and they join the other files' incident only
+    when that is unambiguous (one incident on the wall clock, one on the boot clock).
     """
     try:
         ruleset = load_rules(rules or [])
@@ -95,6 +100,8 @@ def classify(
         events, stats = scan_paths(paths, ruleset, options)
     for w in stats.warnings:
         warn(terminal_safe(f"{w.path}: {w.message}"))
+    for path in boot_time_files(events):
+        warn(terminal_safe(f"{path}: {BOOT_TIME_NOTE}"))
     if stats.files_read == 0:
         fail("no input could be read", 2)
     incidents = correlate(events, ruleset, window_s=window, include_info=show_all)

@@ -70,13 +70,16 @@ class FailureEvent:
         return None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        """As JSON: ``time`` is unix seconds or null; seconds since boot are ``since_boot_s``
+        (a reader taking them for unix seconds would see a date in 1970)."""
+        boot = self.time_kind is TimeKind.RELATIVE
+        d: dict[str, Any] = {
             "category": self.category.value,
             "action": self.action.value,
             "severity": self.severity.value,
             "signature": self.signature,
             "summary": self.summary,
-            "time": self.time,
+            "time": None if boot else self.time,
             "time_kind": self.time_kind.value,
             "host": self.host,
             "gpu": self.gpu_pci,
@@ -90,6 +93,9 @@ class FailureEvent:
                 {"path": e.path, "line": e.line_no, "text": e.text} for e in self.evidence
             ],
         }
+        if boot:
+            d["since_boot_s"] = self.time
+        return d
 
     @staticmethod
     def from_dict(d: Mapping[str, Any]) -> FailureEvent:
@@ -104,11 +110,13 @@ class FailureEvent:
         evidence = d.get("evidence") or []
         if not isinstance(fields, dict) or not isinstance(evidence, list):
             raise TypeError("fields must be a map and evidence a list")
+        kind = TimeKind(d.get("time_kind", "none"))
+        t = d.get("since_boot_s", d.get("time")) if kind is TimeKind.RELATIVE else d.get("time")
         return FailureEvent(
             category=Category(d["category"]), action=Action(d["action"]),
             severity=Severity(d["severity"]), signature=str(d["signature"])[:200],
-            summary=str(d["summary"])[:2000], time=_number(d.get("time")),
-            time_kind=TimeKind(d.get("time_kind", "none")), host=opt("host", str),
+            summary=str(d["summary"])[:2000], time=_number(t),
+            time_kind=kind, host=opt("host", str),
             gpu_pci=opt("gpu", str), gpu_index=opt("gpu_index", int), rank=opt("rank", int),
             xid=opt("xid", int), caused_by_xid=opt("caused_by_xid", int),
             confidence=_number(d.get("confidence")) or 1.0,

@@ -12,8 +12,12 @@ Outline:
    of the nearest timestamped event in the same file;
 3. cluster anchors with a gap threshold (single linkage) over the non-informational events;
    benign ones (an fp16 overflow) join a cluster they fall near but never bridge or start one;
-   events with no usable time form one group that joins the single timed cluster when there is
-   only one;
+   seconds since boot (plain ``dmesg``) are a clock of their own per host (per file when the
+   lines name no host), clustered on it but comparable with no wall-clock time: when the
+   wall-clock events form a single cluster and each boot clock a single cluster, those join it
+   (the XID in a dmesg excerpt and the NCCL timeouts it caused), else they stay incidents of
+   their own; events with no usable time form one group that joins the single cluster left
+   when there is only one;
 4. in each cluster the root cause is the non-informational event with the highest priority
    (hardware > host OOM > storage > ... > user code > network > NCCL timeout > launcher
    summaries), then severity, confidence, and the earliest time (the first rank to fail);
@@ -30,6 +34,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from trainguard.evidence.aggregate import last_time, repeats
+from trainguard.evidence.clocks import WALL_CLOCK, anchor_times, wall_time
 from trainguard.evidence.collectives import collective_mismatch
 from trainguard.evidence.events import EvidenceLine, FailureEvent, TimeKind
 from trainguard.evidence.rules import RuleSet
@@ -185,41 +190,6 @@ def _better(a: FailureEvent, b: FailureEvent) -> bool:
     return (a.signature == "xid", a.confidence) >= (b.signature == "xid", b.confidence)
 
 
-def _anchor_times(events: Sequence[FailureEvent]) -> list[tuple[float | None, str]]:
-    """(anchor, clock) per event; clock is 'abs', 'rel:<host>' or 'none'."""
-    by_file: dict[str, list[int]] = defaultdict(list)
-    for i, ev in enumerate(events):
-        by_file[ev.evidence[0].path if ev.evidence else ""].append(i)
-    out: list[tuple[float | None, str]] = [(None, "none")] * len(events)
-    for idxs in by_file.values():
-        idxs.sort(key=lambda i: events[i].evidence[0].line_no if events[i].evidence else 0)
-        last: tuple[float | None, str] = (None, "none")
-        pending: list[int] = []
-        for i in idxs:
-            ev = events[i]
-            if ev.time is not None and ev.time_kind is not TimeKind.NONE:
-                clock = "abs" if ev.time_kind is TimeKind.ABSOLUTE else f"rel:{ev.host}"
-                anchor = ev.time - _hang_duration_s(ev)
-                out[i] = (anchor, clock)
-                last = (ev.time, clock)
-                for j in pending:  # untimed lines before the first timed one in this file
-                    out[j] = last
-                pending = []
-            elif last[0] is not None:
-                out[i] = last
-            else:
-                pending.append(i)
-    return out
-
-
-def _hang_duration_s(ev: FailureEvent) -> float:
-    for key in ("ran_ms", "timeout_ms"):
-        value = ev.field_value(key)
-        if value and value.isdigit():
-            return min(int(value) / 1000.0, 6 * 3600.0)
-    return 0.0
-
-
 def _cluster(events: Sequence[FailureEvent], window_s: float) -> list[list[FailureEvent]]:
     """Single-linkage clusters of the causal events; benign events join, never bridge.
 
@@ -227,7 +197,7 @@ def _cluster(events: Sequence[FailureEvent], window_s: float) -> list[list[Failu
     into one incident, nor stretch an incident back to itself: informational events are
     clustered only after the others, joining the causal cluster they fall within a window of.
     """
-    anchors = _anchor_times(events)
+    anchors = anchor_times(events)
     by_clock: dict[str, list[tuple[float, FailureEvent]]] = defaultdict(list)
     info_by_clock: dict[str, list[tuple[float, FailureEvent]]] = defaultdict(list)
     untimed: list[FailureEvent] = []
@@ -238,27 +208,48 @@ def _cluster(events: Sequence[FailureEvent], window_s: float) -> list[list[Failu
             info_by_clock[clock].append((anchor, ev))
         else:
             by_clock[clock].append((anchor, ev))
-    clusters: list[list[FailureEvent]] = []
+    timed: list[list[FailureEvent]] = []
+    boot: list[list[list[FailureEvent]]] = []
+    benign: list[list[FailureEvent]] = []
     for clock in sorted(set(by_clock) | set(info_by_clock)):
-        causal = _single_linkage(by_clock.get(clock, []), window_s)
-        spans = [(lo - window_s, hi + window_s) for lo, hi, _ in causal]
-        leftover: list[tuple[float, FailureEvent]] = []
-        for anchor, ev in info_by_clock.get(clock, []):
-            end = last_time(ev)
-            hi = anchor if end is None else max(anchor, end)
-            home = next((i for i, (a, b) in enumerate(spans) if hi >= a and anchor <= b), None)
-            if home is None:
-                leftover.append((anchor, ev))
-            else:
-                causal[home][2].append(ev)
-        clusters.extend(c for _, _, c in causal)
-        clusters.extend(c for _, _, c in _single_linkage(leftover, window_s))
+        causal, info_only = _clock_clusters(by_clock.get(clock, []),
+                                            info_by_clock.get(clock, []), window_s)
+        if clock == WALL_CLOCK:
+            timed.extend(causal)
+        elif causal:
+            boot.append(causal)
+        benign.extend(info_only)
+    if len(timed) == 1 and boot and all(len(b) == 1 for b in boot):
+        for (c,) in boot:  # seconds since boot place nothing: one failure each side, one cause
+            timed[0].extend(c)
+    else:
+        timed.extend(c for b in boot for c in b)
+    clusters = timed + benign
     if untimed:
         if len(clusters) == 1:
             clusters[0].extend(untimed)
         else:
             clusters.append(untimed)
     return clusters
+
+
+def _clock_clusters(causal_items: list[tuple[float, FailureEvent]],
+                    info_items: list[tuple[float, FailureEvent]], window_s: float
+                    ) -> tuple[list[list[FailureEvent]], list[list[FailureEvent]]]:
+    """On one clock: the causal clusters, each with the benign events that fall within a
+    window of it, and the clusters of the benign events left over."""
+    causal = _single_linkage(causal_items, window_s)
+    spans = [(lo - window_s, hi + window_s) for lo, hi, _ in causal]
+    leftover: list[tuple[float, FailureEvent]] = []
+    for anchor, ev in info_items:
+        end = last_time(ev)
+        hi = anchor if end is None else max(anchor, end)
+        home = next((i for i, (a, b) in enumerate(spans) if hi >= a and anchor <= b), None)
+        if home is None:
+            leftover.append((anchor, ev))
+        else:
+            causal[home][2].append(ev)
+    return [c for _, _, c in causal], [c for _, _, c in _single_linkage(leftover, window_s)]
 
 
 def _single_linkage(items: list[tuple[float, FailureEvent]], window_s: float
@@ -333,7 +324,7 @@ def _build(cluster: list[FailureEvent], rules: RuleSet | None) -> Incident:
     related = tuple(sorted((e for e in cluster if e is not root and not (
                                root.signature == "collective_mismatch"
                                and e.evidence == root.evidence)),
-                           key=lambda e: (e.time if e.time is not None else float("inf"),
+                           key=lambda e: (wall_time(e),
                                           e.evidence[0].path if e.evidence else "",
                                           e.evidence[0].line_no if e.evidence else 0)))
     hosts = tuple(sorted({e.host for e in cluster if e.host}))
