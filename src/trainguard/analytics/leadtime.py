@@ -19,9 +19,14 @@ Outline of :func:`lead_times`:
    and is counted in :class:`LeadTimeSummary` as missed.
 
 A predictive stop is the detector doing its job: the attempt was stopped and the node excluded
-*before* the failure the alert foretold, so the store holds no later failure to measure the lead
-against. Such a lead (``stopped``) is the alert -> stop reaction time; it is counted as predicted
-and kept out of the lead quantiles, which describe warnings before failures that happened.
+*before* the failure the alert foretold, so ``t - alert.start`` is the alert -> stop reaction
+time (``stop_latency_s``), not a lead. Its lead is measured to the failure itself where one is
+known (:func:`predicted_lead`): a hard alert on the node after the predictive one (the node
+failed after the job left it), else the lead the alert's own evidence states (a replayed alert
+carries the lead it had in the history it comes from, ``predicted_failure_in_s``). Else it has
+no lead (``lead_s`` None: stopped before the failure). A hard alert that stopped an attempt is
+the failure seen, not foretold: its lead stays ``t - alert.start``. A stop counts as predicted;
+the lead quantiles are over the warnings (:attr:`LeadTime.warning`).
 
 Both ``predictive`` and ``hard`` alerts count; the kind is kept so that a report can tell an early
 warning from a hard fault seen seconds before the crash.
@@ -35,7 +40,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from trainguard.analytics.runs import FAILED, RunView, failure_info, failure_time, median, quantile
 from trainguard.errors import ConfigError
@@ -61,20 +66,52 @@ class AlertMark:
     source: str
     stopped: bool = False
     """A supervisor stopped an attempt on it (a fatal ``detector_alert`` event)."""
+    predicted_lead_s: float | None = None
+    """Seconds from the alert's onset to the failure it foretold, as its own evidence states
+    (``predicted_failure_in_s`` of the alert record); None when it states none."""
 
     @classmethod
     def of(cls, alert: AlertRecord) -> AlertMark:
         return cls(alert.node, alert.start, alert.kind, alert.id, alert.source)
 
 
+PREDICTED_FAILURE_IN_S = "predicted_failure_in_s"
+"""Key of :attr:`AlertMark.predicted_lead_s` in an alert record and a ``detector_alert``
+event's fields."""
+
+
+def positive_seconds(value: object) -> float | None:
+    """A lead in seconds from a record or event field; None unless a finite number > 0."""
+    try:
+        x = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return x if 0 < x < float("inf") else None
+
+
 def alert_marks(events: Iterable[FailureEvent]) -> list[AlertMark]:
     """The detector alerts among ``events`` (absolute time and a host needed)."""
     return [AlertMark(ev.host, float(ev.time), ev.field_value("alert_kind") or "predictive",
                       None, ev.field_value("source") or "supervisor",
-                      stopped=ev.severity is Severity.FATAL)
+                      stopped=ev.severity is Severity.FATAL,
+                      predicted_lead_s=positive_seconds(ev.field_value(PREDICTED_FAILURE_IN_S)))
             for ev in events
             if ev.signature == DETECTOR_ALERT and ev.host and ev.time is not None
             and ev.time_kind is TimeKind.ABSOLUTE]
+
+
+def predicted_lead(mark: AlertMark, on_node: Sequence[AlertMark], window_s: float
+                   ) -> tuple[float | None, str]:
+    """(lead, what it is measured to) of an alert whose failure did not happen in the job:
+    the first hard alert on its node after it within ``window_s`` ("later failure"), else its
+    own evidence ("prediction"), else (None, "")."""
+    later = [m.start for m in on_node if m.kind == "hard" and m.node == mark.node
+             and mark.start < m.start <= mark.start + window_s]
+    if later:
+        return min(later) - mark.start, "later failure"
+    if mark.predicted_lead_s is not None:
+        return mark.predicted_lead_s, "prediction"
+    return None, ""
 
 
 def merge_alerts(*groups: Iterable[AlertRecord | AlertMark]) -> list[AlertMark]:
@@ -87,7 +124,11 @@ def merge_alerts(*groups: Iterable[AlertRecord | AlertMark]) -> list[AlertMark]:
             key = (mark.node, mark.start, mark.kind)
             old = out.get(key)
             if old is None or (old.alert_id is None and mark.alert_id is not None):
-                out[key] = mark
+                lead = mark.predicted_lead_s if old is None or mark.predicted_lead_s \
+                    is not None else old.predicted_lead_s
+                out[key] = replace(mark, predicted_lead_s=lead)
+            elif old.predicted_lead_s is None and mark.predicted_lead_s is not None:
+                out[key] = replace(old, predicted_lead_s=mark.predicted_lead_s)
     return sorted(out.values(), key=lambda m: (m.start, m.node))
 
 
@@ -102,15 +143,30 @@ class LeadTime:
     failure_time: float
     alert_id: int | None
     alert_kind: str
-    lead_s: float
+    lead_s: float | None
+    """Seconds from the alert's onset to the failure it preceded; for a predictive stop to the
+    failure it foretold (``lead_to``), None when that is unknown (stopped before the failure)."""
     stopped: bool = False
     """The alert made the supervisor stop the attempt (a predictive stop; outline step 2)."""
+    stop_latency_s: float | None = None
+    """For a predictive stop: seconds from the alert's onset to the attempt's stop."""
+    lead_to: str = "failure"
+    """What the lead is measured to: "failure" (the attempt's), "later failure" (a hard alert
+    on the node after the job left it), "prediction" (the alert's own evidence), or "" (none:
+    stopped before the failure)."""
+
+    @property
+    def warning(self) -> bool:
+        """The lead is a warning before a failure: known, and not a hard alert's stop (whose
+        lead is the stop's reaction time)."""
+        return self.lead_s is not None and not (self.stopped and self.alert_kind == "hard")
 
     def to_dict(self) -> dict[str, object]:
         return {"session_id": self.session_id, "attempt_id": self.attempt_id, "node": self.node,
                 "category": self.category, "failure_time": self.failure_time,
                 "alert_id": self.alert_id, "alert_kind": self.alert_kind, "lead_s": self.lead_s,
-                "stopped": self.stopped}
+                "stopped": self.stopped, "stop_latency_s": self.stop_latency_s,
+                "lead_to": self.lead_to}
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +178,8 @@ class LeadTimeSummary:
     predicted: int
     """Those with an alert on a culprit node in the window before the failure."""
     lead_median_s: float | None
-    """Over the predicted failures that were not stopped on their alert."""
+    """Over the predicted failures whose lead is a warning (:attr:`LeadTime.warning`): a stop's
+    reaction time is no lead."""
     lead_p90_s: float | None
     leads: tuple[LeadTime, ...]
 
@@ -162,7 +219,7 @@ def lead_time_summary(runs: Iterable[RunView], alerts: Alerts,
                       window_s: float = DEFAULT_WINDOW_S,
                       stops: Stops | None = None) -> LeadTimeSummary:
     with_culprit, leads = _scan(runs, alerts, window_s, stops or {})
-    values = [x.lead_s for x in leads if not x.stopped]
+    values = [x.lead_s for x in leads if x.warning and x.lead_s is not None]
     return LeadTimeSummary(with_culprit, len(leads), median(values), quantile(values, 0.9),
                            tuple(leads))
 
@@ -193,10 +250,18 @@ def _scan(runs: Iterable[RunView], alerts: Alerts, window_s: float,
             start, node, mark = min(candidates, key=lambda c: (c[0], c[1]))
             category = a.failure_category or str(failure.get("category") or "unknown")
             stopped = any((m.node, m.start, m.kind) in cause for _, _, m in candidates)
+            lead: float | None = t - start
+            latency, lead_to = None, "failure"
+            if stopped:
+                latency = t - start
+                if mark.kind != "hard":  # a hard alert is the failure, seen; no prediction
+                    lead, lead_to = predicted_lead(mark, by_node.get(node, ()), window_s)
             out.append(LeadTime(run.session_id, a.id, node, category, t, mark.alert_id,
-                                mark.kind, t - start, stopped=stopped))
+                                mark.kind, lead, stopped=stopped, stop_latency_s=latency,
+                                lead_to=lead_to))
     return with_culprit, out
 
 
-__all__ = ["DEFAULT_WINDOW_S", "DETECTOR_ALERT", "AlertMark", "LeadTime", "LeadTimeSummary",
-           "alert_marks", "lead_time_summary", "lead_times", "merge_alerts"]
+__all__ = ["DEFAULT_WINDOW_S", "DETECTOR_ALERT", "PREDICTED_FAILURE_IN_S", "AlertMark", "LeadTime",
+           "LeadTimeSummary", "alert_marks", "lead_time_summary", "lead_times", "merge_alerts",
+           "positive_seconds", "predicted_lead"]

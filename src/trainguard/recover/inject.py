@@ -10,6 +10,7 @@ passed since the launch (with neither: right after the launch).
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import signal
@@ -17,6 +18,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from trainguard.errors import ConfigError, LaunchError
 from trainguard.faultspec import SUPERVISOR_KINDS, FaultKind, FaultSpec
@@ -61,20 +63,47 @@ def append_line(path: Path, line: str) -> None:
         os.close(fd)
 
 
+PREDICTED_FAILURE_IN_S = "predicted_failure_in_s"
+"""Key of an alert record: seconds from its onset to the failure it foretold, when known (a
+replayed predictive alert: the first hard alert on its node after it, in the replayed file)."""
+FORETOLD_WINDOW_S = 24 * 3600.0
+"""A hard alert later than this after a predictive one is not the failure it foretold (the
+report's lead-time window)."""
+
+
+def _start(rec: dict[str, object]) -> float | None:
+    value = rec.get("start")
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def foretold_in_s(alert: dict[str, object], records: Sequence[dict[str, object]]) -> float | None:
+    """For a predictive `alert`, seconds to the first hard alert of the same detector on its
+    node that followed it within `FORETOLD_WINDOW_S` among `records`; None otherwise."""
+    t0 = _start(alert)
+    if alert.get("kind") == "hard" or t0 is None:
+        return None
+    later = [t for r in records if r.get("kind") == "hard" and r.get("node") == alert.get("node")
+             and r.get("source") == alert.get("source")
+             and (t := _start(r)) is not None and t0 < t <= t0 + FORETOLD_WINDOW_S]
+    return min(later) - t0 if later else None
+
+
 def alert_record(node: str, now: float, replay: Path | None = None) -> dict[str, object]:
     """A detector alert on ``node`` as ``trainguard detect --alerts-out`` writes it, dated now.
 
     With ``replay`` (an alerts JSON-lines file), the first alert the file holds for ``node``
-    (trainguard's own first, then any detector's) is replayed: its kind, score and signals.
+    (trainguard's own first, then any detector's) is replayed: its kind, score and signals,
+    and, for a predictive alert that a hard one followed, how long before that failure it came
+    (`PREDICTED_FAILURE_IN_S`).
     """
     found: dict[str, object] | None = None
+    candidates: list[dict[str, Any]] = []
     if replay is not None:
         try:
             lines = replay.read_text().splitlines()
         except OSError as exc:
             raise ConfigError(f"cannot read --alerts-replay {replay}: "
                               f"{exc.strerror or exc}") from exc
-        candidates = []
         for line in lines:
             try:
                 rec = json.loads(line)
@@ -89,6 +118,8 @@ def alert_record(node: str, now: float, replay: Path | None = None) -> dict[str,
             raise ConfigError(f"--alerts-replay {replay} has no alert for node {node}")
     base = found or {"kind": "hard", "peak_score": 1.0, "source": "trainguard inject",
                      "signals": [{"metric": "injected", "gpu": None, "deviation": 0.0}]}
+    if found is not None and (lead := foretold_in_s(found, candidates)) is not None:
+        base = {**base, PREDICTED_FAILURE_IN_S: lead}
     return {**base, "node": node, "start": now, "end": now,
             "source": f"replay of {base.get('source', 'detector')}" if found else
             base["source"]}

@@ -21,6 +21,7 @@ from trainguard.evidence.events import EvidenceLine, FailureEvent, TimeKind
 from trainguard.evidence.rules import RuleSet
 from trainguard.evidence.scanner import scan_bytes
 from trainguard.filetail import FileTail, parse_json_lines
+from trainguard.recover.inject import PREDICTED_FAILURE_IN_S
 from trainguard.taxonomy import Action, Category, Severity
 from trainguard.trace.model import TraceWindow, window_from_record
 
@@ -224,6 +225,10 @@ class NodeWatch:
         top = ", ".join(str(s.get("metric")) for s in signals[:3] if isinstance(s, dict))
         start = rec.get("start")
         summary = f"detector {kind} alert" + (f" ({top})" if top else "")
+        fields = [("alert_kind", kind), ("source", str(rec.get("source", where)))]
+        foretold = rec.get(PREDICTED_FAILURE_IN_S)
+        if isinstance(foretold, (int, float)) and math.isfinite(foretold) and foretold > 0:
+            fields.append((PREDICTED_FAILURE_IN_S, repr(float(foretold))))
         return FailureEvent(
             category=Category.GPU_HARDWARE, action=Action.EXCLUDE_NODE,
             severity=Severity.FATAL if fatal else Severity.NON_FATAL,
@@ -231,7 +236,7 @@ class NodeWatch:
             time=float(start) if isinstance(start, (int, float)) else None,
             time_kind=TimeKind.ABSOLUTE if isinstance(start, (int, float)) else TimeKind.NONE,
             host=node, confidence=0.8 if kind == "hard" else 0.5,
-            fields=(("alert_kind", kind), ("source", str(rec.get("source", where)))),
+            fields=tuple(fields),
             evidence=(EvidenceLine(where, line, summary[:2000]),))
 
 

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from trainguard.analytics.leadtime import LeadTime
 from trainguard.analytics.report import AnalyticsReport
 from trainguard.analytics.runs import failure_info
 from trainguard.durations import format_duration
@@ -177,28 +178,63 @@ def failure_categories(go: Any, r: AnalyticsReport) -> Any:
     return fig
 
 
+_LEAD_TRACES = (
+    (False, "alert, then the failure"),
+    (True, "predictive stop: alert, then the failure it foretold (the job had moved)"),
+)
+LEAD_AXIS = "lead: alert onset to failure"
+
+
 def lead_times(go: Any, r: AnalyticsReport) -> Any:
+    """Each predicted failure's lead: from the alert's onset to the failure it preceded (for a
+    predictive stop, the failure it foretold, see :mod:`trainguard.analytics.leadtime`); stops
+    whose failure is unknown are named, not plotted; the alert -> stop reaction time is a row
+    of the summary, never a lead."""
     lt = r.lead_times
     if not lt.leads:
         why = "no failure named a culprit node" if not lt.with_culprit else \
             f"no detector alert preceded any of the {lt.with_culprit} failures with a culprit node"
         return _empty(go, "Detection lead time", why)
-    unit, div = _unit(max(x.lead_s for x in lt.leads))
+    shown = [x for x in lt.leads if x.warning]
+    unknown = [x for x in lt.leads if x.stopped and x.lead_s is None]
+    title = f"Detection lead time: {lead_text(lt)}"
+    if not shown:
+        fig = _empty(go, title, _unknown_text(unknown) if unknown else
+                     "every alert was a hard one that stopped its attempt: seen, not foretold")
+        fig.update_layout(showlegend=False)
+        return fig
+    unit, div = _unit(max(x.lead_s or 0.0 for x in shown))
     fig = go.Figure()
-    for stopped, name in ((False, "alert, then the failure"),
-                          (True, "predictive stop: alert, then the job stopped and moved")):
-        mine = [x for x in lt.leads if x.stopped is stopped]
+    for stopped, name in _LEAD_TRACES:
+        mine = [x for x in shown if x.stopped is stopped]
         if mine:
             # one marker per failure: a box of one or two values says nothing
             fig.add_trace(go.Scatter(
-                x=[x.category for x in mine], y=[x.lead_s / div for x in mine], name=name,
-                mode="markers", marker={"size": 10},
-                hovertext=[f"{x.node}: {x.alert_kind} alert {format_duration(x.lead_s)} before"
-                           for x in mine]))
-    fig.update_layout(title=f"Detection lead time ({unit}): {lead_text(lt)}", yaxis_title=unit,
+                x=[x.category for x in mine], y=[(x.lead_s or 0.0) / div for x in mine],
+                name=name, mode="markers", marker={"size": 10},
+                hovertext=[_lead_hover(x) for x in mine]))
+    if unknown:
+        fig.add_annotation(text=_unknown_text(unknown), showarrow=False, x=0.5, y=1.0,
+                           xref="paper", yref="paper", yanchor="bottom")
+    fig.update_layout(title=title, yaxis_title=f"{LEAD_AXIS} ({unit})",
                       yaxis={"rangemode": "tozero"}, showlegend=True,
                       legend={"orientation": "h", "y": -0.2})
     return fig
+
+
+def _lead_hover(x: LeadTime) -> str:
+    lead = format_duration(x.lead_s or 0.0)
+    if x.lead_to == "later failure":
+        return f"{x.node}: {x.alert_kind} alert {lead} before the node failed (job moved first)"
+    if x.lead_to == "prediction":
+        return f"{x.node}: {x.alert_kind} alert {lead} before the failure it foretold (job moved)"
+    return f"{x.node}: {x.alert_kind} alert {lead} before the failure"
+
+
+def _unknown_text(unknown: list[LeadTime]) -> str:
+    nodes = ", ".join(sorted({x.node for x in unknown}))
+    return (f"{len(unknown)} predictive stop{'s' if len(unknown) > 1 else ''} ({nodes}): "
+            "stopped before failure, lead unknown")
 
 
 def checkpoint_bandwidth(go: Any, r: AnalyticsReport) -> Any:

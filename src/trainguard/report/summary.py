@@ -116,6 +116,19 @@ def lead_text(lt: LeadTimeSummary) -> str:
     return text
 
 
+def stop_latency_text(lt: LeadTimeSummary) -> str | None:
+    """``0.087 s (1 stop)``: how long after its alert each stopped attempt was stopped (the
+    reaction time, not a lead); None without stops."""
+    stops = sorted(x.stop_latency_s for x in lt.leads if x.stop_latency_s is not None)
+    if not stops:
+        return None
+    n = len(stops)
+    mid = stops[n // 2] if n % 2 else (stops[n // 2 - 1] + stops[n // 2]) / 2
+    what = f"{n} stop{'s' if n > 1 else ''}"
+    return f"{format_duration(mid)} ({what})" if n == 1 else \
+        f"median {format_duration(mid)} ({what})"
+
+
 def _mttr_text(r: AnalyticsReport) -> str | None:
     f = r.failures
     unknown = f.resumes_unknown
@@ -163,6 +176,8 @@ def summary_rows(r: AnalyticsReport) -> list[tuple[str, str]]:
         rows.append(("lemon nodes", ", ".join(n.node for n in r.lemons)))
     if r.lead_times.with_culprit:
         rows.append(("detector alerts", lead_text(r.lead_times)))
+        if (latency := stop_latency_text(r.lead_times)) is not None:
+            rows.append(("alert to stop (reaction)", latency))
     if r.advice is not None:
         support = r.advice_support
         rows.append(("best checkpoint interval (model)",
@@ -174,4 +189,4 @@ def summary_rows(r: AnalyticsReport) -> list[tuple[str, str]]:
 
 
 __all__ = ["NO_SDK", "badput_parts", "badput_rows", "ettr_text", "lead_text", "productive_text",
-           "recoveries_text", "summary_rows"]
+           "recoveries_text", "stop_latency_text", "summary_rows"]

@@ -12,9 +12,10 @@ SDK = {"launch": 0.1, "imports": 3.0, "dist_init": 0.7, "first_step": 0.2}
 
 
 def job(store: Store, *, gap_s: float, sdk: bool = True, gbps: float = 1.0,
-        stop_on_alert: bool = False) -> AnalyticsReport:
+        stop_on_alert: bool = False, foretold_s: float | None = None) -> AnalyticsReport:
     """A crash (retried), a node failure (node08 excluded), then success; checkpoints of 5 MB
-    saved at ``gbps``; ``gap_s`` between attempts."""
+    saved at ``gbps``; ``gap_s`` between attempts. ``stop_on_alert``: the node failure is a
+    predictive stop 0.1 s after the alert, which foretold the failure ``foretold_s`` ahead."""
     sid = store.create_session("gpt", backend="local", started=1000.0)
     t = 1000.0
     plan = [("unknown", "retry", None), ("gpu_hardware", "exclude_and_retry", "node08"),
@@ -39,6 +40,8 @@ def job(store: Store, *, gap_s: float, sdk: bool = True, gbps: float = 1.0,
                 category=Category.GPU_HARDWARE, action=Action.EXCLUDE_NODE,
                 severity=Severity.FATAL, signature="detector_alert", summary="detector alert",
                 time=end - 0.2, time_kind=TimeKind.ABSOLUTE, host=culprit,
-                fields=(("alert_kind", "predictive"),))], session_id=sid, attempt_id=aid)
+                fields=(("alert_kind", "predictive"),
+                        *((("predicted_failure_in_s", str(foretold_s)),) if foretold_s else ())),
+            )], session_id=sid, attempt_id=aid)
         t = end + gap_s
     return build_report(store, now=t + 100)

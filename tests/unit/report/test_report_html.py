@@ -72,13 +72,31 @@ def test_retry_interval_reads_the_same_in_chart_and_summary(gap_s: float) -> Non
     assert not text.startswith("0.0 ") and not text.startswith("0 ")
 
 
-def test_lead_time_chart_shows_a_predictive_stop() -> None:
+@pytest.mark.parametrize("foretold_s", [720.0, 870.0, 5400.0])
+def test_lead_time_chart_plots_a_predictive_stop_s_lead_not_its_reaction(
+        foretold_s: float) -> None:
+    with Store.open(":memory:") as store:
+        rep = job(store, gap_s=1.0, stop_on_alert=True, foretold_s=foretold_s)
+    doc = fig_json(html.lead_times(go, rep))
+    assert "predictive stop" in doc["layout"]["title"]["text"]
+    (trace,) = doc["data"]
+    assert "predictive stop" in trace["name"]
+    axis = doc["layout"]["yaxis"]["title"]["text"]
+    assert axis.startswith("lead: alert onset to failure (")
+    div = {"(seconds)": 1.0, "(minutes)": 60.0, "(hours)": 3600.0}[axis[axis.index("("):]]
+    assert list(trace["y"]) == [pytest.approx(foretold_s / div)]  # not the 0.1 s reaction
+    assert dict(summary_rows(rep))["alert to stop (reaction)"] == format_duration(0.1) + \
+        " (1 stop)"
+
+
+def test_a_predictive_stop_without_a_known_failure_is_named_not_plotted() -> None:
     with Store.open(":memory:") as store:
         rep = job(store, gap_s=1.0, stop_on_alert=True)
     doc = fig_json(html.lead_times(go, rep))
-    assert doc["data"], "the chart says no alert preceded a failure"
     assert "predictive stop" in doc["layout"]["title"]["text"]
-    assert any("predictive stop" in tr["name"] for tr in doc["data"])
+    assert doc["data"] == []  # no latency passed off as a lead
+    texts = [a["text"] for a in doc["layout"]["annotations"]]
+    assert any("node08" in t and "stopped before failure" in t for t in texts), texts
 
 
 def test_waterfall_and_summary_without_sdk() -> None:
