@@ -93,7 +93,7 @@ def test_a_stalled_controller_costs_the_agent_no_memory_and_loses_nothing(
         assert ctl.stdout is not None
         port = int(ctl.stdout.readline())
         agent = subprocess.Popen(
-            [sys.executable, "-m", "trainguard.agent", "--controller", f"127.0.0.1:{port}",
+            [sys.executable, "-m", "trainguard.agent", "--controller-addr", f"127.0.0.1:{port}",
              "--session", "stall", "--attempt", "0", "--node", "n1"],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         assert ctl.stdout.readline().strip() == "started"

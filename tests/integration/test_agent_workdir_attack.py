@@ -75,7 +75,7 @@ def test_a_planted_work_tree_is_not_written_and_the_work_dir_is_removed(tmp_path
         assert ctl.stdout is not None
         port = int(ctl.stdout.readline())
         agent = subprocess.Popen(
-            [sys.executable, "-m", "trainguard.agent", "--controller", f"127.0.0.1:{port}",
+            [sys.executable, "-m", "trainguard.agent", "--controller-addr", f"127.0.0.1:{port}",
              "--session", "sess", "--attempt", "0", "--node", "n1"], env=env,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         result = json.loads(ctl.stdout.readline())

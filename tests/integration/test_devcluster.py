@@ -150,6 +150,35 @@ def test_tmp_and_var_log_are_private_per_host(cluster: HostCluster) -> None:
     assert fs == ["tmpfs", "tmpfs"]
 
 
+def test_a_checkout_under_tmp_is_seen_by_every_host_and_tmp_stays_private(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`make test` in a clone under /tmp: the hosts' private /tmp must not hide the checkout
+    (the working directory, where its venv's python lies), but hides the rest of /tmp."""
+    _unavailable(missing_requirements())
+    checkout = tmp_path / "checkout"  # under /tmp, outside the cluster root
+    (checkout / ".venv" / "bin").mkdir(parents=True)
+    python = checkout / ".venv" / "bin" / "python"
+    python.symlink_to(PY)
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    (other / "secret.txt").write_text("root namespace only")
+    monkeypatch.chdir(checkout)  # as make test runs from the repository root
+    with HostCluster(2, tmp_path / "c", prefix="tgt") as cluster:
+        assert checkout in cluster.visible
+        for host in cluster.hosts:
+            out = cluster.run(host.name, [str(python), "-c",
+                                          "import os, socket; print(os.getcwd(), "
+                                          "socket.gethostname())"],
+                              capture_output=True, text=True, timeout=30)
+            assert (out.returncode, out.stdout.split()) == (0, [str(checkout), host.name]), \
+                out.stderr
+            hidden = cluster.run(host.name, ["test", "-e", str(other / "secret.txt")])
+            assert hidden.returncode == 1
+            fs = cluster.run(host.name, ["stat", "-f", "-c", "%T", "/tmp"],
+                             capture_output=True, text=True, check=True).stdout.split()
+            assert fs == ["tmpfs"]
+
+
 def _read(path: Path) -> str:
     try:
         return path.read_text(errors="replace")

@@ -10,14 +10,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from trainguard.agent.secret import SecretError, take_secret
-from trainguard.agent.start import AgentUsageError, start_agent
+from trainguard.agent.start import AgentUsageError, controller_address, start_agent
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m trainguard.agent",
                                  description="Run this host's part of one attempt for a "
                                  "trainguard controller (see `trainguard agent --help`).")
-    ap.add_argument("--controller", required=True, help="HOST:PORT the controller listens on")
+    ap.add_argument("--controller-addr", help="HOST:PORT the controller listens on (required)")
+    ap.add_argument("--controller", dest="controller_alias", help=argparse.SUPPRESS)
     ap.add_argument("--session", required=True)
     ap.add_argument("--attempt", type=int, default=0)
     ap.add_argument("--node")
@@ -30,7 +31,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         # First: out of the environment (a re-exec; see trainguard.agent.secret).
         secret = take_secret(reexec=argv is None, stdin=args.secret_stdin)
-        return start_agent(args.controller, args.session, args.attempt, args.node,
+        controller = controller_address(args.controller_addr, args.controller_alias)
+        return start_agent(controller, args.session, args.attempt, args.node,
                            args.work_dir, args.secret_file, args.poll_interval, secret)
     except (AgentUsageError, SecretError) as exc:
         sys.stderr.write(f"error: {exc}\n")

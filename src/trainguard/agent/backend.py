@@ -23,6 +23,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -63,15 +64,21 @@ def agent_argv(python: str, controller: tuple[str, int], node: str | None, sessi
                attempt: int, extra: Sequence[str] = ()) -> list[str]:
     host, port = controller
     named = ["--node", node] if node is not None else []
-    return [python, "-m", "trainguard.agent", "--controller", f"{host}:{port}", *named,
+    return [python, "-m", "trainguard.agent", "--controller-addr", f"{host}:{port}", *named,
             "--session", session, "--attempt", str(attempt), *extra]
 
 
 class SubprocessAgents:
-    """Agents started as local subprocesses (one per node)."""
+    """Agents started as local subprocesses (one per node), each writing to its own log."""
 
-    def __init__(self, procs: Mapping[str, subprocess.Popen[bytes]]) -> None:
+    def __init__(self, procs: Mapping[str, subprocess.Popen[bytes]],
+                 logs: Mapping[str, Path] | None = None) -> None:
         self._procs = dict(procs)
+        self._logs = dict(logs or {})
+
+    def log_of(self, node: str) -> Path | None:
+        """The file ``node``'s launcher (and agent) wrote its output to."""
+        return self._logs.get(node)
 
     def exited(self) -> Mapping[str, int]:
         return {n: code for n, p in self._procs.items() if (code := p.poll()) is not None}
@@ -113,7 +120,8 @@ class LocalLauncher:
 
     def __init__(self, exec_prefix: str | None = None) -> None:
         if exec_prefix is not None and "{node}" not in exec_prefix:
-            raise ConfigError(f"--agent-exec must contain {{node}}, got {exec_prefix!r}")
+            raise ConfigError(f"--agent-exec must contain {{node}} (or be `manual`), got "
+                              f"{exec_prefix!r}")
         self.exec_prefix = exec_prefix
 
     def master_addr(self, nodes: tuple[str, ...]) -> str:
@@ -131,13 +139,15 @@ class LocalLauncher:
 
         log_dir.mkdir(parents=True, exist_ok=True)
         procs: dict[str, subprocess.Popen[bytes]] = {}
+        logs = {node: log_dir / f"agent-{node}.log" for node in nodes}
+        argv: list[str] = []
         try:
             secret = env.get(SECRET_ENV)
             clean = {k: v for k, v in env.items() if k != SECRET_ENV}
             for node in nodes:
                 argv = [*self.prefix(node), *argv_for(node),
                         *(["--secret-stdin"] if secret is not None else [])]
-                with open(log_dir / f"agent-{node}.log", "ab") as out:
+                with open(logs[node], "ab") as out:
                     proc = procs[node] = subprocess.Popen(
                         argv, env=clean,
                         stdin=subprocess.DEVNULL if secret is None else subprocess.PIPE,
@@ -150,8 +160,9 @@ class LocalLauncher:
                         proc.stdin.close()
         except OSError as exc:
             SubprocessAgents(procs).reap(0.0)
-            raise LaunchError(f"cannot start an agent: {exc.strerror or exc}") from exc
-        return SubprocessAgents(procs)
+            what = f" ({argv[0]})" if argv else ""
+            raise LaunchError(f"cannot start an agent{what}: {exc.strerror or exc}") from exc
+        return SubprocessAgents(procs, logs)
 
 
 def fencing_orphan_timeout(node_timeout_s: float, orphan_timeout_s: float | None = None
@@ -201,6 +212,9 @@ class AgentBackend:
         self._clock, self._sleep = clock, sleep
         self.secret = new_secret()
         self.session = uuid.uuid4().hex[:16]
+        self.clean_timeout_s: float | None = None
+        """How long the snapshot clean-up waits for its agents (None: the plane's default,
+        ``trainguard.agent.snapplane.CLEAN_TIMEOUT_S``)."""
         self.hub: AgentHub | None = None
         self._since: float | None = None
         self._seen: set[tuple[object, ...]] = set()
@@ -237,6 +251,10 @@ class AgentBackend:
         host, port = self.hub.address
         return (self._advertise or host, port)
 
+    def reached(self) -> frozenset[str]:
+        """Nodes whose agent has connected at least once in this run."""
+        return frozenset() if self.hub is None else self.hub.reached()
+
     def launch(self, plan: LaunchPlan) -> RemoteAttempt:
         address = self.controller()
         assert self.hub is not None
@@ -263,12 +281,13 @@ class AgentBackend:
                        nodes: tuple[str, ...]) -> AgentSnapshotPlane:
         """The run's snapshot plane: the agents replicate each host's snapshots to its
         buddy's memory and fetch shards before a restore (:mod:`trainguard.agent.snapplane`)."""
-        from trainguard.agent.snapplane import AgentSnapshotPlane
+        from trainguard.agent.snapplane import CLEAN_TIMEOUT_S, AgentSnapshotPlane
 
         def send(node: str, msg: Mapping[str, object]) -> bool:
             return self.hub is not None and self.hub.send(node, msg)
 
-        self._plane = AgentSnapshotPlane(root, run_id, nodes, send, backend=self)
+        self._plane = AgentSnapshotPlane(root, run_id, nodes, send, backend=self,
+                                         clean_timeout_s=self.clean_timeout_s or CLEAN_TIMEOUT_S)
         return self._plane
 
     def check_hosts(self, hosts: Sequence[str], options: CheckOptions, work_dir: Path,
@@ -352,12 +371,24 @@ LAUNCHERS: dict[str, LauncherFactory] = {"local": _local_launcher, "slurm": _slu
 
 
 def with_agents(inner: Backend, *, agent_exec: str | None = None, advertise: str | None = None,
-                listen: str | None = None, node_timeout_s: float = 30.0) -> AgentBackend:
-    """``inner``'s nodes, run through agents (the CLI's default)."""
+                listen: str | None = None, node_timeout_s: float = 30.0,
+                secret_file: Path | None = None) -> AgentBackend:
+    """``inner``'s nodes, run through agents (the CLI's default). ``agent_exec`` ``manual``
+    (local backend): the agents are started by hand (:mod:`trainguard.agent.manual`), given
+    the run's secret in ``secret_file`` (default: a new private file in ``$TMPDIR``)."""
+    from trainguard.agent.manual import (
+        MANUAL,
+        MANUAL_CLEAN_TIMEOUT_S,
+        MANUAL_CONNECT_TIMEOUT_S,
+        ManualLauncher,
+    )
+
     factory = LAUNCHERS.get(inner.name)
     if factory is None:
         raise ConfigError(f"the {inner.name} backend cannot start agents")
-    launcher = factory(inner, agent_exec)
+    manual = agent_exec == MANUAL and inner.name == "local"
+    launcher = ManualLauncher(secret_file or _private_file()) if manual \
+        else factory(inner, agent_exec)
     # Nodes that do not outlive the job are virtual nodes of this machine: their agents run
     # here and dial loopback, unless --agent-exec starts them elsewhere.
     remote = inner.persistent_nodes or agent_exec is not None
@@ -365,8 +396,18 @@ def with_agents(inner: Backend, *, agent_exec: str | None = None, advertise: str
         advertise = socket.gethostname() if remote else "127.0.0.1"
     if listen is None:
         listen = advertise if _is_ip(advertise) else ("0.0.0.0" if remote else "127.0.0.1")
-    return AgentBackend(inner, launcher, listen=listen, advertise=advertise,
-                        node_timeout_s=node_timeout_s)
+    backend = AgentBackend(inner, launcher, listen=listen, advertise=advertise,
+                           node_timeout_s=node_timeout_s)
+    if manual:  # people start them: more time than a launcher needs
+        backend.connect_timeout_s = MANUAL_CONNECT_TIMEOUT_S
+        backend.clean_timeout_s = MANUAL_CLEAN_TIMEOUT_S
+    return backend
+
+
+def _private_file() -> Path:
+    fd, name = tempfile.mkstemp(prefix="trainguard-agent-secret-")
+    os.close(fd)
+    return Path(name)
 
 
 def _is_ip(text: str) -> bool:

@@ -1,6 +1,6 @@
 """``trainguard agent``: the per-host agent a backend starts for each attempt (see
-:mod:`trainguard.agent.runner`). Operators start it by hand only for another launcher (ssh, a
-container platform): README, "Starting agents on a real cluster"."""
+:mod:`trainguard.agent.runner`). Operators start it by hand only for another launcher (a
+container platform; ``trainguard run --agent-exec manual`` prints each host's command line)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Annotated, NoReturn
 import typer
 
 from trainguard.agent.secret import SecretError, take_secret
-from trainguard.agent.start import AgentUsageError, start_agent
+from trainguard.agent.start import AgentUsageError, controller_address, start_agent
 
 log = logging.getLogger(__name__)
 
@@ -24,10 +24,13 @@ def fail(message: str, code: int = 1) -> NoReturn:
 
 
 def agent(
-    controller: Annotated[str, typer.Option(
-        "--controller", help="HOST:PORT the controller listens on.")],
     session: Annotated[str, typer.Option(
-        "--session", help="The run's session id (given by the controller's backend).")],
+        "--session", help="The run's session id (given by the controller's backend, or "
+        "printed by `trainguard run --agent-exec manual`).")],
+    controller_addr: Annotated[str | None, typer.Option(
+        "--controller-addr", help="HOST:PORT the controller listens on (required).")] = None,
+    controller_alias: Annotated[str | None, typer.Option(
+        "--controller", hidden=True, help="Old name of --controller-addr.")] = None,
     attempt: Annotated[int, typer.Option("--attempt", min=0, help="Attempt index.")] = 0,
     node: Annotated[str | None, typer.Option(
         "--node", help="This host's node name [default: $SLURMD_NODENAME, else the "
@@ -51,6 +54,7 @@ def agent(
         # First: out of the environment (a re-exec; see trainguard.agent.secret).
         secret = take_secret(reexec=sys.argv[1:2] == ["agent"],  # not under a test runner
                              stdin=secret_stdin)
+        controller = controller_address(controller_addr, controller_alias)
         status = start_agent(controller, session, attempt, node, work_dir, secret_file,
                              poll_interval, secret)
     except (AgentUsageError, SecretError) as exc:

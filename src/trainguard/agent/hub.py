@@ -111,6 +111,8 @@ class AgentHub:
         """Set (in the loop) when :meth:`take` made room; readers that find none wait on it."""
         self._closing = False
         self._peers: dict[str, Peer] = {}
+        self._reached: set[str] = set()
+        """Nodes whose agent authenticated at least once (any attempt)."""
         self._attempt = -1
         self.rejected = 0
         """Connections refused or dropped for a protocol violation (for tests and status)."""
@@ -226,6 +228,11 @@ class AgentHub:
                                 p.closed_reason, p.connections)
                     for n, p in self._peers.items()}
 
+    def reached(self) -> frozenset[str]:
+        """Nodes whose agent has connected at least once since the hub started."""
+        with self._lock:
+            return frozenset(self._reached)
+
     def send(self, node: str, msg: Mapping[str, Any]) -> bool:
         """Queue ``msg`` for ``node``'s agent; False when it is not connected."""
         with self._lock:
@@ -320,6 +327,7 @@ class AgentHub:
                     raise WireError(f"{node} already has its agent for attempt {attempt}: "
                                     "a second agent instance is refused")
                 peer.instance = instance
+                self._reached.add(node)
                 old, peer.writer, peer.ever = peer.writer, writer, True
                 peer.channel = channel
                 peer.connections += 1

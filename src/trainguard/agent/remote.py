@@ -16,6 +16,7 @@ reason to take hosts out of service.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import time
@@ -25,6 +26,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from trainguard.agent.clock import ClockOffsets
 from trainguard.agent.hub import AgentHub, Inbound
+from trainguard.agent.launchlog import launcher_ended, no_agent_error
 from trainguard.agent.mirror import AppendFiles
 from trainguard.agent.validate import check_message, rank_entries, rank_key
 from trainguard.agent.wire import WireError, integer
@@ -50,6 +52,16 @@ class AgentProcesses(Protocol):
 
     def close(self, wait_s: float) -> None:
         """The attempt is over: give the launchers ``wait_s`` to end, then kill them."""
+        ...
+
+
+@runtime_checkable
+class LauncherLogs(Protocol):
+    """Agent launchers whose output this machine keeps, one log per node: quoted when a
+    launcher ends before its agent connects (:mod:`trainguard.agent.launchlog`)."""
+
+    def log_of(self, node: str) -> Path | None:
+        """Where ``node``'s launcher wrote its output (None: nowhere here)."""
         ...
 
 
@@ -178,6 +190,9 @@ class RemoteAttempt:
         self._events: list[FailureEvent] = []
         self._seen = seen_events if seen_events is not None else set()
         self.lost: dict[str, str] = {}
+        self.broken: str | None = None
+        """Why the launch is broken (no agent connected), once found: said once, by the
+        :class:`~trainguard.errors.LaunchError` that :meth:`poll` raised."""
         self.errors: list[str] = []
         self._node_replies: dict[tuple[int, str], Mapping[str, Any]] = {}
         self._req = 0
@@ -302,25 +317,26 @@ class RemoteAttempt:
         return rank
 
     def _liveness(self, peers: Mapping[str, Any]) -> None:
+        if self.broken is not None:
+            return  # said once; what is left is to stop and close
         now = self._clock()
         launchers = self._procs.exited()
-        if not any(v.ever_connected for v in peers.values()) \
-                and (now - self.started_at > self.connect_timeout_s
-                     or len(launchers) == len(self.nodes)):
-            detail = "; ".join(self.errors[-3:]) or (
-                f"launcher exit status {sorted(set(launchers.values()))}" if launchers else
-                f"none within {self.connect_timeout_s:g} s")
-            raise LaunchError(f"no agent connected to the controller ({detail}): check the "
-                              "controller address and how agents are started")
+        anyone = any(v.ever_connected for v in peers.values())
+        if not anyone and (now - self.started_at > self.connect_timeout_s
+                           or len(launchers) == len(self.nodes)):
+            self.broken = self._no_agent(launchers)
+            raise LaunchError(self.broken)
         for node in self.nodes:
             view = peers.get(node)
             if view is None or node in self.lost:
                 continue
             why = None
             if not view.ever_connected:
-                if node in launchers:
-                    why = (f"{node}'s agent ended (status {launchers[node]}) before "
-                           "connecting")
+                # A launcher that failed while no agent has connected yet may be the launch
+                # that is broken for all (they fail one by one): lost once another connects.
+                if node in launchers and anyone:
+                    why = (f"{node}'s agent did not connect: "
+                           f"{self._launcher_ended(node, launchers[node])}")
                 elif now - self.started_at > self.connect_timeout_s:
                     why = f"{node}'s agent did not connect within {self.connect_timeout_s:g} s"
             elif not view.connected or now - view.last_seen > self.node_timeout_s:
@@ -332,6 +348,17 @@ class RemoteAttempt:
                 self.lost[node] = why
                 log.warning("%s", why)
                 self._events.append(node_lost_event(node, why))
+
+    def _log_of(self, node: str) -> Path | None:
+        return self._procs.log_of(node) if isinstance(self._procs, LauncherLogs) else None
+
+    def _launcher_ended(self, node: str, status: int) -> str:
+        return launcher_ended(node, status, self._log_of(node))
+
+    def _no_agent(self, launchers: Mapping[str, int]) -> str:
+        """The error of a launch no agent connected from (:func:`no_agent_error`)."""
+        return no_agent_error(self.nodes, launchers, {n: self._log_of(n) for n in self.nodes},
+                              self.errors, self.connect_timeout_s)
 
     # -- AttemptHandle -----------------------------------------------------------------------
 
@@ -453,8 +480,14 @@ class RemoteAttempt:
 
     def stop(self, grace_s: float) -> list[RankExit]:
         """Every agent stops its ranks (TERM, KILL after ``grace_s``); ranks whose host is
-        lost or does not answer in time are reported killed."""
-        self._pump()
+        lost or does not answer in time are reported killed. After a broken launch (no agent
+        ever connected) no rank ever started: none is reported."""
+        with contextlib.suppress(LaunchError):  # found broken now: said by the attempt's end
+            self._pump()
+        if self.broken is not None:
+            self._reported.update(self._node_of)
+            self._exits = []
+            return []
         for node in {self._node_of[r] for r in self.running()}:
             self._hub.send(node, {"t": "stop", "grace_s": grace_s})
         deadline = self._clock() + grace_s + _STOP_MARGIN_S
@@ -474,7 +507,8 @@ class RemoteAttempt:
         fenced first, before anything is relaunched: its agent's launcher is killed (the agent
         and its ranks die with it), or the agents' Slurm step or job is cancelled; a lost
         host's agent that reconnects later is told its attempt is over and kills its ranks."""
-        self._pump()
+        with contextlib.suppress(LaunchError):  # a broken launch: nothing more to say of it
+            self._pump()
         self._mirror.close()  # the last pieces are written; nothing more is mirrored
         for node in self.nodes:
             self._hub.send(node, {"t": "bye"})
@@ -485,5 +519,5 @@ class RemoteAttempt:
         self._procs.close(wait_s=5.0)
 
 
-__all__ = ["AgentProcesses", "Fences", "RemoteAttempt", "SnapshotLink", "node_lost_event",
-           "snapshot_field"]
+__all__ = ["AgentProcesses", "Fences", "LauncherLogs", "RemoteAttempt", "SnapshotLink",
+           "node_lost_event", "snapshot_field"]

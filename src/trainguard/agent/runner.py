@@ -44,6 +44,27 @@ EXIT_ORPHANED = 3
 EXIT_FENCED = 4
 """The agent's exit status when the controller said its attempt is over."""
 
+_ENDINGS = {0: "the controller ended the attempt",
+            EXIT_ORPHANED: "gave up on an unreachable controller",
+            EXIT_FENCED: "the controller said the attempt is over", 143: "terminated"}
+
+
+def connected_line(cfg: AgentConfig) -> str:
+    """The status line an agent logs once, when it first reaches its controller."""
+    me = cfg.me
+    return (f"agent of {me.node}: connected to controller {cfg.host}:{cfg.port} "
+            f"(session {me.session}, attempt {me.attempt})")
+
+
+def done_line(node: str, status: int) -> str:
+    """The status line an agent logs as it exits.
+
+    >>> done_line("host1", 0)
+    'agent of host1: done, exit status 0 (the controller ended the attempt)'
+    """
+    why = _ENDINGS.get(status)
+    return f"agent of {node}: done, exit status {status}" + (f" ({why})" if why else "")
+
 
 @dataclass(frozen=True, slots=True)
 class AgentConfig:
@@ -80,6 +101,8 @@ class Agent:
         self._launched = False
         self._fenced = False
         self._links = LinkServers()
+        self._reached = False
+        """The controller answered once (its status line is logged)."""
         self._snaps: SnapshotService | None = None
         self._fetching: set[int] = set()
         """Ranks whose shard is still to be fetched before this host's ranks start."""
@@ -105,6 +128,7 @@ class Agent:
         if self._snaps is not None:
             self._snaps.close()
         self.host.close()
+        log.info("%s", done_line(self.cfg.me.node, self._status))
         return self._status
 
     def _terminated(self) -> None:
@@ -176,6 +200,9 @@ class Agent:
             self._heard = self._clock()
             self.outbox.ack(conn.acked)
             self._conn = conn
+            if not self._reached:
+                self._reached = True
+                log.info("%s", connected_line(self.cfg))
             conn.send(self.outbox.pending())
             try:
                 await self._receive(conn)

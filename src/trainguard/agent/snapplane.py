@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from trainguard.agent.validate import shard_copy
-from trainguard.errors import SnapshotError
+from trainguard.errors import LaunchError, SnapshotError
 from trainguard.recover.launchplan import LaunchPlan
 from trainguard.snapshot.layout import HostDirs
 from trainguard.snapshot.plane import ShardCopy
@@ -61,6 +61,10 @@ class CleanAgents(Protocol):
     """What the clean-up needs of the backend (:class:`~trainguard.agent.backend.AgentBackend`)."""
 
     def launch(self, plan: LaunchPlan) -> Any: ...
+
+    def reached(self) -> frozenset[str]:
+        """Nodes whose agent has connected at least once in this run."""
+        ...
 
 
 @dataclass(slots=True)
@@ -147,10 +151,12 @@ class AgentSnapshotPlane:
 
     def close(self, remove: bool) -> None:
         if remove and self._backend is not None:
-            nodes = tuple(n for n in self.nodes if n not in self._lost)
+            # Only agents make snapshot directories: a host none ever reached has none.
+            reached = self._backend.reached()
+            nodes = tuple(n for n in self.nodes if n not in self._lost and n in reached)
             # A lost host may be up (excluded on evidence, or back after a cut link): its
             # memory is freed too when its agent answers within a short grace.
-            lost = tuple(n for n in self.nodes if n in self._lost)
+            lost = tuple(n for n in self.nodes if n in self._lost and n in reached)
             if nodes or lost:
                 clean_hosts(self._backend, nodes, self.root, self.run_id,
                             self._clean_timeout_s, self._clock, optional=lost)
@@ -264,7 +270,7 @@ def clean_hosts(backend: CleanAgents, nodes: tuple[str, ...], root: Path, run_id
         replies = attempt.request(attempt.connected(), {"t": "snapclean", "root": str(root),
                                                        "run": run_id}, left)
         done = {n for n, r in replies.items() if "removed" in r}
-    except SnapshotError as exc:
+    except (SnapshotError, LaunchError) as exc:
         log.warning("snapshots: clean-up failed: %s", exc)
     finally:
         if attempt is not None:

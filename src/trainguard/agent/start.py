@@ -28,6 +28,21 @@ class AgentUsageError(Exception):
     """A bad option of ``trainguard agent`` (one line, exit 2)."""
 
 
+def controller_address(given: str | None, alias: str | None) -> str:
+    """``--controller-addr``, or its old name ``--controller`` (hidden, still accepted).
+
+    >>> controller_address(None, "10.0.0.1:4000")
+    '10.0.0.1:4000'
+    """
+    if given is not None and alias is not None and given != alias:
+        raise AgentUsageError("--controller is the old name of --controller-addr: give one")
+    found = given if given is not None else alias
+    if found is None:
+        raise AgentUsageError("missing option --controller-addr HOST:PORT (the address "
+                              "`trainguard run` listens on for agents)")
+    return found
+
+
 def start_agent(controller: str, session: str, attempt: int = 0, node: str | None = None,
                 work_dir: Path | None = None, secret_file: Path | None = None,
                 poll_interval: float = 0.05, secret: str | None = None) -> int:
@@ -50,7 +65,7 @@ def start_agent(controller: str, session: str, attempt: int = 0, node: str | Non
     try:
         host, port = parse_address(controller)
     except ValueError as exc:
-        raise AgentUsageError(f"--controller: {exc}") from None
+        raise AgentUsageError(f"--controller-addr: {exc}") from None
     name = node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
     problem = node_name_problem(name)
     if problem:
@@ -69,8 +84,12 @@ def start_agent(controller: str, session: str, attempt: int = 0, node: str | Non
     if not secret:
         raise AgentUsageError(f"no secret: set ${SECRET_ENV} or pass --secret-file")
     raise_nofile_limit()
-    logging.basicConfig(level=logging.INFO,
-                        format=f"%(asctime)s trainguard-agent[{name}] %(levelname)s %(message)s")
+    root = logging.getLogger()
+    if root.handlers:  # `trainguard agent`: the CLI's handler, at WARNING unless -v
+        root.setLevel(min(root.level, logging.INFO))  # the agent's status lines are INFO
+    else:
+        logging.basicConfig(level=logging.INFO, format=f"%(asctime)s trainguard-agent[{name}] "
+                            "%(levelname)s %(message)s")
     try:  # private, unpredictable, removed at the end (trainguard.agent.workdir)
         where = make_work_dir(work_dir or Path(tempfile.gettempdir()), session, attempt, name)
     except UnsafeWorkDir as exc:
@@ -83,4 +102,4 @@ def start_agent(controller: str, session: str, attempt: int = 0, node: str | Non
         remove_work_dir(where)
 
 
-__all__ = ["AgentUsageError", "parse_address", "start_agent"]
+__all__ = ["AgentUsageError", "controller_address", "parse_address", "start_agent"]

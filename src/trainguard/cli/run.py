@@ -16,6 +16,7 @@ import typer
 from rich.text import Text
 
 from trainguard.agent.backend import with_agents
+from trainguard.agent.manual import SECRET_FILE_NAME
 from trainguard.cli.console import err, fail
 from trainguard.cli.helptext import reflow
 from trainguard.errors import ConfigError, LaunchError
@@ -186,7 +187,10 @@ def run(
         "--no-agents: this process starts the ranks itself (one shared host).")] = True,
     agent_exec: Annotated[str | None, typer.Option(
         "--agent-exec", help="local: start each node's agent through this command template "
-        "({node} is substituted), e.g. 'ssh {node}'; the nodes are then separate hosts.")
+        "({node} is substituted), e.g. 'ssh {node}'; the nodes are then separate hosts. "
+        "`manual`: print each host's `trainguard agent` command line (this run's address, "
+        "port and session; the secret in RUN_DIR/agent-secret) whenever agents are needed, and "
+        "wait for them to be started by hand.")
     ] = None,
     controller_addr: Annotated[str | None, typer.Option(
         "--controller-addr", help="Address the agents dial to reach this controller "
@@ -265,7 +269,8 @@ def run(
             "partition": partition, "time_limit": time_limit}))
         if agents:
             launcher = with_agents(launcher, agent_exec=agent_exec, advertise=controller_addr,
-                                   listen=listen, node_timeout_s=node_timeout)
+                                   listen=listen, node_timeout_s=node_timeout,
+                                   secret_file=spec.run_dir / SECRET_FILE_NAME)
         elif agent_exec is not None:
             raise ConfigError("--agent-exec needs agents (drop --no-agents)")
     except ConfigError as exc:

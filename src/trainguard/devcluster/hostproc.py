@@ -2,18 +2,20 @@
 
 A host is ``nsenter --net=<its netns> unshare --mount --uts --pid --fork --kill-child
 --mount-proc``; the forked child (the host's PID 1) sets the hostname, bind-mounts the cluster
-hosts file over /etc/hosts, mounts fresh tmpfs on /tmp and /var/log, and then becomes a tiny
-Python reaper (orphans of the host are reparented to it).
+hosts file over /etc/hosts, mounts fresh tmpfs on /tmp, /var/log and /dev/shm (with the
+cluster root, the checkout and its venv bind-mounted back where they lie below them), and then
+becomes a tiny Python reaper (orphans of the host are reparented to it).
 """
 
 from __future__ import annotations
 
+import os
 import selectors
 import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from trainguard.devcluster.common import DevClusterError, which
@@ -25,25 +27,29 @@ PRIVATE_DIRS = ("/tmp", "/var/log", "/dev/shm")  # fresh tmpfs in every host (/d
 # address of names that /etc/hosts maps to IPv4 only, e.g. ``getent hosts host1``).
 RESOLV_CONF = "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n"
 
-# $1 name, $2 hosts file, $3 resolv.conf, $4 cluster root (kept visible even under /tmp),
-# $5 python, $6 the reaper's code
+# $1 name, $2 hosts file, $3 resolv.conf, $4 python, $5 the reaper's code, then the paths to
+# keep visible through the private tmpfs mounts (the cluster root, the checkout, the venv): each
+# is bind-mounted back at its own path from the directory the tmpfs hides (the shell's working
+# directory, reached as ".").
 _SETUP = r"""
 set -e
 printf '%s' "$1" > /proc/sys/kernel/hostname
 mount --bind "$2" /etc/hosts
 mount --bind "$3" /etc/resolv.conf
-shift 3  # now $1 = cluster root
+py=$4; code=$5; shift 5
 for dir in /tmp /var/log /dev/shm; do
   mode=0755; [ "$dir" != /var/log ] && mode=1777
-  case "$1/" in
-    "$dir"/*)  # the cluster root lives below: keep it visible through the new tmpfs
-      cd "$1"; mount -t tmpfs -o "mode=$mode" tghost "$dir"
-      mkdir -p "$1"; mount -c --bind . "$1"; cd / ;;
-    *) mount -t tmpfs -o "mode=$mode" tghost "$dir" ;;
-  esac
+  cd "$dir"
+  mount -t tmpfs -o "mode=$mode" tghost "$dir"
+  for keep in "$@"; do
+    case "$keep/" in
+      "$dir"/*) mkdir -p "$keep"; mount -c --bind ".${keep#"$dir"}" "$keep" ;;
+    esac
+  done
+  cd /
 done
 : > /var/log/kern.log
-exec "$2" -c "$3"
+exec "$py" -c "$code"
 """
 
 _REAPER = """
@@ -61,8 +67,39 @@ while True:
 """
 
 
-def launch(name: str, netns: str, etc: Path, root: Path, log: Path) -> subprocess.Popen[bytes]:
-    """Start host ``name`` with ``etc/hosts`` and ``etc/resolv.conf``; the returned process is
+def keep_visible(paths: Iterable[Path], private: Sequence[str] = PRIVATE_DIRS
+                 ) -> tuple[Path, ...]:
+    """Of ``paths``, those a host's private mounts would hide (strictly below one of
+    ``private``), without any that lies inside another: what :func:`launch` mounts back.
+
+    >>> keep_visible([Path("/tmp/a/b"), Path("/tmp/a"), Path("/usr"), Path("/tmp"),
+    ...               Path("/dev/shm/x")])
+    (PosixPath('/dev/shm/x'), PosixPath('/tmp/a'))
+    """
+    below = {Path(os.path.normpath(p)) for p in paths
+             if any(Path(p).is_absolute() and Path(p).is_relative_to(d) and Path(p) != Path(d)
+                    for d in private)}
+    return tuple(sorted(p for p in below
+                        if not any(q != p and p.is_relative_to(q) for q in below)))
+
+
+def process_paths() -> list[Path]:
+    """Directories this process's commands need inside the hosts: its interpreter and
+    environment, the trainguard package's source, its import path, its working directory
+    (a checkout or venv under /tmp would otherwise be hidden by the host's private /tmp)."""
+    import trainguard
+
+    found = [Path(sys.prefix), Path(sys.executable).parent,
+             Path(trainguard.__file__).resolve().parent.parent, Path.cwd()]
+    found += [Path(p) for p in sys.path if p]
+    found += [p.resolve() for p in found]
+    return [p for p in found if p.is_absolute() and p.is_dir()]
+
+
+def launch(name: str, netns: str, etc: Path, keep: Sequence[Path], log: Path
+           ) -> subprocess.Popen[bytes]:
+    """Start host ``name`` with ``etc/hosts`` and ``etc/resolv.conf``, ``keep``
+    (:func:`keep_visible`) still visible through its private mounts; the returned process is
     the outer ``unshare`` (root namespace)."""
     nsenter, unshare = which("nsenter"), which("unshare")
     if nsenter is None or unshare is None:
@@ -70,7 +107,7 @@ def launch(name: str, netns: str, etc: Path, root: Path, log: Path) -> subproces
     argv = [nsenter, f"--net=/run/netns/{netns}", "--", unshare, "--mount", "--uts", "--pid",
             "--fork", "--kill-child", "--mount-proc", "--propagation", "private",
             "/bin/sh", "-c", _SETUP, "tghost", name, str(etc / "hosts"),
-            str(etc / "resolv.conf"), str(root), sys.executable, _REAPER]
+            str(etc / "resolv.conf"), sys.executable, _REAPER, *map(str, keep)]
     with log.open("ab") as err:
         return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=err, start_new_session=True)
@@ -152,4 +189,5 @@ def enter_script(hosts: Sequence[tuple[str, int, str]], dead: Sequence[str]) -> 
     ])
 
 
-__all__ = ["PRIVATE_DIRS", "RESOLV_CONF", "enter_script", "launch", "wait_ready"]
+__all__ = ["PRIVATE_DIRS", "RESOLV_CONF", "enter_script", "keep_visible", "launch",
+           "process_paths", "wait_ready"]

@@ -3,7 +3,9 @@
 Each host has its own network namespace (an address on a bridge in the root namespace), hostname,
 PID namespace and mount namespace in which /tmp and /var/log are fresh tmpfs mounts and /etc/hosts
 names every host (and ``controller``, the bridge address). The rest of the filesystem is shared,
-and ``cluster.shared`` plays the shared filesystem. Needs root.
+and ``cluster.shared`` plays the shared filesystem; what lies below /tmp but must be seen in
+the hosts (the cluster root, a checkout and its venv under /tmp: ``visible``) is bind-mounted
+back at its own path. Needs root.
 
     with HostCluster(3, tmp_path) as cluster:
         out = cluster.run("host1", ["hostname"], capture_output=True, text=True).stdout
@@ -62,10 +64,17 @@ class _Running:
 class HostCluster:
     """Virtual hosts under ``root`` (config, logs, ``enter`` script, ``shared/``)."""
 
-    def __init__(self, hosts: int | Sequence[str], root: Path, *, prefix: str = "tgh") -> None:
+    def __init__(self, hosts: int | Sequence[str], root: Path, *, prefix: str = "tgh",
+                 visible: Sequence[Path] | None = None) -> None:
+        """``visible``: directories the hosts must see although they lie below a private
+        mount (/tmp...) [default: this process's interpreter, venv, trainguard source, import
+        path and working directory]; the cluster root is always visible."""
         self.names = host_names(hosts)
         self.prefix = check_prefix(prefix)
         self.root = Path(root).absolute()
+        extra = hostproc.process_paths() if visible is None else [Path(p) for p in visible]
+        self.visible = hostproc.keep_visible([self.root, *extra])
+        """What each host mounts back through its private /tmp, /var/log and /dev/shm."""
         self.shared = self.root / "shared"
         self.enter_script = self.root / "enter"
         self.hosts_file = self.root / "etc" / "hosts"
@@ -247,7 +256,7 @@ class HostCluster:
         logs = {h.name: self.root / "log" / f"{h.name}.host.log" for h in plan.hosts}
         procs = {}
         for h in plan.hosts:
-            procs[h.name] = hostproc.launch(h.name, h.netns, self.root / "etc", self.root,
+            procs[h.name] = hostproc.launch(h.name, h.netns, self.root / "etc", self.visible,
                                             logs[h.name])
             self._procs.append(procs[h.name])
         hostproc.wait_ready(procs, logs, _READY_TIMEOUT_S)

@@ -43,6 +43,7 @@ from trainguard.recover.failure import (
     TeardownCrash,
     Trigger,
     analyze,
+    launch_failure,
     may_be_teardown,
     teardown_crash,
     teardown_note,
@@ -292,6 +293,15 @@ class Attempt:
                 self.ctx.status(f"attempt {self.index}: while stopping: {exc}")
         self._p.ended = self.ctx.clock()
 
+    def launch_failed(self, why: str) -> AttemptResult:
+        """The record of this attempt once its launch turned out broken (after
+        :meth:`abandon`): failed, by :func:`~trainguard.recover.failure.launch_failure`."""
+        p = self._p
+        return failed_launch(self.index, self.chain.nodes, self.started, p.ended, why,
+                             self.store_id, exit_codes=p.codes,
+                             launch_s=self.launched - self.started,
+                             host_clocks=host_clocks(self.handle))
+
     def _stop_ranks(self) -> None:
         if self.handle.running():
             for ex in self.handle.stop(self.ctx.spec.term_timeout_s):
@@ -385,6 +395,20 @@ class Attempt:
             begun=begun_of([w.begun for w in watches.values()]))
 
 
+def failed_launch(index: int, nodes: tuple[str, ...], started: float, ended: float, why: str,
+                  store_id: int | None, *, exit_codes: Mapping[int, int | None] | None = None,
+                  launch_s: float | None = None,
+                  host_clocks: Mapping[str, Mapping[str, float | int]] | None = None
+                  ) -> AttemptResult:
+    """The record of attempt ``index``, whose launch failed (``why``): it counts as an attempt
+    (it was announced, its directory and store row exist), failed, with no decision."""
+    return AttemptResult(
+        index=index, nodes=nodes, started=started, ended=ended, status="failed",
+        exit_codes=dict(exit_codes or {}), failure=launch_failure(why),
+        startup_phases={} if launch_s is None else {"launch": launch_s}, store_id=store_id,
+        failed_at=ended, host_clocks=dict(host_clocks or {}))
+
+
 def begun_of(kinds: Sequence[str | None]) -> str | None:
     """The attempt's start from its ranks' (``warm``/``cold``; None: not reported): one kind
     when all that reported agree, else ``mixed``; None when none reported."""
@@ -393,4 +417,4 @@ def begun_of(kinds: Sequence[str | None]) -> str | None:
 
 
 __all__ = ["TAIL_BYTES", "TAIL_LINES", "Attempt", "AttemptContext", "Outcome", "begun_of",
-           "checkpoint_events", "remote_events", "tail_events"]
+           "checkpoint_events", "failed_launch", "remote_events", "tail_events"]

@@ -63,6 +63,9 @@ class FailureKind(StrEnum):
     NODE = "node"
     NONFINITE = "nonfinite"
     CANCELLED = "cancelled"
+    LAUNCH = "launch"
+    """The attempt's processes could not be started (no agent connected, a launcher that
+    failed): nobody is to blame, and the chain stops."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +174,15 @@ class TeardownCrash:
     def to_dict(self) -> dict[str, object]:
         return {"rank": self.rank, "node": self.node, "exit": self.exit_text,
                 "why_done": self.why_done, "note": self.describe()}
+
+
+def launch_failure(why: str) -> Failure:
+    """An attempt whose launch failed (``why``: the launcher's or backend's error).
+
+    >>> launch_failure("no agent connected").summary
+    'launch failed: no agent connected'
+    """
+    return Failure(FailureKind.LAUNCH, Category.UNKNOWN, f"launch failed: {why}")
 
 
 def teardown_note(crashes: Sequence[TeardownCrash]) -> str:
@@ -380,6 +392,7 @@ __all__ = [
     "describe",
     "evidence_lines",
     "is_node_fault",
+    "launch_failure",
     "may_be_teardown",
     "root_event",
     "teardown_crash",

@@ -30,7 +30,13 @@ from trainguard.errors import LaunchError, SnapshotError
 from trainguard.evidence.events import FailureEvent
 from trainguard.evidence.rules import RuleSet, load_rules
 from trainguard.evidence.scanner import scan_bytes
-from trainguard.recover.attempt import Attempt, AttemptContext, Outcome, tail_events
+from trainguard.recover.attempt import (
+    Attempt,
+    AttemptContext,
+    Outcome,
+    failed_launch,
+    tail_events,
+)
 from trainguard.recover.backend import Backend, HasControl
 from trainguard.recover.cancel import CancelToken
 from trainguard.recover.chain import Chain, NodeEvidence, Scheduler, advance, decide_next
@@ -48,6 +54,7 @@ from trainguard.recover.narrate import attempts_text, decision_line, failed_line
 from trainguard.recover.policy import Decision, Verdict
 from trainguard.recover.preflight import check_job, usable_nodes
 from trainguard.recover.records import (
+    AttemptResult,
     Exclusion,
     Recorder,
     RunResult,
@@ -213,13 +220,20 @@ class Supervisor:
                 index, chain.nodes, spares, self.backend.master_addr(chain.nodes),
                 port, self.run_id, self.clock(), chain.resume_max_step,
                 memory=memory_tier(spec, snap, self._choice)), os.environ)
-            self._status(f"attempt {index}: launching {len(plan.ranks)} rank(s) on "
-                         f"{', '.join(chain.nodes)}")
-            t0 = self.clock()
-            handle = self.backend.launch(plan)
-        except (LaunchError, SnapshotError) as exc:
+        except (LaunchError, SnapshotError) as exc:  # nothing announced, nothing started
             self.lifecycle.to(State.FAILED)
             self._finish("failed", f"launch failed: {exc}")
+            return
+        self._status(f"attempt {index}: launching {len(plan.ranks)} rank(s) on "
+                     f"{', '.join(chain.nodes)}")
+        t0 = self.clock()
+        try:
+            handle = self.backend.launch(plan)
+        except (LaunchError, SnapshotError) as exc:  # announced: recorded as a failed attempt
+            self.lifecycle.to(State.FAILED)
+            store_id = ctx.recorder.start_attempt(index, chain.nodes, t0)
+            self._launch_failed(failed_launch(index, chain.nodes, t0, self.clock(), str(exc),
+                                              store_id))
             return
         launched = self.clock()
         self.lifecycle.to(State.RUNNING)
@@ -307,7 +321,17 @@ class Supervisor:
         self._attempt = None
         self.lifecycle.to(State.DECIDING)
         self.lifecycle.to(State.FAILED)
-        self._finish("failed", f"launch failed: {exc}")
+        self._launch_failed(attempt.launch_failed(str(exc)))
+
+    def _launch_failed(self, result: AttemptResult) -> None:
+        """End the chain with ``result``, an attempt whose launch failed: it counts as an
+        attempt everywhere (the terminal announced it, ``summary.json`` and the store list
+        it); its error is said once, in the final line."""
+        ctx, chain = self._context()
+        chain.attempts.append(result)
+        ctx.recorder.finish_attempt(result, (), ())
+        assert result.failure is not None
+        self._finish("failed", result.failure.summary)
 
     def _succeed(self, outcome: Outcome) -> None:
         ctx, chain = self._context()

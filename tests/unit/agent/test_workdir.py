@@ -115,7 +115,7 @@ def test_the_agent_refuses_an_untrusted_work_dir_in_one_line(
     shared.mkdir()
     os.chown(shared, _nobody(), _nobody())
     monkeypatch.setenv("TRAINGUARD_AGENT_SECRET", "x" * 32)
-    status = agent_main(["--controller", "127.0.0.1:9", "--session", "s", "--node", "n1",
+    status = agent_main(["--controller-addr", "127.0.0.1:9", "--session", "s", "--node", "n1",
                          "--work-dir", str(shared)])
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and len(err) == 1 and "owned by uid" in err[0]

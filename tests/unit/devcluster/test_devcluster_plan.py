@@ -153,3 +153,24 @@ def test_slurm_conf_names_every_host_address(monkeypatch: pytest.MonkeyPatch) ->
     assert "config_overrides" not in conf
     assert "socket=/run/x/munge.sock" in conf
     assert "config_overrides" in slurm_conf(net, Path("/r"), Path("/x"), cpus=4, ctld_port=1)
+
+
+def test_only_paths_hidden_by_a_hosts_private_mounts_are_mounted_back() -> None:
+    from trainguard.devcluster.hostproc import keep_visible
+
+    kept = keep_visible([Path("/tmp/clone/.venv"), Path("/tmp/clone"), Path("/tmp/clone/src"),
+                         Path("/tmp/pytest-of-root/p0/c"), Path("/work/main"), Path("/tmp"),
+                         Path("/tmpfoo/x"), Path("/var/log/x/../y"), Path("relative/tmp")])
+    # the private directories themselves are never mounted back (they would not be private)
+    assert kept == (Path("/tmp/clone"), Path("/tmp/pytest-of-root/p0/c"), Path("/var/log/y"))
+
+
+def test_a_cluster_keeps_this_process_checkout_and_interpreter_visible(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    cluster = HostCluster(2, tmp_path / "c")
+    if Path("/tmp") in tmp_path.parents:  # the root lies inside the working directory
+        assert tmp_path in cluster.visible and tmp_path / "c" not in cluster.visible
+    given = HostCluster(2, Path("/tmp/tg-root"), visible=[Path("/tmp/tg-root/x"),
+                                                          Path("/tmp/venv"), Path("/opt/v")])
+    assert given.visible == (Path("/tmp/tg-root"), Path("/tmp/venv"))

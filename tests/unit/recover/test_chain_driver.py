@@ -7,6 +7,7 @@ process.
 
 from __future__ import annotations
 
+import json
 import signal
 from collections.abc import Mapping
 from pathlib import Path
@@ -17,7 +18,10 @@ from trainguard.errors import LaunchError
 from trainguard.evidence.events import FailureEvent
 from trainguard.faultspec import parse_faults
 from trainguard.recover.backend import Capabilities, LaunchPlan, RankExit
+from trainguard.recover.failure import FailureKind
 from trainguard.recover.lifecycle import FINAL, TRANSITIONS, State
+from trainguard.recover.narrate import final_line
+from trainguard.recover.records import RunResult
 from trainguard.recover.spec import JobSpec, RetryPolicy
 from trainguard.recover.supervisor import Supervisor
 from trainguard.taxonomy import Action, Category, Severity
@@ -195,6 +199,35 @@ def test_a_launch_that_breaks_while_running_ends_failed_without_blaming_a_node(
     assert result.message == "launch failed: no agent connected to the controller"
     assert result.exclusions == () and backend.handles[0].running() == frozenset()
     assert backend.handles[0].closed and sup.lifecycle.history[-1] is State.FAILED
+    _counted_once(result, tmp_path)
+
+
+def _counted_once(result: RunResult, tmp_path: Path) -> None:
+    """The attempt announced as launching counts as one failed attempt, in the result and in
+    summary.json alike (issue 28: not 'after 0 attempts' next to 'attempt 0: launching')."""
+    (attempt,) = result.attempts
+    assert attempt.index == 0 and attempt.status == "failed" and attempt.failure is not None
+    assert attempt.failure.kind is FailureKind.LAUNCH
+    assert attempt.failure.summary == result.message and attempt.decision is None
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert [(a["index"], a["failure"]["kind"]) for a in summary["attempts"]] == [(0, "launch")]
+    assert final_line(result, tmp_path / "s.json").startswith(
+        f"job failed after 1 attempt: {result.message}; ")
+
+
+def test_a_launcher_that_cannot_start_is_one_failed_attempt(tmp_path: Path) -> None:
+    def cannot(plan: LaunchPlan, clock: Clock) -> Ranks:
+        raise LaunchError("cannot start an agent (nosuch): No such file or directory")
+
+    clock = Clock()
+    lines: list[str] = []
+    sup = Supervisor(_spec(tmp_path), AgentLike(clock, [cannot]), clock=clock,
+                     sleep=clock.sleep, on_status=lines.append)
+    result = sup.run()
+    assert result.message == ("launch failed: cannot start an agent (nosuch): No such file "
+                              "or directory")
+    assert lines == ["attempt 0: launching 2 rank(s) on n1, n2"]  # the error: in the final line
+    _counted_once(result, tmp_path)
 
 
 def _xid_event(node: str) -> FailureEvent:
