@@ -67,7 +67,7 @@ def test_the_default_is_the_attempt_that_hung(hung_then_retried: Path) -> None:
     assert not list((hung_then_retried / "attempts" / "0").glob("*/*.events.jsonl"))
     for args in ((), ("--attempt", "0")):
         code, doc = _diagnose(hung_then_retried, *args)
-        assert code == 0 and doc["hang"] is True and doc["attempt"] == 0, doc
+        assert code == 1 and doc["hang"] is True and doc["attempt"] == 0, doc  # a finding
         assert doc["kind"] != "outside_collectives"
         root = doc["culprits"][0]
         assert (root["rank"], root["node"], root["process"]) == (1, "n2", "stopped")

@@ -58,7 +58,7 @@ def test_a_stopped_rank_is_named_with_host_and_collective(tmp_path: Path) -> Non
     show = subprocess.run([sys.executable, "-m", "trainguard.cli.main", "diagnose", "hang",
                            str(tmp_path / "run"), "--json"], capture_output=True, text=True,
                           timeout=60, check=False)
-    assert show.returncode == 0 and json.loads(show.stdout)["culprits"][0]["rank"] == 1
+    assert show.returncode == 1 and json.loads(show.stdout)["culprits"][0]["rank"] == 1
 
 
 def test_a_rank_sleeping_inside_a_step_is_named_with_its_stack(tmp_path: Path) -> None:
@@ -133,8 +133,8 @@ def test_a_rank_slowed_by_30_percent_is_flagged_within_60_s(tmp_path: Path) -> N
     show = subprocess.run([sys.executable, "-m", "trainguard.cli.main", "diagnose",
                            "stragglers", str(tmp_path / "run"), "--json"], capture_output=True,
                           text=True, timeout=60, check=False)
-    assert show.returncode == 0 and [s["rank"] for s in json.loads(show.stdout)["stragglers"]] \
-        == [1]
+    assert show.returncode == 1 and [s["rank"] for s in json.loads(show.stdout)["stragglers"]] \
+        == [1]  # a finding
 
 
 def test_a_healthy_run_flags_no_straggler(tmp_path: Path) -> None:

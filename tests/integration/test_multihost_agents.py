@@ -104,7 +104,7 @@ def test_a_rank_stopped_on_host3_is_a_hang_localized_to_host3(
     from trainguard.cli.main import app
 
     shown = CliRunner().invoke(app, ["diagnose", "hang", str(job.run_dir), "--attempt", "0"])
-    assert shown.exit_code == 0, shown.output
+    assert shown.exit_code == 1, shown.output  # a hang found
     assert "host3" in shown.output and "rank 2" in shown.output
     import json
 

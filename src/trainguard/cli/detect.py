@@ -18,7 +18,8 @@ from trainguard.cli.alerttable import alerts_table
 from trainguard.cli.console import err, fail, out, stderr_is_tty, warn
 from trainguard.cli.helptext import reflowed_doc
 from trainguard.detect.backtest import BASELINES, run_backtest
-from trainguard.detect.calibration import annotate, detector_file
+from trainguard.detect.calibration import Calibration, annotate, detector_file
+from trainguard.detect.clustersize import cluster_size, size_note
 from trainguard.detect.detector import detect as run_detect
 from trainguard.detect.scorecard import Scorecard, compare
 from trainguard.detect.truth import (
@@ -106,6 +107,13 @@ def _progress(label: str) -> Iterator[Callable[[int, int], None]]:
                   TimeElapsedColumn(), console=err, transient=True) as bar:
         task = bar.add_task(label, total=None)
         yield lambda done, total: bar.update(task, completed=done, total=total)
+
+
+def note_cluster_size(cal: Calibration | None, tel: Telemetry) -> None:
+    """One stderr line when `cal` was tuned on a cluster of another size than `tel`'s."""
+    note = None if cal is None else size_note(cal, cluster_size(tel))
+    if note is not None:
+        err.print(f"note: {note}", markup=False, highlight=False)
 
 
 def max_memory_bytes(text: str) -> int:
@@ -222,6 +230,7 @@ def detect(
                              stamp=_stamp(sources, at))
         if not any(m.per_gpu for m in tel.metrics):
             warn("no per-GPU series (no gpu/UUID label): scoring node-level metrics only")
+        note_cluster_size(dfile.calibration, tel)
         with _progress("detecting") as prog:
             alerts = annotate(run_detect(tel, dfile.detect, progress=prog), dfile.calibration)
     except TrainguardError as exc:
@@ -358,6 +367,8 @@ def backtest(
         truth, truth_from, guessed_year = _load_truth(tel, sources, failures, kernel_logs, year)
         span = check_span(truth, telemetry_span(tel), tel.nodes)
         _warn_span(span, guessed_year=guessed_year)
+        if alerts_out is not None:  # only the written alerts carry the calibration's rates
+            note_cluster_size(dfile.calibration, tel)
         with _progress("backtesting") as prog:
             result = run_backtest(tel, truth, baselines=chosen,
                                   cfg=dfile.detect,

@@ -4,9 +4,9 @@ timing, and where a hang or a straggler comes from."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -25,8 +25,14 @@ from trainguard.trace.runfiles import (
     hang_path,
     rank_files,
     read_hang,
+    read_supervisor_stragglers,
     read_windows,
+    stragglers_path,
 )
+
+if TYPE_CHECKING:  # numpy: imported when a straggler analysis runs, not for every command
+    from trainguard.trace.straggler import StragglerConfig
+    from trainguard.trace.straggler_attempt import AttemptStragglers
 
 app = typer.Typer(help="Per-rank tracing of a supervised run.", no_args_is_help=True)
 diagnose_app = typer.Typer(help="Localize a hang or find stragglers in a run.",
@@ -183,11 +189,18 @@ def hang(
     (attempts/<i>/hang.json, made while the ranks were alive, with their stacks; written for
     runs with or without the SDK) of the latest attempt that hung, or of --attempt. A run
     that never hung says "no hang". --now or --flight: a diagnosis made now from the ranks'
-    collective state files or flight-recorder dumps instead."""
+    collective state files or flight-recorder dumps instead.
+
+    Exit status: 1 when a hang is found (the supervisor's diagnosis; with --now or --flight,
+    one that names the rank(s) at fault), 0 when none, 2 when the run directory or the
+    diagnosis is unusable.
+    """
     try:
         if now or flight is not None:
             files = rank_files(run_dir, attempt)
-            doc = {"attempt": files[0].attempt, **_diagnose_now(files, flight).to_dict()}
+            diagnosis = _diagnose_now(files, flight)
+            found = bool(diagnosis.culprits)
+            doc = {"attempt": files[0].attempt, **diagnosis.to_dict()}
             origin = (f"attempt {files[0].attempt}, "
                       + ("flight-recorder dumps" if flight is not None else "state files, now"))
         else:
@@ -206,14 +219,16 @@ def hang(
                     out.print(escape(summary))
                 return
             saved = hang_path(run_dir, chosen)
+            found = True  # the supervisor declared the hang
             doc = {**read_hang(saved), "attempt": chosen}
             origin = f"attempt {chosen}, the supervisor's, {saved}"
     except TrainguardError as exc:
         fail(str(exc), 2)
     if json_out:
         out.print_json(json.dumps({"origin": origin, "hang": True, **doc}))
-        return
-    _print_hang(doc, origin)
+    else:
+        _print_hang(doc, origin)
+    raise typer.Exit(1 if found else 0)
 
 
 def _diagnose_now(files: Sequence[RankFiles], flight: Path | None) -> HangDiagnosis:
@@ -239,10 +254,43 @@ def _diagnose_now(files: Sequence[RankFiles], flight: Path | None) -> HangDiagno
     return localize_hang(states, places, None, [f.rank for f in files], notes)
 
 
+def _supervisor_stragglers(run_dir: Path, attempt: int) -> tuple[dict[str, Any], ...]:
+    """The supervisor's live findings in `attempt` (a damaged file is warned about, not
+    fatal: the trace windows are the analysis)."""
+    try:
+        return read_supervisor_stragglers(stragglers_path(run_dir, attempt))
+    except TraceError as exc:
+        warn(f"{exc}: ignored")
+        return ()
+
+
+def _read_attempts(run_dir: Path, order: Sequence[int], cfg: StragglerConfig,
+                   supervisor: Mapping[int, tuple[dict[str, Any], ...]]
+                   ) -> Iterator[AttemptStragglers]:
+    """Each attempt's analysis in `order`, read only when asked for."""
+    from trainguard.trace.straggler import detect_stragglers
+    from trainguard.trace.straggler_attempt import AttemptStragglers
+
+    for index in order:
+        files = rank_files(run_dir, index)
+        report = detect_stragglers(_windows(files), cfg, {f.rank: f.node for f in files})
+        yield AttemptStragglers(index, report, supervisor[index])
+
+
+def _which(read: AttemptStragglers, passed: Sequence[AttemptStragglers],
+           chosen_by_default: bool) -> str:
+    why = "the latest attempt whose trace windows compare ranks" \
+        if read.report.conclusive else "the latest attempt the supervisor flagged a straggler in"
+    head = f"read attempt {read.attempt}" + (f" ({why})" if chosen_by_default else "")
+    return head + "".join(f"; passed over {r.lacks}" for r in passed)
+
+
 @diagnose_app.command("stragglers")
 def stragglers(
     run_dir: RunArg,
-    attempt: AttemptOpt = None,
+    attempt: Annotated[int | None, typer.Option(
+        "--attempt", min=0, help="Attempt number (default: the latest attempt whose trace "
+        "windows compare ranks, or in which the supervisor flagged a straggler).")] = None,
     json_out: JsonOpt = False,
     min_slowdown: Annotated[float, typer.Option(
         "--min-slowdown", min=0.01, help="Flag a rank whose work per step is at least this "
@@ -255,21 +303,55 @@ def stragglers(
 ) -> None:
     """Ranks that persistently do more work per step than their peers (the others wait for
     them in collectives): since when, where the extra time goes (compute or data loading), and
-    what it costs the job. A healthy run lists none."""
-    from trainguard.trace.straggler import StragglerConfig, detect_stragglers
+    what it costs the job. A healthy run lists none. Reads the latest attempt that can tell
+    (a short last attempt compares nothing), and says which.
+
+    Exit status: 1 when a straggler is found (in the trace windows, or by the supervisor
+    while the attempt ran), 0 when none, 2 when no attempt can tell (the reason for each) or
+    the run directory is unusable.
+    """
+    from trainguard.trace.straggler import StragglerConfig
+    from trainguard.trace.straggler_attempt import cannot_tell, pick_attempt
 
     try:
         cfg = StragglerConfig(min_slowdown=min_slowdown, window_s=window)
-        files = rank_files(run_dir, attempt)
-        windows = _windows(files)
-        report = detect_stragglers(windows, cfg, {f.rank: f.node for f in files})
+        known = attempts(run_dir)
+        if attempt is not None and attempt not in known:
+            raise TraceError(f"{run_dir}: no attempt {attempt} (attempts: "
+                             f"{', '.join(map(str, known))})")
+        supervisor = {a: _supervisor_stragglers(run_dir, a) for a in known}
+        order = [attempt] if attempt is not None else known[::-1]
+        read, passed = pick_attempt(_read_attempts(run_dir, order, cfg, supervisor))
     except TrainguardError as exc:
         fail(str(exc), 2)
+    elsewhere = [a for a in known if supervisor[a] and (read is None or a != read.attempt)]
+    if read is None:
+        if json_out:
+            out.print_json(json.dumps({"run_dir": str(run_dir), "attempt": attempt,
+                                       "cannot_tell": [r.lacks for r in passed],
+                                       "supervisor_flagged_attempts": elsewhere}))
+        also = f"; the supervisor flagged a straggler in attempt(s) " \
+            f"{', '.join(map(str, elsewhere))}" if elsewhere else ""
+        fail(cannot_tell(passed) + also, 2)
+    which = _which(read, passed, attempt is None)
     if json_out:
-        out.print_json(json.dumps({"run_dir": str(run_dir), "attempt": files[0].attempt,
-                                   **report.to_dict(timeline=timeline)}))
-        return
-    table = Table(title=f"[bold]{escape(str(run_dir))}[/] attempt {files[0].attempt}: work per "
+        out.print_json(json.dumps({
+            "run_dir": str(run_dir), "attempt": read.attempt, "read": which,
+            "straggler_found": read.found, "supervisor": list(read.supervisor),
+            "supervisor_flagged_attempts": elsewhere,
+            **read.report.to_dict(timeline=timeline)}))
+        raise typer.Exit(1 if read.found else 0)
+    _print_stragglers(run_dir, read, which, elsewhere)
+    raise typer.Exit(1 if read.found else 0)
+
+
+def _print_stragglers(run_dir: Path, read: AttemptStragglers, which: str,
+                      elsewhere: Sequence[int]) -> None:
+    from trainguard.trace.straggler_attempt import describe_supervisor
+
+    report = read.report
+    out.print(escape(which))
+    table = Table(title=f"[bold]{escape(str(run_dir))}[/] attempt {read.attempt}: work per "
                         "step vs peers (ms)", title_justify="left")
     for col in ("rank", "host", "windows", "step", "compute", "data", "collectives",
                 "vs peers", "straggler"):
@@ -284,10 +366,16 @@ def stragglers(
     print_table(out, table)
     if report.note:
         err.print(escape(report.note))
-    if not report.stragglers:
-        out.print("no straggler")
     for st in report.stragglers:
         out.print(f"[bold red]straggler[/] {escape(st.describe())}")
+    for ep in read.supervisor if not report.stragglers else ():
+        out.print(f"[bold red]straggler[/] (flagged by the supervisor while attempt "
+                  f"{read.attempt} ran) {escape(describe_supervisor(ep))}")
+    if not read.found:
+        out.print(f"no straggler in attempt {read.attempt}")
+    if elsewhere:
+        out.print(f"the supervisor flagged a straggler in attempt(s) "
+                  f"{', '.join(map(str, elsewhere))} (--attempt N reads one)")
     if report.silent:
         warn(f"rank(s) {', '.join(map(str, report.silent))} stopped reporting trace windows "
              "(see trainguard diagnose hang)")

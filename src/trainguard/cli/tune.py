@@ -4,16 +4,27 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
+from types import TracebackType
 from typing import Annotated
 
 import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    Progress,
+    TaskID,
+    TaskProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
-from trainguard.cli.console import EXIT_FAILED, err, fail, out, warn
+from trainguard.cli.console import EXIT_FAILED, err, fail, out, stderr_is_tty, warn
 from trainguard.cli.detect import (
     BasicAuth,
     End,
@@ -42,23 +53,52 @@ def _fmt_t(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%MZ")
 
 
-class _StageProgress:
-    """One stderr line per stage, and its completion (works without a terminal)."""
+class TuneProgress:
+    """`tune`'s progress(stage, done, total) on `console`: with `bar`, a progress bar per stage
+    (scoring the history block by block, replaying each candidate setting, measuring the chosen
+    one); without, one line when a stage starts and one when it is done (logs, --json)."""
 
-    def __init__(self) -> None:
+    def __init__(self, console: Console, *, bar: bool) -> None:
+        self.console = console
         self.stage = ""
+        self.bar: Progress | None = Progress(
+            TextColumn("tune: {task.description}"), BarColumn(), TaskProgressColumn(),
+            TimeElapsedColumn(), console=console) if bar else None
+        self._task: TaskID | None = None
+
+    def __enter__(self) -> TuneProgress:
+        if self.bar is not None:
+            self.bar.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self.bar is not None:
+            self.bar.stop()
 
     def __call__(self, stage: str, done: int, total: int) -> None:
-        if stage != self.stage:
-            self.stage = stage
-            err.print(f"tune: {stage}...")
-        if done >= total:
-            err.print(f"tune: {stage} done")
+        new = stage != self.stage
+        self.stage = stage
+        if self.bar is None:
+            if new:
+                self.console.print(f"tune: {stage}...")
+            if done >= total:
+                self.console.print(f"tune: {stage} done")
+            return
+        if new or self._task is None:
+            self._task = self.bar.add_task(stage, total=total)
+        self.bar.update(self._task, completed=done, total=total)
+
+
+def want_bar(json_out: bool, is_tty: bool) -> bool:
+    """A progress bar only on a terminal, and not with --json (its output is for programs)."""
+    return is_tty and not json_out
 
 
 def _row(label: str, f: Figures) -> tuple[str, ...]:
     return (label, f"{_fmt_t(f.span[0])} .. {_fmt_t(f.span[1])}", str(f.n_failures),
-            str(f.detected), str(f.early), str(f.false_positives), f"{f.fp_per_day:.2f}")
+            str(f.detected), str(f.early), str(f.false_positives), f"{f.fp_per_day:.2f}",
+            f"{f.fp_per_day_upper95:.2f}")
 
 
 def _print(res: TuneResult, out_file: Path | None) -> None:
@@ -67,10 +107,10 @@ def _print(res: TuneResult, out_file: Path | None) -> None:
               f"persist_blocks={c.persist_blocks} persist_gauge_blocks={c.persist_gauge_blocks} "
               f"cooldown_s={c.cooldown_s:g} ({res.candidates} settings tried)")
     t = Table(title=f"budget {res.budget.fp_per_day:g} false alarms/day per "
-              f"{res.budget.per_nodes} nodes; {res.n_nodes} nodes; early = alerted >= 1 min "
+              f"{res.budget.per_nodes} nodes; {res.size}; early = alerted >= 1 min "
               "before the XID", title_justify="left")
     for col in ("config / part", "range (UTC)", "failures", "detected", "early", "false alarms",
-                f"FA/day/{res.budget.per_nodes}"):
+                f"FA/day/{res.budget.per_nodes}", "95% up to"):
         t.add_column(col)
     t.add_row(*_row("tuned, tuning part", res.tune))
     t.add_row(*_row("tuned, held-out part", res.heldout))
@@ -84,18 +124,46 @@ def _print(res: TuneResult, out_file: Path | None) -> None:
         out.print(f"wrote {out_file}")
 
 
-def _warnings(res: TuneResult) -> None:
+def heldout_bound_warning(res: TuneResult) -> str | None:
+    """When the held-out part is too short for its 95% upper bound to fit the budget: the
+    bound, and how many held-out days would make it fit at zero observed false alarms."""
+    if not res.heldout_too_short:
+        return None
+    h, b = res.heldout, res.budget
+    head = (f"the held-out part ({h.days:.1f} days, {res.n_nodes} nodes, {h.false_positives} "
+            f"false alarms) bounds the false alarms at {h.fp_per_day_upper95:.2f}/day per "
+            f"{b.per_nodes} nodes (95% upper bound), over the {b.fp_per_day:g} budget: too "
+            "short to show that the budget is met")
+    need = res.heldout_days_needed
+    if math.isinf(need):
+        return head + "; no length of history can show a budget of 0"
+    total_days = res.tune.days + h.days
+    share = h.days / total_days if total_days > 0 else 1.0
+    return (head + f"; with no false alarm the bound fits the budget after {need:.1f} held-out "
+            f"days on {res.n_nodes} nodes (about {need / share:.0f} days of history at this "
+            "--split)")
+
+
+def tune_warnings(res: TuneResult) -> list[str]:
+    """What the figures do not show, one line each (stderr, and "warnings" in --json)."""
+    found: list[str] = []
     if res.hard_over_budget:
-        warn(f"hard-evidence alerts alone gave {res.replayed_tune.hard_fp_per_day:.2f} false "
-             f"alarms/day per {res.budget.per_nodes} nodes on the tuning part, over the budget "
-             "(thresholds do not change them; backtest --alerts-out lists them): predictive "
-             "alerts were tuned to raise none")
+        found.append(
+            f"hard-evidence alerts alone gave {res.replayed_tune.hard_fp_per_day:.2f} false "
+            f"alarms/day per {res.budget.per_nodes} nodes on the tuning part, over the budget "
+            "(thresholds do not change them; backtest --alerts-out lists them): predictive "
+            "alerts were tuned to raise none")
     if res.heldout.fp_per_day > res.budget.fp_per_day:
-        warn(f"the held-out part has {res.heldout.fp_per_day:.2f} false alarms/day per "
-             f"{res.budget.per_nodes} nodes, over the budget: the tuning part did not predict "
-             "it (more history helps)")
+        found.append(
+            f"the held-out part has {res.heldout.fp_per_day:.2f} false alarms/day per "
+            f"{res.budget.per_nodes} nodes, over the budget: the tuning part did not predict "
+            "it (more history helps)")
+    bound = heldout_bound_warning(res)
+    if bound is not None:
+        found.append(bound)
     if res.heldout.n_failures == 0:
-        warn("no known failure in the held-out part: its detection figures say nothing")
+        found.append("no known failure in the held-out part: its detection figures say nothing")
+    return found
 
 
 def _write(path: Path, text: str) -> None:
@@ -188,7 +256,8 @@ def tune_command(
         days = tel.times.size * tel.step_s / 86400
         err.print(f"tune: {len(tel.nodes)} nodes, {days:.1f} days; {len(truth.failures)} "
                   f"failures from {truth_from}")
-        res = tune(tel, truth, budget, base=base, fraction=split, progress=_StageProgress())
+        with TuneProgress(err, bar=want_bar(json_out, stderr_is_tty())) as progress:
+            res = tune(tel, truth, budget, base=base, fraction=split, progress=progress)
     except BudgetUnreachable as exc:
         fail(str(exc), EXIT_FAILED)
     except TrainguardError as exc:
@@ -198,11 +267,14 @@ def tune_command(
                   f"{per_nodes} nodes, tuned on {_fmt_t(res.tune.span[0])} .. "
                   f"{_fmt_t(res.tune.span[1])},",
                   f"measured on {_fmt_t(res.heldout.span[0])} .. {_fmt_t(res.heldout.span[1])} "
-                  f"({res.n_nodes} nodes)")
+                  f"({res.size})")
         _write(out_file, dumps(DetectorFile(res.chosen, res.calibration()), header))
-    _warnings(res)
+    warnings = tune_warnings(res)
+    for line in warnings:
+        warn(line)
     if json_out:
         doc = res.to_dict()
+        doc["warnings"] = warnings
         doc["truth"] = truth_from
         if out_file is not None:
             doc["out"] = str(out_file)

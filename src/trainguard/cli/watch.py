@@ -219,7 +219,9 @@ def _serve(cfg: Any, db: str | None, *, once: bool, json_out: bool) -> tuple[str
 
         svc = WatchService(cfg, client=client, store=store, alertmanager=am,
                            executor=executor, kernel_logs=tailer, exporter=exporter,
-                           on_change=emit)
+                           on_change=emit,
+                           on_note=lambda note: err.print(f"note: {note}", highlight=False,
+                                                          markup=False))
         note = svc.load()
         if cfg.listen is not None:
             from trainguard.simulate.serve import parse_listen

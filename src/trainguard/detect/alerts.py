@@ -53,6 +53,9 @@ class AlertEpisode:
     """False alarms per day per `expected_fp_per_nodes` nodes that alerts of this kind raised on
     held-out history (`trainguard tune`); None when no calibration was given."""
     expected_fp_per_nodes: int | None = None
+    expected_fp_per_day_upper95: float | None = None
+    """The 95% upper bound of `expected_fp_per_day` (a short held-out part allows far more
+    than its point estimate)."""
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -67,4 +70,6 @@ class AlertEpisode:
         if self.expected_fp_per_day is not None:
             d["expected_fp_per_day"] = round(self.expected_fp_per_day, 4)
             d["expected_fp_per_nodes"] = self.expected_fp_per_nodes
+        if self.expected_fp_per_day_upper95 is not None:
+            d["expected_fp_per_day_upper95"] = round(self.expected_fp_per_day_upper95, 4)
         return d

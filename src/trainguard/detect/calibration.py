@@ -4,8 +4,11 @@ A TOML file with two tables:
 
 - ``[detect]``: :class:`DetectorConfig` fields (the same table a watch config holds);
 - ``[calibration]``: how often each alert kind was a false alarm on held-out history, per day
-  per ``per_nodes`` nodes, with the budget and time ranges it was measured on. Every alert then
-  carries its kind's rate (:func:`annotate`); without a calibration nothing is claimed.
+  per ``per_nodes`` nodes, with its 95% upper bound (a short held-out part bounds the rate
+  loosely: 0 false alarms in one day of 16 nodes still allows 11.9/day per 64 nodes), the
+  budget, the time ranges and the cluster size (nodes, GPUs per node) it was measured on. Every
+  alert then carries its kind's rate and bound (:func:`annotate`); without a calibration
+  nothing is claimed.
 
     >>> f = loads("[detect]\\nscore_on = 12.0\\n", "x.toml")
     >>> f.detect.score_on, f.calibration
@@ -26,14 +29,16 @@ from trainguard.detect.config import DetectorConfig
 from trainguard.errors import ConfigError
 
 __all__ = ["MAX_FILE_BYTES", "Calibration", "DetectorFile", "KindRate", "annotate",
-           "detector_config", "detector_file", "dumps", "kind_rates", "load", "loads",
-           "poisson_upper95",
-           "with_memory_limit"]
+           "days_for_bound", "detector_config", "detector_file", "dumps", "kind_rates", "load",
+           "loads", "poisson_upper95", "with_memory_limit"]
 
 MAX_FILE_BYTES = 1 << 20
 _NOT_IN_FILE = frozenset({"max_memory_bytes"})
 """DetectorConfig fields that belong to the machine running it, not to the calibration."""
 _SPAN_KEYS = ("tune_start", "tune_end", "heldout_start", "heldout_end")
+_TOTAL_KEYS = ("false_positives", "fp_per_day", "fp_per_day_upper95")
+"""The overall held-out figures in ``[calibration]``: derived from the kinds' (see
+`Calibration.total`), written for the reader, checked but not needed when read."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,9 +63,24 @@ class Calibration:
     tune_span: tuple[float, float]
     heldout_span: tuple[float, float]
     kinds: tuple[KindRate, ...]
+    gpus_per_node: int | None = None
+    """GPUs per node of the cluster it was tuned on (None: not recorded, or no per-GPU
+    series); `n_nodes` is its node count."""
 
     def rate(self, kind: str) -> KindRate | None:
         return next((k for k in self.kinds if k.kind == kind), None)
+
+    @property
+    def heldout_days(self) -> float:
+        return (self.heldout_span[1] - self.heldout_span[0]) / 86400.0
+
+    def total(self) -> KindRate:
+        """All kinds together (``kind`` "all"): their false alarms, rate and 95% bound."""
+        days = self.heldout_days
+        scale = self.per_nodes / self.n_nodes / days if days > 0 and self.n_nodes > 0 else 0.0
+        k = sum(r.false_positives for r in self.kinds)
+        return KindRate("all", k, sum(r.fp_per_day for r in self.kinds),
+                        poisson_upper95(k) * scale)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +96,18 @@ def poisson_upper95(k: int) -> float:
     k = 0 against an exact 3.00, within 1% of the chi-square bound)."""
     n = k + 1.0
     return n * (1.0 - 1.0 / (9.0 * n) + 1.6449 / (3.0 * math.sqrt(n))) ** 3
+
+
+def days_for_bound(budget_fp_per_day: float, n_nodes: int, per_nodes: int) -> float:
+    """Days of history on `n_nodes` nodes after which zero false alarms bound the rate (95%
+    upper) within `budget_fp_per_day` per `per_nodes` nodes (inf for a budget of 0).
+
+    >>> round(days_for_bound(0.3, 16, 64), 1)
+    39.6
+    """
+    if budget_fp_per_day <= 0 or n_nodes < 1:
+        return math.inf
+    return poisson_upper95(0) * per_nodes / n_nodes / budget_fp_per_day
 
 
 def kind_rates(fp_alerts: Sequence[AlertEpisode], days: float, n_nodes: int, per_nodes: int
@@ -96,8 +128,10 @@ def annotate(alerts: Sequence[AlertEpisode], cal: Calibration | None) -> list[Al
     out = []
     for a in alerts:
         r = cal.rate(a.kind.value)
-        out.append(a if r is None else replace(a, expected_fp_per_day=r.fp_per_day,
-                                               expected_fp_per_nodes=cal.per_nodes))
+        out.append(a if r is None else replace(
+            a, expected_fp_per_day=r.fp_per_day,
+            expected_fp_per_day_upper95=r.fp_per_day_upper95,
+            expected_fp_per_nodes=cal.per_nodes))
     return out
 
 
@@ -127,8 +161,15 @@ def dumps(f: DetectorFile, header: Sequence[str] = ()) -> str:
                   f"per_nodes = {cal.per_nodes}",
                   f"budget_fp_per_day = {_value(cal.budget_fp_per_day)}",
                   f"n_nodes = {cal.n_nodes}"]
+        if cal.gpus_per_node is not None:
+            lines.append(f"gpus_per_node = {cal.gpus_per_node}")
         spans = (*cal.tune_span, *cal.heldout_span)
         lines += [f"{k} = {_value(float(v))}" for k, v in zip(_SPAN_KEYS, spans, strict=True)]
+        total = cal.total()
+        lines += ["# all kinds together (from the tables below); fp_per_day_upper95: the 95% "
+                  "upper bound", f"false_positives = {total.false_positives}",
+                  f"fp_per_day = {_value(total.fp_per_day)}",
+                  f"fp_per_day_upper95 = {_value(total.fp_per_day_upper95)}"]
         for r in cal.kinds:
             lines += ["", f"[calibration.{r.kind}]",
                       f"false_positives = {r.false_positives}",
@@ -219,7 +260,8 @@ def _number(t: Mapping[str, Any], key: str, where: str, *, integer: bool = False
 
 
 def _calibration(t: dict[str, Any], where: str) -> Calibration:
-    scalars = {"per_nodes", "budget_fp_per_day", "n_nodes", *_SPAN_KEYS}
+    scalars = {"per_nodes", "budget_fp_per_day", "n_nodes", "gpus_per_node", *_SPAN_KEYS,
+               *_TOTAL_KEYS}
     kinds = {k.value for k in AlertKind}
     unknown = sorted(set(t) - scalars - kinds)
     if unknown:
@@ -228,6 +270,13 @@ def _calibration(t: dict[str, Any], where: str) -> Calibration:
     n_nodes = int(_number(t, "n_nodes", where, integer=True))
     if per_nodes < 1 or n_nodes < 1:
         raise ConfigError(f"{where}: calibration.per_nodes and n_nodes must be >= 1")
+    gpus = int(_number(t, "gpus_per_node", where, integer=True)) if "gpus_per_node" in t \
+        else None
+    if gpus is not None and gpus < 1:
+        raise ConfigError(f"{where}: calibration.gpus_per_node must be >= 1")
+    for key in _TOTAL_KEYS:
+        if key in t:
+            _number(t, key, where, integer=key == "false_positives")
     sp = [_number(t, k, where) for k in _SPAN_KEYS]
     rates = []
     for kind in [k for k in t if k in kinds]:
@@ -242,7 +291,7 @@ def _calibration(t: dict[str, Any], where: str) -> Calibration:
             _number(sub, "fp_per_day", f"{where} [{kind}]"),
             _number(sub, "fp_per_day_upper95", f"{where} [{kind}]")))
     return Calibration(per_nodes, _number(t, "budget_fp_per_day", where), n_nodes,
-                       (sp[0], sp[1]), (sp[2], sp[3]), tuple(rates))
+                       (sp[0], sp[1]), (sp[2], sp[3]), tuple(rates), gpus)
 
 
 def with_memory_limit(f: DetectorFile, max_memory_bytes: int) -> DetectorFile:

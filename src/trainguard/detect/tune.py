@@ -26,7 +26,14 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from trainguard.detect.alerts import AlertEpisode, AlertKind
-from trainguard.detect.calibration import Calibration, KindRate, kind_rates
+from trainguard.detect.calibration import (
+    Calibration,
+    KindRate,
+    days_for_bound,
+    kind_rates,
+    poisson_upper95,
+)
+from trainguard.detect.clustersize import ClusterSize, cluster_size
 from trainguard.detect.config import DetectorConfig
 from trainguard.detect.detector import detect
 from trainguard.detect.scorecard import score
@@ -95,6 +102,8 @@ class Figures:
     fp_per_day: float
     """Per day per `Budget.per_nodes` nodes."""
     kinds: tuple[KindRate, ...]
+    fp_per_day_upper95: float
+    """One-sided 95% upper bound of `fp_per_day` (all kinds together)."""
 
     @property
     def days(self) -> float:
@@ -111,6 +120,7 @@ class Figures:
                 "failures": self.n_failures, "detected": self.detected, "early": self.early,
                 "false_positives": self.false_positives,
                 "fp_per_day": round(self.fp_per_day, 4),
+                "fp_per_day_upper95": round(self.fp_per_day_upper95, 4),
                 "by_kind": {k.kind: {"false_positives": k.false_positives,
                                      "fp_per_day": round(k.fp_per_day, 4),
                                      "fp_per_day_upper95": round(k.fp_per_day_upper95, 4)}
@@ -123,9 +133,11 @@ def figures(alerts: Sequence[AlertEpisode], truth: GroundTruth, span: tuple[floa
     card = score(alerts, truth, span, n_nodes, name="")
     early = sum(m.lead_s is not None and m.lead_s >= EARLY_LEAD_S for m in card.matches)
     days = card.days
-    fp_rate = card.false_positives * per_nodes / n_nodes / days if days > 0 and n_nodes else 0.0
+    scale = per_nodes / n_nodes / days if days > 0 and n_nodes else 0.0
     return Figures(span, card.total.n, card.total.detected, early, card.false_positives,
-                   fp_rate, kind_rates(card.fp_alerts, days, n_nodes, per_nodes))
+                   card.false_positives * scale,
+                   kind_rates(card.fp_alerts, days, n_nodes, per_nodes),
+                   poisson_upper95(card.false_positives) * scale)
 
 
 def split_spans(t0: float, t1: float, fraction: float
@@ -233,6 +245,24 @@ class TuneResult:
     heldout: Figures
     base_tune: Figures
     base_heldout: Figures
+    gpus_per_node: int | None = None
+    """GPUs per node of the cluster tuned on (None: no per-GPU series)."""
+
+    @property
+    def size(self) -> ClusterSize:
+        return ClusterSize(self.n_nodes, self.gpus_per_node)
+
+    @property
+    def heldout_too_short(self) -> bool:
+        """The held-out part's 95% upper bound exceeds the budget: too little of it to show
+        that the chosen setting meets the budget."""
+        return self.heldout.fp_per_day_upper95 > self.budget.fp_per_day + 1e-12
+
+    @property
+    def heldout_days_needed(self) -> float:
+        """Held-out days on this cluster after which zero false alarms would bound the rate
+        within the budget (inf for a budget of 0)."""
+        return days_for_bound(self.budget.fp_per_day, self.n_nodes, self.budget.per_nodes)
 
     @property
     def hard_over_budget(self) -> bool:
@@ -241,14 +271,21 @@ class TuneResult:
 
     def calibration(self) -> Calibration:
         return Calibration(self.budget.per_nodes, self.budget.fp_per_day, self.n_nodes,
-                           self.tune.span, self.heldout.span, self.heldout.kinds)
+                           self.tune.span, self.heldout.span, self.heldout.kinds,
+                           self.gpus_per_node)
 
     def to_dict(self) -> dict[str, Any]:
         changed = {k: getattr(self.chosen, k) for k in (
             "score_on", "score_off", "persist_blocks", "persist_gauge_blocks", "cooldown_s")}
+        need = self.heldout_days_needed
         return {"budget": {"fp_per_day": self.budget.fp_per_day,
                            "per_nodes": self.budget.per_nodes},
-                "n_nodes": self.n_nodes, "candidates": self.candidates, "chosen": changed,
+                "n_nodes": self.n_nodes, "gpus_per_node": self.gpus_per_node,
+                "heldout_bound": {
+                    "fp_per_day_upper95": round(self.heldout.fp_per_day_upper95, 4),
+                    "over_budget": self.heldout_too_short,
+                    "days_needed_at_zero_fp": None if math.isinf(need) else round(need, 2)},
+                "candidates": self.candidates, "chosen": changed,
                 "hard_over_budget": self.hard_over_budget,
                 "tuned": {"replay": self.replayed_tune.to_dict(), "run": self.tune.to_dict()},
                 "heldout": self.heldout.to_dict(),
@@ -305,7 +342,7 @@ def tune(tel: Telemetry, truth: GroundTruth, budget: Budget, *, base: DetectorCo
 
     return TuneResult(chosen, base, budget, n, len(cands), replayed, fig(alerts, tune_span),
                       fig(alerts, held_span), fig(base_alerts, tune_span),
-                      fig(base_alerts, held_span))
+                      fig(base_alerts, held_span), cluster_size(tel).gpus_per_node)
 
 
 def _replay_all(trace: Trace, cands: Sequence[DetectorConfig], truth: GroundTruth,

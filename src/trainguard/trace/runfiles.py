@@ -7,6 +7,7 @@
     RUN/attempts/A/N/rank{R}.trace          the rank's collective state file (statefile.py)
     RUN/attempts/A/N/rank{R}.stacks.txt     Python stacks the rank dumped on request
     RUN/attempts/A/hang.json                the supervisor's hang diagnosis, when it declared one
+    RUN/attempts/A/stragglers.json          the supervisor's live straggler findings, if any
 
 Only the log is there for every rank: a script without the SDK writes no events or state file,
 and the hang diagnosis does not depend on either (it can come from py-spy stacks).
@@ -25,6 +26,7 @@ from trainguard.trace.model import TraceWindow, window_from_record
 
 _RANK_FILE = re.compile(r"rank(\d+)\.(?:events\.jsonl|log|trace)")
 HANG_FILE = "hang.json"
+STRAGGLERS_FILE = "stragglers.json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +131,28 @@ def read_hang(path: Path) -> dict[str, Any]:
     return doc
 
 
+def stragglers_path(run_dir: Path, attempt: int) -> Path:
+    """Where the supervisor writes the stragglers it found in `attempt` while it ran."""
+    return run_dir / "attempts" / str(attempt) / STRAGGLERS_FILE
+
+
+def read_supervisor_stragglers(path: Path) -> tuple[dict[str, Any], ...]:
+    """The straggler episodes in a supervisor's ``stragglers.json`` (none when there is no
+    file); `TraceError` when it is unreadable or not one."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return ()
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise TraceError(f"{path}: unreadable ({exc})") from exc
+    found = doc.get("stragglers") if isinstance(doc, dict) else None
+    if not isinstance(found, list) or not all(
+            isinstance(s, dict) and isinstance(s.get("rank"), int) for s in found):
+        raise TraceError(f"{path}: not the supervisor's straggler findings (no stragglers list "
+                         "of ranks)")
+    return tuple(found)
+
+
 @dataclass(frozen=True, slots=True)
 class WindowRead:
     """The ``trace`` windows of one events file, and what could not be read."""
@@ -168,5 +192,7 @@ def read_windows(events: Path) -> WindowRead:
     return WindowRead(tuple(windows), tuple(bad))
 
 
-__all__ = ["HANG_FILE", "RankFiles", "WindowRead", "attempts", "diagnosed_attempts", "hang_path",
-           "rank_files", "read_hang", "read_windows", "stacks_path", "trace_path"]
+__all__ = ["HANG_FILE", "STRAGGLERS_FILE", "RankFiles", "WindowRead", "attempts",
+           "diagnosed_attempts", "hang_path", "rank_files", "read_hang",
+           "read_supervisor_stragglers", "read_windows", "stacks_path", "stragglers_path",
+           "trace_path"]

@@ -296,7 +296,13 @@ class StragglerReport:
     """Ranks that wrote no window, or whose last one ended more than ``window_s`` before the
     latest one (stopped reporting: see the hang analysis)."""
     note: str | None = None
-    """Why nothing could be compared (no windows, a single rank), when so."""
+    """Why nothing could be compared (no windows, none after the warm-up, a single rank, too
+    short to judge), when so."""
+
+    @property
+    def conclusive(self) -> bool:
+        """Some evaluation compared two ranks or more: "no straggler" means something."""
+        return any(len(e.slowdown) >= 2 for e in self.evaluations)
 
     @property
     def straggler_ranks(self) -> tuple[int, ...]:
@@ -309,7 +315,7 @@ class StragglerReport:
     def to_dict(self, timeline: bool = False) -> dict[str, Any]:
         """JSON-ready; ``timeline`` adds every evaluation (long for a long run)."""
         out: dict[str, Any] = {
-            "config": self.config.to_dict(), "note": self.note,
+            "config": self.config.to_dict(), "note": self.note, "conclusive": self.conclusive,
             "stragglers": [s.to_dict() for s in self.stragglers],
             "straggler_ranks": list(self.straggler_ranks),
             "straggler_hosts": list(self.straggler_hosts),
@@ -650,6 +656,23 @@ def _summaries(windows_by_rank: Mapping[int, Sequence[TraceWindow]],
     return out
 
 
+def _why_nothing(windows_by_rank: Mapping[int, Sequence[TraceWindow]],
+                 reporting: Sequence[int], cfg: StragglerConfig) -> str:
+    """Why fewer than two ranks can be compared: no windows at all, none with steps after the
+    warm-up (a short attempt), or a single rank (no peers)."""
+    written = sum(len(ws) for ws in windows_by_rank.values())
+    if written == 0:
+        return "no trace windows: nothing to compare (the ranks wrote none: no SDK, or " \
+            "TRAINGUARD_TRACE=0)"
+    if not reporting:
+        ranks = sum(1 for ws in windows_by_rank.values() if ws)
+        return (f"no rank has trace windows with steps after its first {cfg.warmup_s:g} s "
+                f"(warm-up): {written} window(s) from {ranks} rank(s), all in the warm-up or "
+                "without steps: too short to judge")
+    return (f"only rank {reporting[0]} has usable trace windows (with steps, after "
+            f"{cfg.warmup_s:g} s of warm-up): a straggler needs peers to compare with")
+
+
 def detect_stragglers(windows_by_rank: Mapping[int, Sequence[TraceWindow]],
                       cfg: StragglerConfig | None = None,
                       hosts: Mapping[int, str] | None = None) -> StragglerReport:
@@ -689,18 +712,17 @@ def detect_stragglers(windows_by_rank: Mapping[int, Sequence[TraceWindow]],
     note: str | None = None
     evaluations: list[Evaluation] = []
     stragglers: list[Straggler] = []
-    if not windows_by_rank or not any(windows_by_rank.values()):
-        note = "no trace windows: nothing to compare"
-    elif len(reporting) < 2:
-        only = f"only rank {reporting[0]}" if reporting else "no rank"
-        note = (f"{only} has usable trace windows (with steps, after "
-                f"{cfg.warmup_s:g} s of warm-up): a straggler needs peers to compare with")
+    if len(reporting) < 2:
+        note = _why_nothing(windows_by_rank, reporting, cfg)
     else:
         evaluations = [_evaluate(at, paired, cfg) for at in _grid(series, cfg)]
         for run in _runs(evaluations, cfg.persist):
             episode = _episode(run, series, cfg, hosts)
             if episode is not None:
                 stragglers.append(episode)
+        if not any(len(e.slowdown) >= 2 for e in evaluations):
+            note = (f"no {cfg.window_s:g}-s evaluation window held two ranks with "
+                    f"{cfg.min_steps} steps over half of it: too short to judge")
     ranks = _summaries(windows_by_rank, paired, skipped, stragglers, hosts)
     latest = max((r.last_end for r in ranks if r.last_end is not None), default=None)
     silent = tuple(r.rank for r in ranks if latest is not None

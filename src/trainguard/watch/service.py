@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from trainguard.detect.alerts import AlertKind
+from trainguard.detect.clustersize import cluster_size, size_note
 from trainguard.detect.detector import Detector
 from trainguard.errors import TelemetryError, TrainguardError
 from trainguard.evidence.events import FailureEvent, TimeKind
@@ -56,6 +57,17 @@ _NODE_ACTIONS = (Action.EXCLUDE_NODE, Action.REBOOT_NODE, Action.RESET_GPU)
 """Kernel-log evidence that raises a hard alert (the rest is stored as evidence only)."""
 KERNEL_SOURCE = "kernel-log"
 STORE_SOURCE = "trainguard-watch"
+
+
+def _rate_annotations(alert: LiveAlert) -> dict[str, str]:
+    """The calibrated false-alarm rate of the alert's kind, and its 95% upper bound."""
+    if alert.expected_fp_per_day is None:
+        return {}
+    ann = {"expected_fp_per_day": f"{alert.expected_fp_per_day:.3g}",
+           "expected_fp_per_nodes": str(alert.expected_fp_per_nodes)}
+    if alert.expected_fp_per_day_upper95 is not None:
+        ann["expected_fp_per_day_upper95"] = f"{alert.expected_fp_per_day_upper95:.3g}"
+    return ann
 
 
 def severity_of(kind: str) -> str:
@@ -92,7 +104,8 @@ class WatchService:
 
     Everything with side effects is injected: the Prometheus client, the store, the
     Alertmanager client, the action executor, the kernel-log tailer, the metrics exporter and
-    the wall clock. `on_change` sees every alert change after its delivery.
+    the wall clock. `on_change` sees every alert change after its delivery; `on_note` gets the
+    one-line note, once, when the calibration was tuned on a cluster of another size.
     """
 
     def __init__(self, cfg: WatchConfig, *, client: PrometheusClient,
@@ -102,7 +115,8 @@ class WatchService:
                  exporter: MetricsExporter | None = None,
                  clock: Callable[[], float] = time.time,
                  on_change: Callable[[Change], None] | None = None,
-                 progress: Callable[[int, int], None] | None = None) -> None:
+                 progress: Callable[[int, int], None] | None = None,
+                 on_note: Callable[[str], None] | None = None) -> None:
         self.cfg = cfg
         self.client = client
         self.store = store
@@ -113,6 +127,10 @@ class WatchService:
         self.clock = clock
         self.on_change = on_change
         self.progress = progress
+        self.on_note = on_note
+        self.size_note: str | None = None
+        """Set on the first telemetry of this process (see `on_note`)."""
+        self._size_checked = cfg.calibration is None
         self.state = WatchState()
         self.detector: Detector | None = None
         self.step_s = cfg.step_s or 30
@@ -276,9 +294,19 @@ class WatchService:
         self._discovered_at = self.clock()
 
     def _feed(self, tel: Telemetry) -> None:
+        if not self._size_checked:
+            self._check_size(tel)
         if self.detector is None:
             self.detector = Detector(self.cfg.detect)
         self.detector.feed(tel)
+
+    def _check_size(self, tel: Telemetry) -> None:
+        """Once per process: note a calibration tuned on a cluster of another size."""
+        self._size_checked = True
+        cal = self.cfg.calibration
+        self.size_note = None if cal is None else size_note(cal, cluster_size(tel))
+        if self.size_note is not None:
+            (self.on_note or log.warning)(self.size_note)
 
     def _reconcile(self, now: float, scored_to: int) -> list[Change]:
         det = self.detector
@@ -311,6 +339,7 @@ class WatchService:
         if cal is None or rate is None or alert.expected_fp_per_day is not None:
             return alert
         return replace(alert, expected_fp_per_day=rate.fp_per_day,
+                       expected_fp_per_day_upper95=rate.fp_per_day_upper95,
                        expected_fp_per_nodes=cal.per_nodes)
 
     def _remember(self, alert: LiveAlert) -> None:
@@ -390,9 +419,7 @@ class WatchService:
                             kind=alert.kind, score=alert.peak, summary=alert.summary,
                             extra_labels={} if alert.source == "detector"
                             else {"evidence": alert.source},
-                            annotations={} if alert.expected_fp_per_day is None else {
-                                "expected_fp_per_day": f"{alert.expected_fp_per_day:.3g}",
-                                "expected_fp_per_nodes": str(alert.expected_fp_per_nodes)})
+                            annotations=_rate_annotations(alert))
 
     def _post(self, alerts: list[LiveAlert], errors: list[str]) -> bool:
         if self.alertmanager is None:

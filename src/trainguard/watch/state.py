@@ -80,6 +80,8 @@ class LiveAlert:
     """The alert kind's calibrated false alarms per day per `expected_fp_per_nodes` nodes
     (`trainguard tune`); None without a calibration."""
     expected_fp_per_nodes: int | None = None
+    expected_fp_per_day_upper95: float | None = None
+    """The 95% upper bound of `expected_fp_per_day`."""
 
     @property
     def key(self) -> str:
@@ -102,7 +104,8 @@ class LiveAlert:
                 "store_id": self.store_id, "stored": self.stored, "sent": self.sent,
                 "acted": self.acted, "historical": self.historical,
                 "expected_fp_per_day": self.expected_fp_per_day,
-                "expected_fp_per_nodes": self.expected_fp_per_nodes}
+                "expected_fp_per_nodes": self.expected_fp_per_nodes,
+                "expected_fp_per_day_upper95": self.expected_fp_per_day_upper95}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> LiveAlert:
@@ -118,7 +121,9 @@ class LiveAlert:
                    sent=bool(d.get("sent")), acted=bool(d.get("acted")),
                    historical=bool(d.get("historical")),
                    expected_fp_per_day=_opt_float(d.get("expected_fp_per_day")),
-                   expected_fp_per_nodes=_opt_int(d.get("expected_fp_per_nodes")))
+                   expected_fp_per_nodes=_opt_int(d.get("expected_fp_per_nodes")),
+                   expected_fp_per_day_upper95=_opt_float(
+                       d.get("expected_fp_per_day_upper95")))
 
     def changed(self, **kw: Any) -> LiveAlert:
         """A new version whose deliveries are due again (`acted` stays: actions run once)."""

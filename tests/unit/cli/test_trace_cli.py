@@ -65,7 +65,7 @@ def test_trace_show_breaks_down_each_rank(tmp_path: Path) -> None:
 def test_diagnose_hang_names_the_rank_that_never_entered(tmp_path: Path) -> None:
     run = _run(tmp_path, hung=1)
     r = runner.invoke(app, ["diagnose", "hang", str(run), "--json", "--now"])
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == 1, r.output  # a finding
     doc = json.loads(r.output)
     assert doc["kind"] == "missing_ranks" and doc["seq"] == 101 and doc["waiting"] == [0, 2]
     assert [(c["rank"], c["node"]) for c in doc["culprits"]] == [(1, "node_a")]
@@ -88,12 +88,13 @@ def test_diagnose_hang_prefers_the_supervisors_diagnosis(tmp_path: Path) -> None
 def test_diagnose_stragglers_flags_the_slow_rank_only(tmp_path: Path) -> None:
     r = runner.invoke(app, ["diagnose", "stragglers", str(_run(tmp_path / "a", slow_rank=2)),
                             "--json"])
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == 1, r.output  # a finding
     doc = json.loads(r.output)
     assert [(s["rank"], s["host"], s["cause"]) for s in doc["stragglers"]] == [
         (2, "node_b", "compute")]
+    assert doc["straggler_found"] is True and doc["conclusive"] is True
     r = runner.invoke(app, ["diagnose", "stragglers", str(_run(tmp_path / "b"))])
-    assert r.exit_code == 0 and "no straggler" in r.output
+    assert r.exit_code == 0 and "no straggler in attempt 0" in r.output
 
 
 @pytest.mark.parametrize("argv", [
@@ -143,12 +144,12 @@ def test_diagnose_hang_defaults_to_the_latest_attempt_that_hung(tmp_path: Path,
     for i in range(later + 1):
         _attempt_without_sdk(run, i, {**_SAVED, "attempt": i} if i in (0, 1) else None)
     r = runner.invoke(app, ["diagnose", "hang", str(run), "--json"])
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == 1, r.output
     doc = json.loads(r.output)
     assert doc["hang"] is True and doc["attempt"] == 1 and doc["kind"] == "unknown"
     assert doc["culprits"][0]["rank"] == 1
     r = runner.invoke(app, ["diagnose", "hang", str(run)])
-    assert r.exit_code == 0 and "attempt 1, the supervisor's" in r.output
+    assert r.exit_code == 1 and "attempt 1, the supervisor's" in r.output
     assert "rank 1 host n2" in r.output and "main (train.py:63)" in r.output
 
 
@@ -158,7 +159,7 @@ def test_diagnose_hang_reads_the_saved_diagnosis_of_a_run_without_the_sdk(
     _attempt_without_sdk(run, 0, {**_SAVED, "attempt": 0})
     _attempt_without_sdk(run, 1, None)
     r = runner.invoke(app, ["diagnose", "hang", str(run), "--attempt", "0", "--json"])
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == 1, r.output
     assert json.loads(r.output)["summary"] == "rank 1 on n2 is stopped"
     # the attempt that did not hang says so, and the state files "now" are not made up
     r = runner.invoke(app, ["diagnose", "hang", str(run), "--attempt", "1", "--json"])
@@ -206,11 +207,107 @@ def test_trace_tables_fit_the_terminal(tmp_path: Path, width: int,
     run = _run(tmp_path, slow_rank=2)
     doc = json.loads(runner.invoke(app, ["diagnose", "stragglers", str(run), "--json"]).output)
     monkeypatch.setattr(console.out, "width", width)
-    for argv in (["trace", "show"], ["diagnose", "stragglers"]):
+    for argv, code in ((["trace", "show"], 0), (["diagnose", "stragglers"], 1)):
         r = runner.invoke(app, [*argv, str(run)])
-        assert r.exit_code == 0, r.output
+        assert r.exit_code == code, r.output
         assert "…" not in r.output
         assert all(len(line.rstrip()) <= width for line in r.stdout.splitlines())
     tokens = r.stdout.split()
     for rank in doc["ranks"]:
         assert f"{rank['slowdown']:+.0%}" in tokens  # every percentage whole
+
+
+# --- issue #28: which attempt `diagnose stragglers` reads --------------------------------------
+
+def _short_attempt(run: Path, index: int) -> None:
+    """An attempt that stopped 6 s in: one trace window per rank, inside the warm-up."""
+    for rank, node in ((0, "node_a"), (1, "node_a"), (2, "node_b")):
+        d = run / "attempts" / str(index) / node
+        d.mkdir(parents=True, exist_ok=True)
+        w = TraceWindow(rank, 2000.0, 2005.0, 70, 0.07 * 70, 0.03 * 70,
+                        first_step=1, last_step=70)
+        (d / f"rank{rank}.events.jsonl").write_text(
+            json.dumps({"t": w.end, "kind": "trace", **w.to_record()}) + "\n")
+
+
+def _flag(run: Path, index: int, rank: int = 2, slowdown: float = 0.4) -> None:
+    """The supervisor's stragglers.json for `index`, as StragglerWatch writes it."""
+    (run / "attempts" / str(index) / "stragglers.json").write_text(json.dumps(
+        {"attempt": index, "evaluated_at": 1100.0, "stragglers": [
+            {"rank": rank, "host": "node_b", "slowdown": slowdown, "status": "ongoing"}]}))
+
+
+def test_stragglers_default_to_the_attempt_with_data_not_the_short_last_one(
+        tmp_path: Path) -> None:
+    run = _run(tmp_path, slow_rank=2)
+    _flag(run, 0)
+    _short_attempt(run, 1)
+    r = runner.invoke(app, ["diagnose", "stragglers", str(run)])
+    assert r.exit_code == 1, r.output
+    first = r.stdout.splitlines()[0]
+    assert first.startswith("read attempt 0 (the latest attempt whose trace windows compare")
+    assert "passed over attempt 1: no rank has trace windows with steps after its first 10 s" \
+        in " ".join(r.stdout.split())
+    assert "straggler rank 2 (node_b)" in " ".join(r.stdout.split())
+    assert "needs peers" not in r.output and "no straggler" not in r.output
+    doc = json.loads(runner.invoke(app, ["diagnose", "stragglers", str(run), "--json"]).stdout)
+    assert (doc["attempt"], doc["straggler_found"], doc["straggler_ranks"]) == (0, True, [2])
+
+
+def test_the_short_attempt_alone_cannot_tell_and_says_why(tmp_path: Path) -> None:
+    run = _run(tmp_path, slow_rank=2)
+    _flag(run, 0)
+    _short_attempt(run, 1)
+    r = runner.invoke(app, ["diagnose", "stragglers", str(run), "--attempt", "1"])
+    assert r.exit_code == 2, r.output
+    line = _error_line(r.stderr)
+    assert "cannot tell whether a rank straggles: attempt 1: no rank has trace windows with " \
+        "steps after its first 10 s" in line and "too short to judge" in line
+    assert "the supervisor flagged a straggler in attempt(s) 0" in line
+    assert "needs peers" not in line and "no straggler" not in r.stdout
+    doc = json.loads(runner.invoke(app, ["diagnose", "stragglers", str(run), "--attempt", "1",
+                                         "--json"]).stdout)
+    assert doc["attempt"] == 1 and doc["supervisor_flagged_attempts"] == [0]
+    assert doc["cannot_tell"][0].startswith("attempt 1: no rank has trace windows")
+
+
+def test_no_attempt_that_can_tell_is_exit_2_with_each_attempts_reason(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    _short_attempt(run, 0)
+    _attempt_without_sdk(run, 1, None)
+    r = runner.invoke(app, ["diagnose", "stragglers", str(run)])
+    assert r.exit_code == 2, r.output
+    line = _error_line(r.stderr)
+    assert "attempt 1: no trace windows" in line and "attempt 0: no rank has trace windows" \
+        in line
+    assert line.index("attempt 1:") < line.index("attempt 0:")  # latest first
+
+
+def test_a_finding_of_the_supervisor_alone_is_a_straggler(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    _short_attempt(run, 0)
+    _flag(run, 0, slowdown=0.4)
+    _short_attempt(run, 1)
+    r = runner.invoke(app, ["diagnose", "stragglers", str(run)])
+    assert r.exit_code == 1, r.output
+    text = " ".join(r.stdout.split())
+    assert text.startswith("read attempt 0 (the latest attempt the supervisor flagged a "
+                           "straggler in); passed over attempt 1:")
+    assert "(flagged by the supervisor while attempt 0 ran) rank 2 (node_b): +40% work per " \
+        "step vs its peers (ongoing)" in text
+
+
+def test_a_healthy_attempt_is_read_past_a_short_one_and_is_exit_0(tmp_path: Path) -> None:
+    run = _run(tmp_path)
+    _short_attempt(run, 1)
+    (run / "attempts" / "1" / "stragglers.json").write_text("{torn")
+    r = runner.invoke(app, ["diagnose", "stragglers", str(run)])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.startswith("read attempt 0") and "no straggler in attempt 0" in r.stdout
+    assert "stragglers.json: unreadable" in r.stderr  # said, not fatal
+
+
+def _error_line(stderr: str) -> str:
+    lines = [ln for ln in stderr.splitlines() if ln.startswith("error: ")]
+    assert len(lines) == 1, stderr
+    return lines[0]

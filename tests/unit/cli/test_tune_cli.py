@@ -10,8 +10,9 @@ import pytest
 from script_module import load_script
 from typer.testing import CliRunner, Result
 
+import trainguard.cli.tune as cli_tune
 from trainguard.cli.main import app
-from trainguard.detect.calibration import load
+from trainguard.detect.calibration import days_for_bound, dumps, load
 from trainguard.detect.tune import BudgetUnreachable
 
 runner = CliRunner()
@@ -38,14 +39,67 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return d
 
 
+PROGRESS: list[tuple[str, int, int, bool]] = []
+"""What `tune` reported to the CLI's progress in the `tuned` run: (stage, done, total, bar)."""
+STDERR: list[str] = []
+
+
+class _Recording(cli_tune.TuneProgress):
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        PROGRESS.append((stage, done, total, self.bar is not None))
+        super().__call__(stage, done, total)
+
+
 @pytest.fixture(scope="module")
 def tuned(cluster: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
     out = tmp_path_factory.mktemp("tuned") / "detector.toml"
-    r = invoke("tune", str(cluster / "metrics"), "--fp-per-day", "0.3", "--per-nodes", "64",
-               "--split", "0.5", "--out", str(out), "--json")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(cli_tune, "TuneProgress", _Recording)
+        r = invoke("tune", str(cluster / "metrics"), "--fp-per-day", "0.3", "--per-nodes", "64",
+                   "--split", "0.5", "--out", str(out), "--json")
     assert r.exit_code == 0, r.output
     assert "tune: scoring" in r.stderr  # progress goes to stderr, JSON alone to stdout
+    STDERR.append(r.stderr)
     return json.loads(r.stdout), out
+
+
+def test_tune_reports_progress_through_each_long_stage(tuned: tuple[dict, Path]) -> None:
+    """Issue #28: per block while scoring and measuring, per candidate while replaying."""
+    doc, _ = tuned
+    stages = list(dict.fromkeys(p[0] for p in PROGRESS))
+    assert stages == ["scoring", "replaying", "measuring"]
+    for stage in stages:
+        calls = [(d, t) for s, d, t, _ in PROGRESS if s == stage]
+        assert len(calls) > 2 and calls[-1][0] == calls[-1][1]  # several steps, to the end
+        assert [d for d, _ in calls] == sorted(d for d, _ in calls)
+    replays = [(d, t) for s, d, t, _ in PROGRESS if s == "replaying"]
+    assert {t for _, t in replays} == {doc["candidates"]}
+    assert not any(bar for *_, bar in PROGRESS)  # --json and no terminal: no bar
+
+
+def test_tune_bounds_the_heldout_rate_and_says_when_it_is_too_short(
+        tuned: tuple[dict, Path]) -> None:
+    """Issue #28: 0.5 day of 8 nodes held out cannot show a budget of 0.3/day per 64 nodes."""
+    doc, path = tuned
+    held = doc["heldout"]
+    assert held["fp_per_day_upper95"] > 0.3 and held["fp_per_day_upper95"] >= held["fp_per_day"]
+    bound = doc["heldout_bound"]
+    assert bound["over_budget"] is True
+    assert bound["fp_per_day_upper95"] == held["fp_per_day_upper95"]
+    assert bound["days_needed_at_zero_fp"] == pytest.approx(days_for_bound(0.3, 8, 64),
+                                                            abs=0.01)
+    line = next(w for w in doc["warnings"] if "too short" in w)
+    assert f"{held['fp_per_day_upper95']:.2f}/day per 64 nodes" in line
+    assert f"after {days_for_bound(0.3, 8, 64):.1f} held-out days on 8 nodes" in line
+    assert f"warning: {line}" in STDERR[0].splitlines()
+    cal = load(path).calibration
+    assert cal is not None and (cal.n_nodes, cal.gpus_per_node) == (8, 4)
+    assert doc["gpus_per_node"] == 4
+    assert cal.total().fp_per_day_upper95 == pytest.approx(held["fp_per_day_upper95"],
+                                                          abs=1e-4)
+    text = path.read_text()
+    assert "gpus_per_node = 4" in text and "fp_per_day_upper95 = " in text.split(
+        "[calibration.")[0]
 
 
 def test_tune_reports_both_parts_and_writes_a_config(tuned: tuple[dict, Path]) -> None:
@@ -79,9 +133,12 @@ def test_detect_and_backtest_read_the_config(cluster: Path, tuned: tuple[dict, P
     assert r.exit_code == 0, r.output
     alerts = [json.loads(line) for line in r.stdout.splitlines()]
     assert alerts
+    bounds = {k.kind: k.fp_per_day_upper95 for k in cal.kinds}
     for a in alerts:
         assert a["expected_fp_per_day"] == pytest.approx(rates[a["kind"]], abs=1e-4)
+        assert a["expected_fp_per_day_upper95"] == pytest.approx(bounds[a["kind"]], abs=1e-4)
         assert a["expected_fp_per_nodes"] == 64
+    assert "note:" not in r.stderr  # the cluster it was tuned on
     plain = invoke("detect", str(cluster / "metrics"), "--json")
     assert plain.exit_code == 0
     assert all("expected_fp_per_day" not in json.loads(line)
@@ -92,6 +149,23 @@ def test_detect_and_backtest_read_the_config(cluster: Path, tuned: tuple[dict, P
     assert b.exit_code == 0, b.output
     rows = [json.loads(line) for line in alerts_out.read_text().splitlines()]
     assert rows and all("expected_fp_per_day" in row for row in rows)
+
+
+def test_detect_notes_a_calibration_of_another_cluster_size(
+        cluster: Path, tuned: tuple[dict, Path], tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    f = load(tuned[1])
+    assert f.calibration is not None
+    other = tmp_path / "other.toml"
+    other.write_text(dumps(replace(f, calibration=replace(f.calibration, n_nodes=16,
+                                                          gpus_per_node=8))))
+    r = invoke("detect", str(cluster / "metrics"), "--config", str(other), "--json")
+    assert r.exit_code == 0, r.output
+    notes = [ln for ln in r.stderr.splitlines() if ln.startswith("note: ")]
+    assert len(notes) == 1
+    assert "tuned on 16 nodes x 8 GPUs, this cluster has 8 nodes x 4 GPUs" in notes[0]
+    assert "scales with the node count" in notes[0]
 
 
 @pytest.mark.parametrize("command", ["detect", "backtest", "tune"])

@@ -13,6 +13,7 @@ from trainguard.detect.calibration import (
     DetectorFile,
     KindRate,
     annotate,
+    days_for_bound,
     detector_file,
     dumps,
     kind_rates,
@@ -122,3 +123,44 @@ def test_kind_rates_scale_to_the_budget_cluster() -> None:
 @pytest.mark.parametrize(("k", "exact"), [(0, 2.996), (1, 4.744), (5, 10.513), (20, 29.062)])
 def test_poisson_upper_bound_is_close_to_the_exact_one(k: int, exact: float) -> None:
     assert poisson_upper95(k) == pytest.approx(exact, rel=0.01)
+
+
+def test_alerts_carry_the_upper_bound_of_their_kinds_rate() -> None:
+    """Issue #28: a rate of 0.0 from a short held-out part said nothing of its 95% bound."""
+    pred, hard = annotate([_ep(AlertKind.PREDICTIVE), _ep(AlertKind.HARD)], CAL)
+    assert (pred.expected_fp_per_day_upper95, hard.expected_fp_per_day_upper95) == (0.8, 0.37)
+    assert hard.to_dict()["expected_fp_per_day"] == 0.0
+    assert hard.to_dict()["expected_fp_per_day_upper95"] == 0.37
+    assert "expected_fp_per_day_upper95" not in annotate([_ep(AlertKind.HARD)], None)[0] \
+        .to_dict()
+
+
+def test_the_file_holds_the_overall_bound_and_the_cluster_size() -> None:
+    cal = replace(CAL, gpus_per_node=8)
+    text = dumps(DetectorFile(TUNED, cal))
+    section = text.split("[calibration]")[1].split("[calibration.")[0]
+    values = dict(line.split(" = ") for line in section.splitlines() if " = " in line)
+    # the kinds' sum; the bound: 2 false alarms in 1 day of 16 nodes, per 64 nodes
+    assert int(values["false_positives"]) == 2
+    assert float(values["fp_per_day"]) == pytest.approx(0.25 + 0.0)
+    assert float(values["fp_per_day_upper95"]) == pytest.approx(poisson_upper95(2) * 64 / 16)
+    assert (int(values["n_nodes"]), int(values["gpus_per_node"])) == (16, 8)
+    back = loads(text, "x.toml").calibration
+    assert back == cal and back is not None and back.total().fp_per_day_upper95 == \
+        pytest.approx(poisson_upper95(2) * 4)
+    # a file written before the cluster size was recorded still reads
+    old = text.replace("gpus_per_node = 8\n", "")
+    assert loads(old, "x.toml").calibration == CAL
+    with pytest.raises(ConfigError, match="gpus_per_node must be >= 1"):
+        loads(text.replace("gpus_per_node = 8", "gpus_per_node = 0"), "x.toml")
+    with pytest.raises(ConfigError, match=r"calibration\.fp_per_day_upper95 must be"):
+        loads(text.replace(f"fp_per_day_upper95 = {values['fp_per_day_upper95']}",
+                           "fp_per_day_upper95 = 'x'", 1), "x.toml")
+
+
+def test_days_for_the_bound_to_fit_the_budget() -> None:
+    need = days_for_bound(0.3, 16, 64)
+    # zero false alarms over `need` days of 16 nodes bound the rate at the budget exactly
+    assert poisson_upper95(0) * 64 / 16 / need == pytest.approx(0.3)
+    assert days_for_bound(0.3, 64, 64) == pytest.approx(need / 4)
+    assert days_for_bound(0.0, 16, 64) == float("inf")

@@ -151,7 +151,7 @@ def test_figures_count_early_detections_and_false_alarms_per_budget_nodes() -> N
 
 def _fig(early: int, detected: int, fp: int) -> Figures:
     return Figures((0.0, 86_400.0), 10, detected, early, fp, float(fp),
-                   (KindRate("predictive", fp, float(fp), 3.0),))
+                   (KindRate("predictive", fp, float(fp), 3.0),), 3.0)
 
 
 BASE = DetectorConfig()
@@ -184,7 +184,7 @@ def test_select_ties_go_to_the_setting_closest_to_the_base() -> None:
 def _fig_hard(early: int, pred_fp: int, hard_fp: int) -> Figures:
     return Figures((0.0, 86_400.0), 10, 5, early, pred_fp + hard_fp, float(pred_fp + hard_fp),
                    (KindRate("predictive", pred_fp, float(pred_fp), 3.0),
-                    KindRate("hard", hard_fp, float(hard_fp), 3.0)))
+                    KindRate("hard", hard_fp, float(hard_fp), 3.0)), 3.0)
 
 
 def test_hard_false_alarms_over_budget_leave_predictive_alerts_none() -> None:

@@ -400,3 +400,28 @@ def test_describe_says_when_in_local_time_not_unix_seconds(
     finally:
         monkeypatch.undo()
         time.tzset()
+
+
+# --- issue #28: why nothing could be compared ------------------------------------------------
+
+
+def test_a_short_attempt_is_too_short_not_short_of_peers() -> None:
+    """Every window inside the warm-up: the reason is the length, with three ranks there."""
+    windows = {r: ws[:1] for r, ws in simulate(Job(3), 0).items()}
+    report = detect_stragglers(windows)
+    assert report.note is not None and not report.conclusive
+    assert "no rank has trace windows with steps after its first 10 s" in report.note
+    assert "3 rank(s)" in report.note and "too short to judge" in report.note
+    assert "peers" not in report.note
+    assert report.to_dict()["conclusive"] is False
+
+
+def test_ranks_that_never_share_an_evaluation_window_are_too_short_to_judge() -> None:
+    report = detect_stragglers(simulate(Job(3, seconds=25), 0))  # 15 s after the warm-up
+    assert report.evaluations and not report.conclusive
+    assert report.note is not None and "too short to judge" in report.note
+
+
+def test_a_run_that_compares_ranks_is_conclusive() -> None:
+    report = detect_stragglers(simulate(Job(3), 2))
+    assert report.conclusive and report.note is None and report.stragglers == ()

@@ -32,7 +32,8 @@ CAL = Calibration(64, 0.3, 16, (T0 - 2e5, T0 - 1e5), (T0 - 1e5, T0),
                   (KindRate("predictive", 1, 0.25, 1.5), KindRate("hard", 0, 0.0, 0.7)))
 
 
-def _run(tmp_path: Path, cal: Calibration | None) -> tuple[list[Change], list[dict[str, object]]]:
+def _run(tmp_path: Path, cal: Calibration | None,
+         notes: list[str] | None = None) -> tuple[list[Change], list[dict[str, object]]]:
     exporter = LiveExporter.from_config(SIM, 1.0, clock=lambda: T0)
     prom = FakePrometheus(exporter)
     posted: list[dict[str, object]] = []
@@ -47,6 +48,7 @@ def _run(tmp_path: Path, cal: Calibration | None) -> tuple[list[Change], list[di
                       state_dir=tmp_path / "state", calibration=cal)
     svc = WatchService(cfg, client=PrometheusClient(URL, transport=prom.transport, retries=0),
                        clock=lambda: now[0], on_change=changes.append,
+                       on_note=None if notes is None else notes.append,
                        alertmanager=AlertmanagerClient("http://am.test:9093",
                                                        transport=am_transport, retries=0))
     svc.load()
@@ -58,15 +60,21 @@ def _run(tmp_path: Path, cal: Calibration | None) -> tuple[list[Change], list[di
 
 
 def test_watch_alerts_carry_the_calibrated_rate_of_their_kind(tmp_path: Path) -> None:
-    changes, posted = _run(tmp_path, CAL)
+    notes: list[str] = []
+    changes, posted = _run(tmp_path, CAL, notes)
+    # issue #28: a 16-node calibration on this 6-node cluster is noted, once
+    assert len(notes) == 1 and "tuned on 16 nodes" in notes[0]
+    assert "this cluster has 6 nodes" in notes[0] and "scales with the node count" in notes[0]
     fired = [c.alert for c in changes if c.kind == "fired"]
     assert {a.kind for a in fired} == {"hard", "predictive"}
     for a in fired:
         assert a.expected_fp_per_day == {"hard": 0.0, "predictive": 0.25}[a.kind]
         assert a.expected_fp_per_nodes == 64
+        assert a.expected_fp_per_day_upper95 == {"hard": 0.7, "predictive": 1.5}[a.kind]
         back = LiveAlert.from_dict(json.loads(json.dumps(a.to_dict())))  # state round trip
-        assert (back.expected_fp_per_day, back.expected_fp_per_nodes) == (
-            a.expected_fp_per_day, a.expected_fp_per_nodes)
+        assert (back.expected_fp_per_day, back.expected_fp_per_nodes,
+                back.expected_fp_per_day_upper95) == (
+            a.expected_fp_per_day, a.expected_fp_per_nodes, a.expected_fp_per_day_upper95)
     assert posted
     for item in posted:
         ann = item["annotations"]
@@ -74,6 +82,15 @@ def test_watch_alerts_carry_the_calibrated_rate_of_their_kind(tmp_path: Path) ->
         kind = item["labels"]["kind"]  # type: ignore[index]
         assert ann["expected_fp_per_day"] == {"hard": "0", "predictive": "0.25"}[kind]
         assert ann["expected_fp_per_nodes"] == "64"
+        assert ann["expected_fp_per_day_upper95"] == {"hard": "0.7", "predictive": "1.5"}[kind]
+
+
+def test_a_calibration_of_this_clusters_size_is_not_noted(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    notes: list[str] = []
+    _run(tmp_path, replace(CAL, n_nodes=SIM.nodes, gpus_per_node=SIM.gpus_per_node), notes)
+    assert notes == []
 
 
 def test_without_calibration_no_rate_is_claimed(tmp_path: Path) -> None:
