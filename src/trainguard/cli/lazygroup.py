@@ -17,7 +17,13 @@ from typing import Any, cast
 import typer
 import typer.main
 from typer._click import Command, Context
-from typer._click.exceptions import BadParameter, ClickException, NoArgsIsHelpError, UsageError
+from typer._click.exceptions import (
+    BadParameter,
+    ClickException,
+    MissingParameter,
+    NoArgsIsHelpError,
+    UsageError,
+)
 from typer.core import TyperCommand, TyperGroup
 
 from trainguard.cli.commands import COMMANDS, Entry
@@ -97,17 +103,26 @@ class LazyCommands(MutableMapping[str, Command]):
 
 def usage_line(exc: ClickException) -> str:
     """``trainguard run: no such option: --foo (see trainguard run --help)``."""
-    if isinstance(exc, BadParameter):  # typer's parsers report through pydantic
-        exc.message = exc.message.removeprefix("Value error, ")
-    message = " ".join(exc.format_message().split()).rstrip(".")
-    if message[:1].isupper() and message[1:2].islower():
-        message = message[0].lower() + message[1:]
+    message = _lower_first(" ".join(exc.format_message().split()).rstrip("."))
+    if isinstance(exc, BadParameter) and not isinstance(exc, MissingParameter) \
+            and exc.param is not None:
+        # "--interval 'fast' is not a duration": trainguard's parsers start with the value
+        # (typer passes their ValueError on through pydantic, as "Value error, ...")
+        said = _lower_first(" ".join(exc.message.removeprefix("Value error, ").split()))
+        name = max(exc.param.opts, key=len, default=exc.param.name or "")
+        message = f"{name} {said}" if said.startswith(("'", '"')) else f"{name}: {said}"
+        message = message.rstrip(".")
     ctx: Context | None = getattr(exc, "ctx", None)
     if ctx is None:
         return message
     path = ctx.command_path
     hint = f" (see {path} --help)" if ctx.command.get_help_option(ctx) is not None else ""
     return f"{path}: {message}{hint}"
+
+
+def _lower_first(text: str) -> str:
+    """``No such option`` -> ``no such option``; ``XID`` stays."""
+    return text[0].lower() + text[1:] if text[:1].isupper() and text[1:2].islower() else text
 
 
 @contextmanager

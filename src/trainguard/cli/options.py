@@ -5,8 +5,7 @@ One convention for the whole command line: a duration option takes a plain numbe
 ``1m30s``), read by :func:`trainguard.timeparse.parse_duration`; its help shows ``DURATION``
 and its default with a unit. A ``--year`` takes the same range everywhere.
 
-    Timeout = Annotated[float, typer.Option("--timeout", parser=Duration(min_s=1.0),
-                                            metavar=DURATION, help="...")]
+    timeout: Annotated[float, duration_option("--timeout", min=1.0, help="...")] = 30.0
 """
 
 from __future__ import annotations
@@ -14,10 +13,19 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from trainguard.errors import ConfigError
-from trainguard.timeparse import check_year, compact_duration, parse_duration
+import typer
 
-__all__ = ["DURATION", "YEAR", "Duration", "parse_year", "show_duration_defaults"]
+from trainguard.errors import ConfigError
+from trainguard.timeparse import (
+    YEAR_MAX,
+    YEAR_MIN,
+    check_year,
+    compact_duration,
+    parse_duration,
+)
+
+__all__ = ["DURATION", "YEAR", "Duration", "duration_option", "parse_year",
+           "show_duration_defaults", "year_option"]
 
 DURATION = "DURATION"
 """The metavar of every duration option."""
@@ -63,13 +71,23 @@ def parse_year(value: object) -> int:
     """A typer ``parser`` for ``--year``: a year within ``timeparse.YEAR_MIN``..``YEAR_MAX``
     (the range :func:`~trainguard.timeparse.check_year` enforces for library callers too)."""
     try:
-        year = int(str(value).strip())
-    except ValueError:
-        raise ValueError(f"{value!r} is not a year (YYYY)") from None
-    try:
-        return check_year(year, "the year")
-    except ConfigError as exc:
-        raise ValueError(str(exc)) from None
+        return check_year(int(str(value).strip()), "--year")
+    except (ValueError, ConfigError):
+        raise ValueError(f"{value!r} is not a year from {YEAR_MIN} to {YEAR_MAX}") from None
+
+
+def duration_option(*param_decls: str, min: float | None = None, max: float | None = None,
+                    whole: bool = False, **kwargs: Any) -> Any:
+    """``typer.Option`` for a duration, in seconds (``whole``: an int); ``min`` and ``max`` in
+    seconds as for a number option. The other arguments are ``typer.Option``'s."""
+    return typer.Option(*param_decls, parser=Duration(min, max, whole=whole), metavar=DURATION,
+                        **kwargs)
+
+
+def year_option(*param_decls: str, **kwargs: Any) -> Any:
+    """``typer.Option`` for ``--year``: the same name, metavar and range for every command."""
+    return typer.Option(*(param_decls or ("--year",)), parser=parse_year, metavar=YEAR,
+                        **kwargs)
 
 
 def show_duration_defaults(command: Any) -> None:

@@ -17,7 +17,10 @@ CASES = [
     (["bogus"], "trainguard", "no such command 'bogus'"),
     (["logs", "classify"], "trainguard logs classify", "missing argument"),
     (["xid", "explain"], "trainguard xid explain", "missing argument"),
-    (["detect", "x.om", "--limit", "many"], "trainguard detect", "'--limit'"),
+    (["detect", "x.om", "--limit", "many"], "trainguard detect", "--limit: "),
+    (["watch", "--interval", "fast"], "trainguard watch",
+     "--interval 'fast' is not a duration"),
+    (["backtest", "x.om", "--year", "1969"], "trainguard backtest", "--year '1969'"),
     (["check"], "trainguard check", "missing option '--nodes'"),
 ]
 
