@@ -5,7 +5,9 @@ the *first* paragraph of a command's help has its single line breaks joined; eve
 paragraph is printed with the line breaks of the source (typer's ``rich_utils._get_help_text``
 and ``_fix_linebreaks``). A docstring wrapped at 100 columns therefore shows hard breaks in
 mid-sentence in every paragraph after the first. :func:`reflow` joins the lines of each prose
-paragraph; indented lines (examples) and ``\\b`` paragraphs keep their breaks.
+paragraph; indented lines (examples) and ``\\b`` paragraphs keep their breaks. Rich mode also
+reads every help text as markup, where a bracketed word is a style tag and vanishes:
+:func:`prepare` escapes the help of every built command and parameter (:func:`literal`).
 
     >>> reflow("Summary line\\nwraps.\\n\\nMore text\\nhere.\\n\\n    trainguard x --y\\n    z")
     'Summary line wraps.\\n\\nMore text here.\\n\\n    trainguard x --y\\n    z'

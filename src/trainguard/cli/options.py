@@ -50,11 +50,13 @@ class Duration:
         if isinstance(value, bool) or not isinstance(value, int | float | str):
             raise ValueError(f"{value!r} is not a duration ({_UNITS})")
         try:
-            seconds = float(value) if isinstance(value, int | float) \
-                else parse_duration(value, "")
-        except ConfigError:
-            raise ValueError(f"{value!r} is not a duration ({_UNITS})") from None
-        if not math.isfinite(seconds):
+            seconds = float(value)  # a default, or a plain number (also 1e-3, as before)
+        except ValueError:
+            try:
+                seconds = parse_duration(str(value), "")
+            except ConfigError:
+                raise ValueError(f"{value!r} is not a duration ({_UNITS})") from None
+        if not math.isfinite(seconds) or seconds < 0:
             raise ValueError(f"{value!r} is not a duration ({_UNITS})")
         if self.min_s is not None and seconds < self.min_s:
             raise ValueError(f"{value!r} is shorter than {compact_duration(self.min_s)}")

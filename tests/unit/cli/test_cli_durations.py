@@ -42,13 +42,15 @@ ALL = _walk(ROOT)
 @pytest.mark.parametrize(("text", "seconds"), [
     ("90", 90.0), ("0.5", 0.5), ("500ms", 0.5), ("30s", 30.0), ("5m", 300.0),
     ("1m30s", 90.0), ("6h", 21600.0), ("1d", 86400.0), (45.0, 45.0), (7, 7.0),
+    ("1e-3", 0.001), (" 30s ", 30.0),
 ])
 def test_a_duration_is_seconds_or_a_number_with_a_unit(text: str | float, seconds: float
                                                          ) -> None:
     assert Duration()(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["fast", "-1", "5x", "", "inf", "nan", "5 m", "m"])
+@pytest.mark.parametrize("text", ["fast", "-1", "-1s", "5x", "", "inf", "nan", "5 m", "m",
+                                  "1e9999"])
 def test_anything_else_is_not_a_duration(text: str) -> None:
     with pytest.raises(ValueError, match="is not a duration"):
         Duration()(text)
