@@ -21,11 +21,14 @@ from benchmarks import (
     bench_openmetrics,
     bench_recovery,
     bench_snapshot,
+    bench_startup,
     bench_tracing,
 )
 
 if __name__ == "__main__":
-    print("== log classification (issue #2) ==")
+    print("== CLI start-up: --help and a small classify (issue #28) ==")
+    bench_startup.main([])
+    print("\n== log classification (issue #2) ==")
     bench_classify.main()
     # bench_openmetrics pins this process to one core; give the later benchmarks all of them.
     cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None

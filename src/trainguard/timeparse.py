@@ -1,4 +1,5 @@
-"""Times given by users: unix seconds or ISO-8601, one parser for every entry point."""
+"""Times given by users, one parser each for every entry point: time stamps (unix seconds or
+ISO-8601), durations (seconds, or a number with a unit) and years."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from datetime import UTC, datetime
 
 from trainguard.errors import ConfigError
 
-__all__ = ["parse_duration", "parse_timestamp"]
+__all__ = ["YEAR_MAX", "YEAR_MIN", "check_year", "compact_duration", "parse_duration",
+           "parse_timestamp"]
 
 
 def parse_timestamp(value: object, what: str) -> float:
@@ -58,3 +60,34 @@ def parse_duration(value: str, what: str) -> float:
     if not text or "".join(n + u for n, u in parts) != text:
         raise ConfigError(f"{what} {value!r} is not a duration (e.g. 500ms, 30s, 5m, 6h, 1d)")
     return sum(float(n) * _UNIT_S[u] for n, u in parts)
+
+
+_UNITS_DOWN = (("d", 86400.0), ("h", 3600.0), ("m", 60.0), ("s", 1.0))
+
+
+def compact_duration(seconds: float) -> str:
+    """The shortest exact spelling :func:`parse_duration` reads back: ``5m``, ``6h``, ``90s``,
+    ``500ms``, ``1.5s``.
+
+        >>> compact_duration(300.0), compact_duration(90), compact_duration(0.5)
+        ('5m', '90s', '500ms')
+    """
+    for unit, size in _UNITS_DOWN:
+        count = seconds / size
+        if count >= 1 and count == int(count):
+            return f"{int(count)}{unit}"
+    ms = seconds * 1000
+    if 0 < seconds < 1 and ms == int(ms):
+        return f"{int(ms)}ms"
+    return f"{seconds:g}s"
+
+
+YEAR_MIN, YEAR_MAX = 1970, 2100
+"""The years a log line without one may be given (``--year``)."""
+
+
+def check_year(year: int, what: str) -> int:
+    """`year` when it is within :data:`YEAR_MIN`..:data:`YEAR_MAX`, else a `ConfigError`."""
+    if not YEAR_MIN <= year <= YEAR_MAX:
+        raise ConfigError(f"{what} must be between {YEAR_MIN} and {YEAR_MAX}, got {year}")
+    return year

@@ -13,6 +13,7 @@ import typer
 
 from trainguard.agent.secret import SecretError, take_secret
 from trainguard.agent.start import AgentUsageError, controller_address, start_agent
+from trainguard.cli.options import duration_option
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ def agent(
     secret_stdin: Annotated[bool, typer.Option(
         "--secret-stdin", help="Read the run's secret from the first line of standard "
         "input (as the local launcher passes it).")] = False,
-    poll_interval: Annotated[float, typer.Option(
+    poll_interval: Annotated[float, duration_option(
         "--poll-interval", min=0.005, max=5.0, help="Seconds between looks at the ranks.")]
     = 0.05,
 ) -> None:

@@ -21,6 +21,7 @@ from trainguard.analytics.report import json_safe
 from trainguard.analytics.runs import load_runs
 from trainguard.cli.console import err, fail, out
 from trainguard.cli.helptext import reflowed_doc
+from trainguard.cli.options import duration_option
 from trainguard.cli.storeopen import open_store
 from trainguard.durations import format_duration as _duration
 from trainguard.errors import TrainguardError
@@ -55,10 +56,10 @@ def checkpoint_interval(
     failures_per_node_day: Annotated[float | None, typer.Option(
         "--failures-per-node-day", min=0.0,
         help="Job-interrupting failures per node per day (default: measured).")] = None,
-    write_s: Annotated[float | None, typer.Option(
+    write_s: Annotated[float | None, duration_option(
         "--write-s", min=0.0, help="Seconds a checkpoint blocks training (default: measured).")]
     = None,
-    restart_s: Annotated[float | None, typer.Option(
+    restart_s: Annotated[float | None, duration_option(
         "--restart-s", min=0.0,
         help="Seconds from a failure to training again (default: measured).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="One JSON document.")] = False,

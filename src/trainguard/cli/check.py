@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from trainguard.cli.console import EXIT_FAILED, err, fail, out
+from trainguard.cli.options import duration_option
 from trainguard.errors import ConfigError, TrainguardError
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ ControllerOpt = Annotated[str | None, typer.Option(
     "--controller-addr", help="Address the agents dial to reach this process.")]
 ListenOpt = Annotated[str | None, typer.Option(
     "--listen", help="Address to listen on for agents.")]
-TimeLimitOpt = Annotated[float, typer.Option(
+TimeLimitOpt = Annotated[float, duration_option(
     "--time-limit", min=0.5, help="Seconds each probe may take on its host.")]
 FloorsOpt = Annotated[Path | None, typer.Option(
     "--floors", help="TOML file with a [floors] table: figure name = minimum (maximum where "
@@ -66,10 +67,10 @@ def check(
     expected_gpus: Annotated[int | None, typer.Option(
         "--expected-gpus", min=0, help="GPUs each host should have (fewer fails).")] = None,
     floors: FloorsOpt = None,
-    max_clock_offset: Annotated[float, typer.Option(
+    max_clock_offset: Annotated[float, duration_option(
         "--max-clock-offset", min=0.0, help="Seconds a host's clock may differ from this "
         "machine's.")] = 1.0,
-    connect_timeout: Annotated[float, typer.Option(
+    connect_timeout: Annotated[float, duration_option(
         "--connect-timeout", min=1.0, help="Seconds to wait for every agent to connect; "
         "hosts whose agent does not are reported unreachable.")] = 60.0,
     db: Annotated[str | None, typer.Option(

@@ -24,6 +24,7 @@ from trainguard.cli.detect import (
     Token,
     load_telemetry,
 )
+from trainguard.cli.options import duration_option
 from trainguard.errors import ConfigError, TrainguardError
 
 __all__ = ["analyze"]
@@ -108,7 +109,7 @@ def analyze(
     ] = 200.0,
     node: Annotated[list[str] | None, typer.Option(
         "--node", help="Only these nodes (repeatable; shell patterns like 'node0*').")] = None,
-    min_duration: Annotated[float, typer.Option(
+    min_duration: Annotated[float, duration_option(
         "--min-duration", help="Drop phases shorter than this many seconds.", min=0)
     ] = _DEFAULTS.min_duration_s,
     min_rate: Annotated[float, typer.Option(
@@ -117,7 +118,7 @@ def analyze(
     mad_k: Annotated[float, typer.Option(
         "--mad-k", help="... and by this many robust standard deviations (1.4826 x MAD).",
         min=0)] = _DEFAULTS.k_mad,
-    max_gap: Annotated[float, typer.Option(
+    max_gap: Annotated[float, duration_option(
         "--max-gap", help="Merge bursts separated by at most this many seconds.", min=0)
     ] = _DEFAULTS.max_gap_s,
     net_device: Annotated[str | None, typer.Option(

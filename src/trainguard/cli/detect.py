@@ -17,6 +17,7 @@ from rich.table import Table
 from trainguard.cli.alerttable import alerts_table
 from trainguard.cli.console import err, fail, out, stderr_is_tty, warn
 from trainguard.cli.helptext import reflowed_doc
+from trainguard.cli.options import duration_option, year_option
 from trainguard.detect.backtest import BASELINES, run_backtest
 from trainguard.detect.calibration import Calibration, annotate, detector_file
 from trainguard.detect.clustersize import cluster_size, size_note
@@ -48,8 +49,8 @@ Start = Annotated[str | None, typer.Option(
     help="Start of the range to read from Prometheus: unix seconds or ISO-8601.")]
 End = Annotated[str | None, typer.Option(
     help="End of the range to read from Prometheus (default: now).")]
-Step = Annotated[int | None, typer.Option(
-    help="Sample spacing in seconds (default: inferred from files; 30 for Prometheus).", min=1)]
+Step = Annotated[int | None, duration_option(
+    help="Sample spacing (default: inferred from files; 30s for Prometheus).", min=1, whole=True)]
 Metrics = Annotated[list[str] | None, typer.Option(
     "--metric", help="Only these metrics from Prometheus (repeatable; default: every series).")]
 Token = Annotated[Path | None, typer.Option(
@@ -337,8 +338,7 @@ def backtest(
     max_memory: MaxMemory = _DEFAULT_MAX_MEMORY,
     node_label: NodeLabel = None,
     at: At = None,
-    year: Annotated[int | None, typer.Option(
-        "--year", metavar="YYYY", min=1970, max=2100,
+    year: Annotated[int | None, year_option(
         help="Year of --kernel-logs lines that carry none (syslog 'Nov 18 03:12:01 host "
         "kernel: ...'); default: each file's modification year, with a warning.")] = None,
     config: DetectorConfigFile = None,

@@ -12,6 +12,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, Trans
 from rich.table import Table
 
 from trainguard.cli.console import err, fail, out, stderr_is_tty, warn
+from trainguard.cli.options import duration_option, year_option
 from trainguard.cli.tables import print_table
 from trainguard.errors import TrainguardError
 from trainguard.evidence import (
@@ -45,10 +46,10 @@ def classify(
     host_from_path: Annotated[bool, typer.Option(
         "--host-from-path", help="Name hosts after the file or its directory "
         "(node17.log, node17/kern.log) when lines carry none.")] = False,
-    window: Annotated[float, typer.Option(
-        help="Seconds between events that still belong to one incident.", min=1.0)
+    window: Annotated[float, duration_option(
+        help="Time between events that still belong to one incident.", min=1.0)
     ] = DEFAULT_WINDOW_S,
-    year: Annotated[int | None, typer.Option(
+    year: Annotated[int | None, year_option(
         help="Year for timestamps that carry none (syslog, glog); default: file mtime year.",
         min=1970, max=9999)] = None,
     show_all: Annotated[bool, typer.Option(

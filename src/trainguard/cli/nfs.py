@@ -13,6 +13,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from trainguard.cli.console import err, fail, out, stderr_is_tty, warn
+from trainguard.cli.options import duration_option
 from trainguard.errors import TrainguardError
 from trainguard.nfs import (
     DATA_OPS,
@@ -262,7 +263,7 @@ def diagnose_cmd(
         "--mountstats", help="A mountstats capture (counters since mount), or two captures "
         "(before, after: the difference). A /proc path is sampled twice. Default: "
         "/proc/self/mountstats, sampled twice.")] = None,
-    interval: Annotated[float | None, typer.Option(
+    interval: Annotated[float | None, duration_option(
         "--interval", min=0.0, help="Seconds between the two live reads (default 5; 0 = one "
         "read, since mount). With two files: their interval, instead of the age: difference.")]
     = None,

@@ -19,6 +19,7 @@ from trainguard.agent.backend import with_agents
 from trainguard.agent.manual import SECRET_FILE_NAME
 from trainguard.cli.console import err, fail
 from trainguard.cli.helptext import reflow
+from trainguard.cli.options import duration_option
 from trainguard.errors import ConfigError, LaunchError
 from trainguard.faultspec import parse_faults
 from trainguard.recover import JobSpec, RetryPolicy, RunResult, Supervisor
@@ -97,18 +98,18 @@ def run(
     min_nodes: Annotated[int | None, typer.Option(
         "--min-nodes", help="Let the job shrink to this many nodes when spares run out "
         "(default: never shrink).")] = None,
-    hang_timeout: Annotated[float, typer.Option(
+    hang_timeout: Annotated[float, duration_option(
         "--hang-timeout", help="Seconds without progress (SDK heartbeat, else output) that "
         "mean a hang.")] = 300.0,
-    startup_timeout: Annotated[float, typer.Option(
+    startup_timeout: Annotated[float, duration_option(
         "--startup-timeout", help="Seconds allowed before a rank's first progress.")] = 900.0,
-    term_timeout: Annotated[float, typer.Option(
+    term_timeout: Annotated[float, duration_option(
         "--term-timeout", help="Seconds between SIGTERM and SIGKILL when stopping ranks.")
     ] = 10.0,
-    exit_grace: Annotated[float, typer.Option(
+    exit_grace: Annotated[float, duration_option(
         "--exit-grace", help="Seconds a rank that reported finish() (SDK) may take to exit "
         "before it is stopped and counted as done (teardown hangs).")] = 30.0,
-    peer_exit_grace: Annotated[float, typer.Option(
+    peer_exit_grace: Annotated[float, duration_option(
         "--peer-exit-grace", help="Seconds the other ranks may take to exit on their own after "
         "a rank aborts or crashes (SIGABRT, SIGSEGV...), before they are stopped: tells a crash "
         "in teardown from one mid-training.")] = 5.0,
@@ -118,12 +119,12 @@ def run(
         "--crash-loop-restarts", help="Stop the chain as a crash loop when this many restarts "
         "in a row got no further than the best step reached before them (SDK steps; 0: "
         "off).")] = 3,
-    backoff: Annotated[float, typer.Option(
+    backoff: Annotated[float, duration_option(
         "--backoff", help="Seconds before the second relaunch of a run of failures (the first "
         "is immediate); doubles per further failure. An attempt that trained past every "
         "earlier one (SDK steps) starts a new run.")
     ] = 1.0,
-    backoff_max: Annotated[float, typer.Option("--backoff-max", help="Cap on the backoff.")
+    backoff_max: Annotated[float, duration_option("--backoff-max", help="Cap on the backoff.")
                            ] = 60.0,
     kernel_log: Annotated[str | None, typer.Option(
         "--kernel-log", help="Watched kernel log per node; {node} and {run_dir} are "
@@ -166,7 +167,7 @@ def run(
     check_floors: Annotated[Path | None, typer.Option(
         "--check-floors", help="TOML [floors] for --preflight/--stop-checks (see `trainguard "
         "check --floors`).")] = None,
-    check_time_limit: Annotated[float, typer.Option(
+    check_time_limit: Annotated[float, duration_option(
         "--check-time-limit", min=0.5, help="Seconds each probe of --preflight/--stop-checks "
         "may take on its host.")] = 20.0,
     all_output: Annotated[bool, typer.Option(
@@ -214,7 +215,7 @@ def run(
         "script's imports and what its ranks loaded) on every node and spare, so a relaunch "
         "skips interpreter start and imports. Off by default: each standby holds those "
         "modules in memory and uses CPU while it imports.")] = False,
-    node_timeout: Annotated[float, typer.Option(
+    node_timeout: Annotated[float, duration_option(
         "--node-timeout", help="Seconds a host's agent may be silent before the host counts "
         "as lost (handled like Slurm's NODE_FAIL: excluded, resumed on a spare); an agent "
         "that misses the controller for 10 s less (at least half) kills its ranks (fencing).",

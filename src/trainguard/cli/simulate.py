@@ -14,6 +14,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from trainguard.cli.console import err, fail, out, stderr_is_tty
+from trainguard.cli.options import duration_option
 from trainguard.errors import ConfigError, TrainguardError
 from trainguard.simulate import SimConfig, SimSummary, parse_start, simulate_to_dir
 from trainguard.simulate.config import DEFAULT_START_S
@@ -32,8 +33,8 @@ def simulate(
     gpus_per_node: Annotated[int, typer.Option(help="GPUs per node.")] = 8,
     days: Annotated[float, typer.Option(help="Simulated span in days.")] = 7.0,
     seed: Annotated[int, typer.Option(help="Random seed; same seed, same output.")] = 0,
-    interval: Annotated[int, typer.Option(
-        help="Scrape interval in seconds (a divisor of 7200).")] = 30,
+    interval: Annotated[int, duration_option(
+        help="Scrape interval, whole seconds (a divisor of 2h).", min=1, whole=True)] = 30,
     start: Annotated[str | None, typer.Option(
         help="Start time: unix seconds or ISO-8601 (naive = UTC). "
              "Default: 2024-11-18T00:00:00Z.")] = None,

@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from trainguard.cli.console import err, fail, out, warn
+from trainguard.cli.options import duration_option
 from trainguard.cli.tables import print_table
 from trainguard.errors import TraceError, TrainguardError
 from trainguard.trace.collect import process_state, read_states
@@ -295,7 +296,7 @@ def stragglers(
     min_slowdown: Annotated[float, typer.Option(
         "--min-slowdown", min=0.01, help="Flag a rank whose work per step is at least this "
         "fraction above its peers' (default 0.15).")] = 0.15,
-    window: Annotated[float, typer.Option(
+    window: Annotated[float, duration_option(
         "--window", min=5.0, help="Seconds of trace windows each evaluation looks at.")]
     = 45.0,
     timeline: Annotated[bool, typer.Option(

@@ -16,6 +16,7 @@ import typer
 
 from trainguard.cli.console import err, fail, out
 from trainguard.cli.helptext import reflowed_doc
+from trainguard.cli.options import duration_option
 from trainguard.errors import ConfigError, TrainguardError
 from trainguard.valueorigin import InvalidValue
 
@@ -46,7 +47,6 @@ def _overrides(flags: dict[str, Any]) -> dict[str, Any]:
     """WatchConfig overrides from the flags that were given: a flag left out is absent, so
     the config file's value (or the default) stays; ``--listen off`` is present, as None."""
     from trainguard.telemetry.identity import parse_node_labels
-    from trainguard.timeparse import parse_duration
     from trainguard.watch.config import FLAGS, read_secret
 
     kw: dict[str, Any] = {}
@@ -54,10 +54,8 @@ def _overrides(flags: dict[str, Any]) -> dict[str, Any]:
         if value is None or value is False or value == []:
             continue
         flag = FLAGS[name]
-        if name in ("interval_s", "history_s", "lag_s"):
-            value = parse_duration(value, flag)
-        elif name == "step_s":
-            value = max(1, round(parse_duration(value, flag)))
+        if name == "step_s":
+            value = max(1, round(value))
         elif name == "kernel_logs":
             value = tuple(value)
         elif name == "node_label":
@@ -75,7 +73,7 @@ def watch(
     prometheus: Annotated[str | None, typer.Option(
         "--prometheus", metavar="URL", help="Prometheus to read (scraping DCGM/node exporters).")
     ] = None,
-    interval: Annotated[str | None, typer.Option(
+    interval: Annotated[float | None, duration_option(
         "--interval", help="How often to fetch and score the new interval (default 30s).")
     ] = None,
     config: Annotated[Path | None, typer.Option(
@@ -99,11 +97,11 @@ def watch(
     db: Annotated[str | None, typer.Option(
         "--db", help="Event store for alerts and evidence: SQLite path or postgresql:// URL "
         "(default $TRAINGUARD_DB, else ./trainguard.db); 'none' for no store.")] = None,
-    step: Annotated[str | None, typer.Option(
+    step: Annotated[float | None, duration_option(
         "--step", help="Detector sample step (default: Prometheus' scrape interval).")] = None,
-    history: Annotated[str | None, typer.Option(
+    history: Annotated[float | None, duration_option(
         "--history", help="Warm-up history fetched on a first start (default 6h).")] = None,
-    lag: Annotated[str | None, typer.Option(
+    lag: Annotated[float | None, duration_option(
         "--lag", help="How far behind now the newest fetched point stays (default: a fifth "
         "of the step, at most 10s).")] = None,
     kernel_log: Annotated[list[str] | None, typer.Option(

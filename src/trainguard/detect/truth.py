@@ -36,7 +36,7 @@ from trainguard.errors import ConfigError
 from trainguard.evidence.xid import APP_FAULT_XIDS, CONSEQUENCE_XIDS, xid_info
 from trainguard.telemetry.frame import Telemetry
 from trainguard.telemetry.identity import strip_port
-from trainguard.timeparse import parse_timestamp
+from trainguard.timeparse import check_year, parse_timestamp
 
 __all__ = [
     "APP_XIDS",
@@ -396,8 +396,8 @@ def read_kernel_log_truth(paths: Sequence[str | Path], *, year: int | None = Non
     """
     from trainguard.evidence import ScanOptions, TimeKind, load_rules, scan_paths
 
-    if year is not None and not 1970 <= year <= 2100:
-        raise ConfigError(f"--year must be between 1970 and 2100, got {year}")
+    if year is not None:
+        check_year(year, "--year")
     opts = ScanOptions(host_from_path=host_from_path, default_year=year)
     found, stats = scan_paths([str(p) for p in paths], load_rules([]), opts)
     for w in stats.warnings:

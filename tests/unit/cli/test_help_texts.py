@@ -45,7 +45,7 @@ def _options(command: Any) -> set[str]:
 @pytest.mark.parametrize("path", CHECKED, ids=" ".join)
 def test_every_paragraph_of_the_help_is_one_line_on_a_wide_terminal(
         path: tuple[str, ...]) -> None:
-    help_text = ALL[path].help or ""
+    help_text = (ALL[path].help or "").replace("\\[", "[")  # shown without Rich's escapes
     paragraphs = [" ".join(p.split()) for p in inspect.cleandoc(help_text).split("\n\n")
                   if not p.startswith("\b") and not any(
                       line[:1].isspace() for line in p.splitlines())]
