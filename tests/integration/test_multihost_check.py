@@ -49,7 +49,7 @@ def check(cluster: HostCluster, *extra: str, agent_exec: str | None = None,
           hosts: list[str] = HOSTS) -> tuple[int, dict[str, Any], str]:
     argv = [*TG, "check", "--nodes", ",".join(hosts), "--json",
             "--agent-exec", agent_exec or f"{cluster.enter_script} {{node}}",
-            "--controller-addr", cluster.bridge_addr, "--time-limit", "10", *extra]
+            "--controller-addr", cluster.bridge_addr, "--probe-timeout", "10", *extra]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=300,
                        cwd=Path(__file__).parents[2])
     assert r.returncode in (0, 1), r.stderr[-3000:]
@@ -139,7 +139,7 @@ def test_release_verify_refuses_a_degraded_host_and_accepts_it_repaired(
     assert r.returncode == 0, r.stderr
     verify = ["nodes", "release", "host6", "--db", db, "--verify", "--peers",
               "host1,host2,host3", "--agent-exec", f"{cluster.enter_script} {{node}}",
-              "--controller-addr", cluster.bridge_addr, "--time-limit", "10"]
+              "--controller-addr", cluster.bridge_addr, "--probe-timeout", "10"]
     # (release --verify runs the default probes and the ring: the full check of a host)
     cluster.throttle("host6", 100)  # Mbit/s: a tenth or less of a healthy veth here
     try:

@@ -47,7 +47,7 @@ def run_check(msg: Mapping[str, Any], node: str) -> dict[str, Any]:
     command arrived (``t_host_recv``) and at the reply (``t_host``), after holding the reply
     ``hold_s`` (at most 0.1 s; :mod:`trainguard.check.clocksync`)."""
     t_host_recv = time.time()
-    from trainguard.check.probe_base import ProbeParams
+    from trainguard.check.probe_base import PROBE_TIMEOUT_S, ProbeParams
     from trainguard.check.probes import default_probes, run_probes
 
     raw = msg.get("params") if isinstance(msg.get("params"), Mapping) else {}
@@ -56,7 +56,7 @@ def run_check(msg: Mapping[str, Any], node: str) -> dict[str, Any]:
     expected = raw.get("expected_gpus")
     params = ProbeParams(
         node, checkpoint_dir=Path(ckpt) if isinstance(ckpt, str) and ckpt else None,
-        time_limit_s=_number(raw, "time_limit_s", 30.0, 0.1, 3600.0),
+        time_limit_s=_number(raw, "time_limit_s", PROBE_TIMEOUT_S, 0.1, 3600.0),
         expected_gpus=int(expected) if isinstance(expected, int) and expected >= 0 else None)
     names = msg.get("probes")
     if names is None:

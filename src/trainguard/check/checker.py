@@ -30,8 +30,10 @@ from trainguard.check.floors import Floors
 from trainguard.check.judge import judge as judge_results
 from trainguard.check.judge import summarize
 from trainguard.check.model import Finding, Level, ProbeResult, Status
+from trainguard.check.pairing import CHECK as LINK_CHECK
 from trainguard.check.pairing import FIGURE as LINK_FIGURE
 from trainguard.check.pairing import Isolator, Pair
+from trainguard.check.probe_base import PROBE_TIMEOUT_S
 from trainguard.check.probes import DEFAULT_PROBES
 
 
@@ -55,7 +57,7 @@ class CheckOptions:
     """Probe names; None: the default set (:data:`trainguard.check.probes.DEFAULT_PROBES`)."""
     checkpoint_dir: str | None = None
     """The storage probe's directory, as the hosts see it; None: no storage probe."""
-    time_limit_s: float = 30.0
+    time_limit_s: float = PROBE_TIMEOUT_S
     """Each probe's limit on its host."""
     expected_gpus: int | None = None
     links: bool = True
@@ -84,6 +86,8 @@ class CheckReport:
     duration_s: float
     links: tuple[tuple[str, str, float | None], ...] = ()
     """Every link measurement: (host, peer, MB/s or None when it could not be measured)."""
+    floors: Mapping[str, float] = field(default_factory=dict)
+    """The operator's floors the figures were judged against (figure name -> limit)."""
 
     def flagged(self) -> tuple[str, ...]:
         """Hosts judged slow or failed, in the order given."""
@@ -103,8 +107,42 @@ class CheckReport:
                 "link_rounds": self.link_rounds,
                 "started": self.started, "duration_s": round(self.duration_s, 3),
                 "links": [{"host": a, "peer": b, "mbps": v} for a, b, v in self.links],
+                "floors": dict(self.floors),
                 "findings": [f.to_dict() for f in self.findings],
                 "results": [r.to_dict() for r in self.results]}
+
+
+def failed_checks(findings: Iterable[Finding]) -> dict[str, list[str]]:
+    """The hosts with a FAIL finding, each with the checks it failed (in order, once each)."""
+    out: dict[str, list[str]] = {}
+    for f in findings:
+        if f.level is Level.FAIL and f.kind == "host":
+            checks = out.setdefault(f.subject, [])
+            if f.check not in checks:
+                checks.append(f.check)
+    return out
+
+
+def not_link_tested(host: str, checks: Sequence[str]) -> Finding:
+    """SKIPPED: ``host`` failed ``checks`` already, so its links are not measured (a failed
+    host would only slow the rounds and muddy the comparison of the others)."""
+    return Finding(host, "host", Level.SKIPPED, LINK_CHECK,
+                   f"not link-tested: it already failed {', '.join(checks)}", LINK_FIGURE)
+
+
+def _repeat_note(confirming: Sequence[Pair], repeats: Sequence[Pair]) -> str:
+    """Why a round measures pairs measured before (empty when it does not)."""
+    def names(pairs: Iterable[Pair]) -> str:
+        return ", ".join(f"{a}-{b}" for a, b in pairs)
+
+    notes = []
+    if confirming:
+        notes.append(f"{names(confirming)} again, to confirm a slow result (both hosts are "
+                     "fine with other partners)")
+    controls = [p for p in repeats if p not in confirming]
+    if controls:
+        notes.append(f"{names(controls)} again, as this round's yardstick")
+    return "; " + "; ".join(notes) if notes else ""
 
 
 def silent_finding(host: str, what: str, timeout_s: float) -> Finding:
@@ -152,14 +190,22 @@ class Checker:
             verdicts_first = judge_results(results, options.floors)
         findings += verdicts_first
         rounds = 0
-        answering = [h for h in live if h not in self._silent]
-        if options.links and len(answering) >= 2:
-            link_findings, rounds = self._links(answering, options)
-            findings += link_findings
+        if options.links and len(hosts) >= 2:
+            failed = failed_checks(findings)
+            findings += [not_link_tested(h, failed[h]) for h in hosts if h in failed]
+            linked = [h for h in live if h not in self._silent and h not in failed]
+            if len(linked) >= 2:
+                link_findings, rounds = self._links(linked, options)
+                findings += link_findings
+            elif linked:
+                findings.append(Finding(linked[0], "host", Level.SKIPPED, LINK_CHECK,
+                                        "not link-tested: every other host failed before the "
+                                        "link rounds", LINK_FIGURE))
         verdicts = {h: Level.PASS for h in hosts}
         verdicts.update({h: v for h, v in summarize(findings).items() if h in verdicts})
         return CheckReport(tuple(hosts), tuple(results), tuple(findings), verdicts, rounds,
-                           started, self._clock() - started, tuple(self._link_log))
+                           started, self._clock() - started, tuple(self._link_log),
+                           dict(options.floors.limits))
 
     # -- steps -------------------------------------------------------------------------------
 
@@ -248,9 +294,10 @@ class Checker:
         iso = Isolator(hosts)
         while (pairs := iso.next_round()) is not None:
             self._status(f"links, round {iso.rounds + 1}: {len(pairs)} pair(s) "
-                         f"({', '.join(f'{a}-{b}' for a, b in pairs)})")
+                         f"({', '.join(f'{a}-{b}' for a, b in pairs)})"
+                         + _repeat_note(iso.confirming(pairs), iso.repeats(pairs)))
             iso.record(self.measure_pairs(pairs, options))
-        return iso.findings(), iso.rounds
+        return [*iso.findings(), *iso.confirmations()], iso.rounds
 
     def measure_pairs(self, pairs: Sequence[Pair],
                       options: CheckOptions) -> dict[Pair, float | None]:
@@ -337,6 +384,8 @@ __all__ = [
     "CheckReport",
     "Checker",
     "HostRequests",
+    "failed_checks",
+    "not_link_tested",
     "offset_finding",
     "pair_waves",
     "silent_finding",

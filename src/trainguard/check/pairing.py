@@ -23,9 +23,14 @@ Outline:
    hosts are both good elsewhere is re-measured once and, if still bad, is the link itself.
    Hosts that find no free good partner wait for the next round; one faulty host takes 2
    rounds (3 with an odd host out).
-4. Good hosts left idle in a later round measure each other (up to ``controls`` pairs): a
-   later measurement is slow only against the survey AND against the same round's other
-   pairs, so a load swing between rounds does not read as a slow host.
+4. Good hosts left idle in a later round measure each other (up to ``controls`` pairs, links
+   not measured yet first): a later measurement is slow only against the survey AND against
+   the same round's other pairs, so a load swing between rounds does not read as a slow host.
+
+A round never runs for controls alone. The one deliberate repeat is step 3's re-measure of a
+bad pair whose hosts are good elsewhere: :meth:`Isolator.confirming` names it while the round is
+planned, and :meth:`Isolator.confirmations` reports each such pair that came back fine (PASS,
+with both figures), so a healthy set that took an extra round says why.
 
 Limits, by construction: the comparison is relative, so a uniform slowdown shows only against
 ``floor_mbps``; with 3 hosts one slow host slows 2 of the 3 links, which reads as "cluster".
@@ -303,9 +308,41 @@ class Isolator:
                 pairs.append((h, free[0]))
                 used |= {h, free[0]}
         # 3. Controls: good hosts left idle measure each other, the round's own yardstick.
+        if not pairs:
+            return []
         idle = [g for g in self.hosts if g in good and g not in used]
-        controls = [(idle[i], idle[i + 1]) for i in range(0, len(idle) - 1, 2)]
-        return pairs + controls[:self.controls] if pairs else []
+        return pairs + self._controls(idle)
+
+    def _controls(self, idle: Sequence[str]) -> list[Pair]:
+        """Up to ``controls`` disjoint pairs of ``idle`` hosts, links not measured yet first:
+        a control is the round's yardstick either way, and a new one also tests a link."""
+        bad = {link_name(*m.pair) for m in self._measured if m.bad}
+        free = list(idle)
+        fresh: list[Pair] = []
+        for g in idle:
+            if g not in free:
+                continue
+            partner = next((h for h in free if h != g and h not in self._partners(g)), None)
+            if partner is not None:
+                fresh.append((g, partner))
+                free.remove(g)
+                free.remove(partner)
+        again = [(free[i], free[i + 1]) for i in range(0, len(free) - 1, 2)]
+        # never a link already seen slow: it would drag the yardstick down
+        return [p for p in (*fresh, *again) if link_name(*p) not in bad][:self.controls]
+
+    def repeats(self, pairs: Sequence[Pair]) -> list[Pair]:
+        """Those of ``pairs`` already measured in an earlier round: a slow pair re-measured
+        to confirm it, or a control pair measured again as the round's yardstick."""
+        done = {link_name(*m.pair) for m in self._measured}
+        return [p for p in pairs if link_name(*p) in done]
+
+    def confirming(self, pairs: Sequence[Pair]) -> list[Pair]:
+        """Those of ``pairs`` that re-measure a bad pair (its hosts good with other partners),
+        to tell a passing moment from a slow link."""
+        bad = {link_name(*m.pair) for m in self._measured if m.bad}
+        good = self._good_hosts()
+        return [p for p in pairs if link_name(*p) in bad and set(p) <= good]
 
     def _partners(self, h: str) -> set[str]:
         return {p for m in self._measured if h in m.pair for p in m.pair if p != h}
@@ -323,6 +360,30 @@ class Isolator:
         faulty = self._faulty_hosts(good)
         out = [self._host_finding(h) for h in self.hosts if h in faulty]
         out += [self._link_finding(p, good) for p in self._unexplained(faulty)]
+        return out
+
+    def confirmations(self) -> list[Finding]:
+        """PASS, one per link that was bad once and fine when measured again (a passing
+        moment, not a fault): why the check took a round more, with the figures."""
+        good = self._good_hosts()
+        faulty = self._faulty_hosts(good)
+        out: list[Finding] = []
+        seen: set[str] = set()
+        for m in self._measured:
+            name = link_name(*m.pair)
+            if not m.bad or name in seen or set(m.pair) & faulty:
+                continue
+            seen.add(name)
+            ms = self._link_state(m.pair)
+            later = [x for x in ms if x.round > m.round and not x.bad]
+            if not later:
+                continue
+            ok = later[0]
+            out.append(Finding(
+                name, "link", Level.PASS, CHECK,
+                f"link {name}: {_mbps(m.value)} in round {m.round} ({m.verdict}), re-measured "
+                f"in round {ok.round} to confirm: {_mbps(ok.value)}, fine; a passing moment, "
+                f"not a fault ({self._ref_text()})", FIGURE, ok.value, self._centre()))
         return out
 
     def _ref_text(self) -> str:

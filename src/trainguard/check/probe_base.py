@@ -24,6 +24,11 @@ from typing import Any
 from trainguard.check.model import Figure, ProbeResult, Status
 from trainguard.errors import ConfigError
 
+PROBE_TIMEOUT_S = 30.0
+"""The default limit of each probe on its host, in seconds: the one default of `check
+--probe-timeout`, `run --check-time-limit` (pre-flight and stop-time checks), `nodes release
+--verify --probe-timeout` and an agent asked without one."""
+
 HARD_FAIL_FACT = "hard_fail"
 """The fact name by which a probe that ran marks a hard problem (its value: what is wrong)."""
 
@@ -80,7 +85,7 @@ class ProbeParams:
     host: str
     checkpoint_dir: Path | None = None
     """The directory the storage probe writes its temporary file in; None: no storage probe."""
-    time_limit_s: float = 30.0
+    time_limit_s: float = PROBE_TIMEOUT_S
     """Each probe's limit; a probe that has not returned by then is reported as timed out."""
     expected_gpus: int | None = None
     """GPUs this host should have; fewer is a FAIL. None: not checked."""
@@ -178,5 +183,6 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
-__all__ = ["FIGURES", "HARD_FAIL_FACT", "Deadline", "FigureSpec", "ProbeParams", "describe",
-           "errored", "figure", "is_relative", "measure_budget", "skipped"]
+__all__ = ["FIGURES", "HARD_FAIL_FACT", "PROBE_TIMEOUT_S", "Deadline", "FigureSpec",
+           "ProbeParams", "describe", "errored", "figure", "is_relative", "measure_budget",
+           "skipped"]

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -15,7 +16,10 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from trainguard.cli.console import EXIT_FAILED, err, fail, out
+from trainguard.check.hostnames import parse_hosts
+from trainguard.check.judge import MIN_PEERS
+from trainguard.check.probe_base import PROBE_TIMEOUT_S
+from trainguard.cli.console import EXIT_FAILED, err, fail, out, warn
 from trainguard.cli.options import duration_option
 from trainguard.errors import ConfigError, TrainguardError
 
@@ -33,8 +37,12 @@ ControllerOpt = Annotated[str | None, typer.Option(
     "--controller-addr", help="Address the agents dial to reach this process.")]
 ListenOpt = Annotated[str | None, typer.Option(
     "--listen", help="Address to listen on for agents.")]
-TimeLimitOpt = Annotated[float, duration_option(
-    "--time-limit", min=0.5, help="Seconds each probe may take on its host.")]
+ProbeTimeoutOpt = Annotated[float | None, duration_option(
+    "--probe-timeout", min=0.5, show_default=False,
+    help=f"Seconds each probe may take on its host [default: {PROBE_TIMEOUT_S:g}s].")]
+OldTimeLimitOpt = Annotated[float | None, duration_option(
+    "--time-limit", min=0.5, hidden=True,
+    help="Deprecated name of --probe-timeout (not a Slurm time limit, unlike run's).")]
 FloorsOpt = Annotated[Path | None, typer.Option(
     "--floors", help="TOML file with a [floors] table: figure name = minimum (maximum where "
     "lower is better), e.g. gemm_gflops = 50.")]
@@ -43,8 +51,9 @@ CheckpointDirOpt = Annotated[str | None, typer.Option(
     "reads a temporary file in; without it there is no storage probe.")]
 
 Nodes = Annotated[str, typer.Option(
-    "--nodes", help="Comma-separated hosts to check (at least 3 for comparisons between hosts; "
-    "with fewer only the floors apply).")]
+    "--nodes", help=f"Comma-separated host names (RFC 1123) to check. Probe figures are "
+    f"compared between hosts from {MIN_PEERS + 1} hosts on, links from 3; with fewer only "
+    "the floors apply.")]
 
 
 def check(
@@ -63,7 +72,8 @@ def check(
     collective: Annotated[bool, typer.Option(
         "--collective/--no-collective", help="Last, a ring-wide all-reduce over the hosts "
         "that passed (gloo, NCCL with GPUs; needs torch on the hosts).")] = True,
-    time_limit: TimeLimitOpt = 30.0,
+    probe_timeout: ProbeTimeoutOpt = None,
+    time_limit: OldTimeLimitOpt = None,
     expected_gpus: Annotated[int | None, typer.Option(
         "--expected-gpus", min=0, help="GPUs each host should have (fewer fails).")] = None,
     floors: FloorsOpt = None,
@@ -83,12 +93,18 @@ def check(
     between hosts, each host compared with the others and with your floors.
 
     Each host's agent runs its probes, all hosts at once (hosts that share a machine one after
-    another), each probe under --time-limit; a host that looks slow is measured again before it
-    is named. Links are measured in rounds of disjoint pairs; a slow pair is re-paired with
-    known-good hosts until the slow host, or the link itself, is named.
+    another), each probe under --probe-timeout; a host that looks slow is measured again
+    before it is named. Links are measured in rounds of disjoint pairs; a slow pair is
+    re-paired with known-good hosts until the slow host, or the link itself, is named.
 
     Last, a ring-wide all-reduce over the hosts that passed confirms the whole set over the
     transport training uses (gloo; NCCL with GPUs).
+
+    Hosts that already failed a probe are left out of the link rounds (reported as not
+    link-tested). A link round repeats a pair only to confirm a slow result, and says so.
+
+    With --backend slurm, run it inside an allocation (salloc or an sbatch script): the
+    agents start as a step of it; check never submits a job.
 
     Exit status: 0 when every host passed (a probe that is not possible on a host is skipped
     with its reason, never a pass), 1 when a host is slow, failed or unreachable or the
@@ -103,15 +119,18 @@ def check(
             check_names(probe)
         options = CheckOptions(
             probes=tuple(probe) if probe else None, checkpoint_dir=checkpoint_dir,
-            time_limit_s=time_limit, expected_gpus=expected_gpus, links=links,
-            collective=collective,
+            time_limit_s=probe_timeout_s(probe_timeout, time_limit),
+            expected_gpus=expected_gpus, links=links, collective=collective,
             max_clock_offset_s=max_clock_offset, floors=load_floors(floors))
     except ConfigError as exc:
         fail(str(exc), 2)
     report = run_host_check(hosts, options, AgentsAt(backend, agent_exec, controller_addr,
                                                      listen, connect_timeout), db, "check")
     if json_out:
-        sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
+        from trainguard.check.summary import notes, summary_line
+
+        doc = {**report.to_dict(), "notes": notes(report), "summary": summary_line(report)}
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
         print_report(report)
     if not report.ok():
@@ -130,12 +149,30 @@ class AgentsAt:
 
 
 def host_list(value: str, flag: str) -> tuple[str, ...]:
-    hosts = tuple(n.strip() for n in value.split(",") if n.strip())
-    if not hosts:
-        raise ConfigError(f"{flag} has no host names")
-    if len(set(hosts)) != len(hosts):
-        raise ConfigError(f"{flag} names a host twice")
-    return hosts
+    """The hosts of a comma-separated list, validated
+    (:func:`trainguard.check.hostnames.parse_hosts`)."""
+    return parse_hosts(value, flag)
+
+
+def probe_timeout_s(value: float | None, old: float | None) -> float:
+    """The probe time limit from --probe-timeout or its deprecated name --time-limit (with a
+    warning); both at once is a ConfigError. Neither: :data:`PROBE_TIMEOUT_S`."""
+    if old is not None:
+        if value is not None:
+            raise ConfigError("--time-limit is the old name of --probe-timeout: give one")
+        warn("--time-limit is deprecated here: use --probe-timeout (seconds per probe)")
+        return old
+    return PROBE_TIMEOUT_S if value is None else value
+
+
+def allocation_problem(backend: str, env: Mapping[str, str]) -> str | None:
+    """Why a check cannot start its agents through ``backend`` here, or None. Slurm: only as
+    a step of the allocation it runs in (a check never submits a job of its own)."""
+    if backend == "slurm" and not env.get("SLURM_JOB_ID"):
+        return ("--backend slurm needs a Slurm allocation (SLURM_JOB_ID is not set): run "
+                "inside an allocation (salloc -N <hosts> trainguard check ...) or an sbatch "
+                "script; a check does not submit jobs")
+    return None
 
 
 def load_floors(path: Path | None) -> Floors:
@@ -156,8 +193,13 @@ def run_host_check(hosts: Sequence[str], options: CheckOptions, at: AgentsAt, db
     from trainguard.agent.backend import with_agents
     from trainguard.recover.registry import BackendOptions, get_entry
 
+    if (problem := allocation_problem(at.backend, os.environ)) is not None:
+        fail(problem, 2)
+    # inside the allocation: its steps, never sbatch
+    mode: dict[str, str | int | None] = {"slurm_mode": "allocation"} \
+        if at.backend == "slurm" else {}
     try:
-        inner = get_entry(at.backend).factory(BackendOptions("trainguard-check", {}))
+        inner = get_entry(at.backend).factory(BackendOptions("trainguard-check", mode))
         agents = with_agents(inner, agent_exec=at.agent_exec, advertise=at.controller_addr,
                              listen=at.listen)
         agents.connect_timeout_s = at.connect_timeout_s
@@ -187,30 +229,47 @@ def run_host_check(hosts: Sequence[str], options: CheckOptions, at: AgentsAt, db
 
 
 def print_report(report: CheckReport) -> None:
+    """The report on the terminal: per host its verdict, its measured figures (each with its
+    floor and verdict) and link rates, and the evidence; below, the whole set's results (the
+    all-reduce), the notes (figures judged by floors only) and the summary line."""
     from trainguard.check.model import Level
+    from trainguard.check.summary import (
+        evidence_lines,
+        figure_lines,
+        link_line,
+        notes,
+        summary_line,
+    )
     from trainguard.cli.tables import print_table
 
     table = Table(title=f"trainguard check: {len(report.hosts)} host(s) in "
                   f"{report.duration_s:.1f} s ({report.link_rounds} link round(s))")
     table.add_column("host")
     table.add_column("verdict")
+    table.add_column("measured")
     table.add_column("evidence")
     styles = {Level.PASS: "green", Level.SLOW: "yellow", Level.FAIL: "bold red",
               Level.SKIPPED: "dim"}
     for host in report.hosts:
         level = report.verdicts.get(host, Level.PASS)
-        mine = [f for f in report.findings if host in f.hosts]
-        bad = [f for f in mine if f.level in (Level.SLOW, Level.FAIL)]
-        skipped = [f for f in mine if f.level is Level.SKIPPED]
-        lines = [f.reason for f in bad] or ["all probes passed"]
-        if skipped:
-            lines.append("skipped: " + "; ".join(f"{f.check} ({f.reason})" for f in skipped))
+        measured = figure_lines(report, host)
+        links = link_line(report, host)
+        if links is not None:
+            measured.append(links)
         table.add_row(Text(host), Text(level.value, style=styles[level]),
-                      Text("\n".join(lines)))
+                      Text("\n".join(measured) or "-"),
+                      Text("\n".join(evidence_lines(report, host))))
     print_table(out, table)
-    cluster = [f for f in report.findings if f.subject == "cluster" and f.level is not Level.PASS]
-    for f in cluster:
-        err.print(Text(f"check: {f.reason}"))
+    for f in report.findings:
+        if f.kind == "cluster":
+            out.print(Text.assemble((f"{f.check} {f.level.value}: ", styles[f.level]),
+                                    f.reason))
+    for note in notes(report):
+        out.print(Text(note))
+    ok = report.ok()
+    out.print(Text.assemble(("check: ", "bold cyan"),
+                            (summary_line(report), "green" if ok else "bold red")))
 
 
-__all__ = ["AgentsAt", "check", "host_list", "load_floors", "print_report", "run_host_check"]
+__all__ = ["AgentsAt", "OldTimeLimitOpt", "ProbeTimeoutOpt", "allocation_problem", "check",
+           "host_list", "load_floors", "print_report", "probe_timeout_s", "run_host_check"]

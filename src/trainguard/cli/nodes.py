@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -19,9 +19,11 @@ from trainguard.cli.check import (
     ControllerOpt,
     FloorsOpt,
     ListenOpt,
-    TimeLimitOpt,
+    OldTimeLimitOpt,
+    ProbeTimeoutOpt,
     host_list,
     load_floors,
+    probe_timeout_s,
     run_host_check,
 )
 from trainguard.cli.console import err, fail, out, warn
@@ -29,7 +31,10 @@ from trainguard.cli.storeopen import open_store
 from trainguard.durations import format_duration
 from trainguard.errors import ConfigError, TrainguardError
 from trainguard.nodehealth import exclusion_concentration, node_health
-from trainguard.store import HostCheckRecord
+from trainguard.store import HostCheckRecord, Store
+
+if TYPE_CHECKING:
+    from trainguard.check.checker import CheckOptions
 
 app = typer.Typer(
     help="Node-health memory: exclusions, XIDs, alerts, jobs taken down, lemon scores. "
@@ -104,8 +109,9 @@ def nodes(
                 "last evidence", "last check"):
         table.add_column(col)
     for h in health:
-        state = f"[red]excluded[/red] since {_when(h.excluded_since)}: {h.exclusion_reason}" \
-            if h.excluded else (h.state or "ok")
+        state = (f"[red]excluded[/red] since {_when(h.excluded_since)}: "
+                 f"{escape(h.exclusion_reason or '')}" if h.excluded
+                 else escape(h.listed_state))
         lemon = f"[bold red]{h.lemon_score:.2f} lemon[/bold red]" if h.lemon \
             else f"{h.lemon_score:.2f}"
         evidence = f"{_when(h.last_evidence_time)} {h.last_evidence}" if h.last_evidence else "-"
@@ -174,16 +180,32 @@ def release(
     controller_addr: ControllerOpt = None,
     listen: ListenOpt = None,
     checkpoint_dir: CheckpointDirOpt = None,
-    time_limit: TimeLimitOpt = 30.0,
+    probe_timeout: ProbeTimeoutOpt = None,
+    time_limit: OldTimeLimitOpt = None,
     floors: FloorsOpt = None,
 ) -> None:
     """Release a node after repair: later runs may use it again. With --verify, only when its
-    checks pass (exit 1 and the reasons otherwise)."""
-    if verify:
-        _verify(node, peers, AgentsAt(backend, agent_exec, controller_addr, listen), db,
-                checkpoint_dir, time_limit, floors)
-    elif peers is not None:
+    checks pass (exit 1 and the reasons otherwise).
+
+    A node without an active exclusion is refused (exit 2) before anything runs, unless
+    --slurm (Slurm may have drained a node the store never excluded)."""
+    if peers is not None and not verify:
         fail("--peers needs --verify", 2)
+    try:  # every input first: nothing runs for a node that cannot be released
+        checking = _verify_input(node, peers, checkpoint_dir,
+                                 probe_timeout_s(probe_timeout, time_limit), floors) \
+            if verify else None
+    except ConfigError as exc:
+        fail(str(exc), 2)
+    with open_store(db) as store:
+        try:
+            problem = release_problem(store, node) if not slurm else None
+        except TrainguardError as exc:
+            fail(str(exc), 1)
+    if problem is not None:
+        fail(problem, 2)
+    if checking is not None:
+        _verify(node, *checking, AgentsAt(backend, agent_exec, controller_addr, listen), db)
     with open_store(db) as store:
         try:
             if slurm:
@@ -195,25 +217,42 @@ def release(
             fail(str(exc), 2)
         except TrainguardError as exc:
             fail(str(exc), 1)
-    if not n and not slurm:
-        fail(f"{node} has no active exclusion", code=1)
-    err.print(f"{node} released ({n} exclusion{'s' if n > 1 else ''})")
+    err.print(f"{node} released ({n} exclusion{'s' if n != 1 else ''})")
 
 
-def _verify(node: str, peers: str | None, at: AgentsAt, db: str | None,
-            checkpoint_dir: str | None, time_limit_s: float, floors: Path | None) -> None:
-    """Check ``node`` (with ``peers``); exit 1 with the reasons unless it passes."""
+def release_problem(store: Store, node: str) -> str | None:
+    """Why ``node`` cannot be released (it has no active exclusion), or None."""
+    if node in store.active_excluded_nodes():
+        return None
+    known = (any(ex.node == node for ex in store.exclusions())
+             or any(n.name == node for n in store.nodes()))
+    if known:
+        return f"{node} has no active exclusion: nothing to release"
+    return (f"{node} is not a node the store knows (never excluded): nothing to release; "
+            "`trainguard nodes` lists them")
+
+
+def _verify_input(node: str, peers: str | None, checkpoint_dir: str | None,
+                  time_limit_s: float, floors: Path | None
+                  ) -> tuple[tuple[str, ...], CheckOptions]:
+    """The peers and the check's options of ``release --verify``; ConfigError on bad input."""
     from trainguard.check.checker import CheckOptions
+    from trainguard.check.hostnames import check_host_name
+
+    check_host_name(node, "node")
+    others = host_list(peers, "--peers") if peers else ()
+    if node in others:
+        raise ConfigError(f"--peers names {node} itself")
+    options = CheckOptions(checkpoint_dir=checkpoint_dir, time_limit_s=time_limit_s,
+                           floors=load_floors(floors))
+    return others, options
+
+
+def _verify(node: str, others: tuple[str, ...], options: CheckOptions, at: AgentsAt,
+            db: str | None) -> None:
+    """Check ``node`` (with ``others``); exit 1 with the reasons unless it passes."""
     from trainguard.check.model import Level
 
-    try:
-        others = host_list(peers, "--peers") if peers else ()
-        if node in others:
-            raise ConfigError(f"--peers names {node} itself")
-        options = CheckOptions(checkpoint_dir=checkpoint_dir, time_limit_s=time_limit_s,
-                               floors=load_floors(floors))
-    except ConfigError as exc:
-        fail(str(exc), 2)
     if not others:
         warn("no --peers: the node is compared with the floors only (and its links are not "
              "measured)")

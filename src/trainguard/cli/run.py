@@ -17,6 +17,7 @@ from rich.text import Text
 
 from trainguard.agent.backend import with_agents
 from trainguard.agent.manual import SECRET_FILE_NAME
+from trainguard.check.probe_base import PROBE_TIMEOUT_S
 from trainguard.cli.console import err, fail
 from trainguard.cli.helptext import reflow
 from trainguard.cli.options import duration_option
@@ -169,7 +170,7 @@ def run(
         "check --floors`).")] = None,
     check_time_limit: Annotated[float, duration_option(
         "--check-time-limit", min=0.5, help="Seconds each probe of --preflight/--stop-checks "
-        "may take on its host.")] = 20.0,
+        "may take on its host (as `trainguard check --probe-timeout`).")] = PROBE_TIMEOUT_S,
     all_output: Annotated[bool, typer.Option(
         "--all-output", help="Echo every line of the ranks' output. By default the tracebacks "
         "that follow a failure (peers reacting to the failed rank) are counted in one line per "

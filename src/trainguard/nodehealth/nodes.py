@@ -46,13 +46,27 @@ class NodeHealth:
     state: str | None = None
     """The state last recorded for the node (scheduler state when a backend reports one)."""
 
+    @property
+    def listed_state(self) -> str:
+        """The state as ``trainguard nodes`` lists it (:func:`listed_state`)."""
+        return listed_state(self.excluded, self.state)
+
     def to_dict(self) -> dict[str, object]:
         return {"node": self.node, "excluded": self.excluded,
                 "exclusion_reason": self.exclusion_reason, "excluded_since": self.excluded_since,
                 "exclusions": self.exclusions, "xids": self.xids, "alerts": self.alerts,
                 "jobs_taken_down": self.jobs_taken_down, "last_evidence": self.last_evidence,
                 "last_evidence_time": self.last_evidence_time,
-                "lemon_score": self.lemon_score, "lemon": self.lemon, "state": self.state}
+                "lemon_score": self.lemon_score, "lemon": self.lemon,
+                "state": self.listed_state, "recorded_state": self.state}
+
+
+def listed_state(excluded: bool, recorded: str | None) -> str:
+    """A node's state for the listing (table and JSON alike): ``excluded`` while an exclusion
+    is active, else the state last recorded, else ``ok`` (nothing recorded against it)."""
+    if excluded:
+        return "excluded"
+    return recorded or "ok"
 
 
 def incidents(store: Store) -> list[NodeIncident]:
@@ -130,4 +144,4 @@ def exclusion_concentration(store: Store, top_k: int = 3) -> Concentration:
     return concentration(counts, top_k, sorted(seen))
 
 
-__all__ = ["NodeHealth", "exclusion_concentration", "incidents", "node_health"]
+__all__ = ["NodeHealth", "exclusion_concentration", "incidents", "listed_state", "node_health"]

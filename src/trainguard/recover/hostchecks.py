@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from trainguard.check.checker import CheckOptions, CheckReport
+from trainguard.check.summary import summary_line
 from trainguard.errors import ConfigError, TrainguardError
 from trainguard.recover.chain import Chain, Scheduler
 from trainguard.recover.failure import Failure, FailureKind
@@ -174,7 +175,11 @@ class HostChecks:
             self._status(f"check: all {len(hosts)} host(s) passed "
                          f"({report.duration_s:.1f} s)")
             return
-        placement = replace_flagged(chain.nodes, chain.spares, flagged, self._required)
+        try:
+            placement = replace_flagged(chain.nodes, chain.spares, flagged, self._required)
+        except TooFewGoodHosts as exc:
+            # what they failed, the probe and the floor: otherwise only the hosts' names
+            raise TooFewGoodHosts(f"{exc}; {summary_line(report)}") from None
         for host in placement.excluded:
             reason = f"{context} check: {check_reason(report, host)}"
             self._status(f"{host}: excluded: {reason}")

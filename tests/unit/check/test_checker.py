@@ -9,6 +9,7 @@ from typing import Any
 
 from trainguard.check.checker import Checker, CheckOptions, pair_waves, waves
 from trainguard.check.clocksync import SAMPLES as CLOCK_SAMPLES
+from trainguard.check.floors import Floors
 from trainguard.check.model import Figure, Level, ProbeResult, Status
 
 
@@ -157,3 +158,64 @@ def test_a_moment_of_load_is_not_an_accusation() -> None:
 def test_a_host_slow_twice_is_flagged() -> None:
     agents = FakeAgents(HOSTS, cpu={"n2": 0.2})
     assert run(agents).flagged() == ("n2",)
+
+
+def _linked(agents: FakeAgents) -> set[str]:
+    """Every host that served or probed a link."""
+    return {h for kind, hosts in agents.calls if kind.startswith("link_") for h in hosts}
+
+
+def test_a_host_that_failed_a_probe_is_not_link_tested() -> None:
+    agents = FakeAgents(HOSTS, cpu={"n5": 0.2})
+    options = CheckOptions(probes=("cpu_gemm",), floors=Floors.from_mapping({"gemm_gflops": 30}))
+    report = Checker(agents, clock=agents.clock).run(HOSTS, options)
+    assert report.flagged() == ("n5",)
+    assert "n5" not in _linked(agents) and _linked(agents) == set(HOSTS) - {"n5"}
+    assert all("n5" not in (a, b) for a, b, _ in report.links)
+    (note,) = [f for f in report.findings if f.subject == "n5" and f.check == "link"]
+    assert note.level is Level.SKIPPED
+    assert note.reason == "not link-tested: it already failed cpu_gemm"
+    assert report.verdicts["n5"] is Level.FAIL  # the note does not soften the verdict
+
+
+def test_a_slow_host_is_still_link_tested() -> None:
+    agents = FakeAgents(HOSTS, cpu={"n5": 0.2})
+    report = run(agents)
+    assert report.flagged() == ("n5",) and "n5" in _linked(agents)
+    assert not [f for f in report.findings if f.level is Level.SKIPPED]
+
+
+def test_the_last_host_standing_says_its_links_were_not_measured() -> None:
+    agents = FakeAgents(["a", "b"], cpu={"b": 0.2})
+    options = CheckOptions(probes=("cpu_gemm",), floors=Floors.from_mapping({"gemm_gflops": 30}))
+    report = Checker(agents, clock=agents.clock).run(["a", "b"], options)
+    assert report.link_rounds == 0 and not _linked(agents)
+    reasons = {f.subject: f.reason for f in report.findings if f.check == "link"}
+    assert reasons == {"a": "not link-tested: every other host failed before the link rounds",
+                       "b": "not link-tested: it already failed cpu_gemm"}
+    assert report.verdicts == {"a": Level.PASS, "b": Level.FAIL}
+
+
+def test_a_repeated_pair_is_announced_and_reported() -> None:
+    class Hiccup(FakeAgents):
+        """The first link measured is slow (a moment of load), the rest are not."""
+
+        first = True
+
+        def _reply(self, host: str, msg: Mapping[str, Any]) -> Mapping[str, Any] | None:
+            reply = super()._reply(host, msg)
+            if msg["t"] == "link_probe" and self.first and reply is not None:
+                self.first = False
+                return {"result": ProbeResult("link", host, Status.OK,
+                                              (Figure("link_mbps", 200.0, "MB/s"),)).to_dict()}
+            return reply
+
+    agents = Hiccup(HOSTS[:4])
+    said: list[str] = []
+    report = Checker(agents, clock=agents.clock, status=said.append).run(HOSTS[:4], OPTS)
+    assert report.ok() and report.link_rounds == 3
+    (third,) = [s for s in said if s.startswith("links, round 3")]
+    assert "n1-n2 again, to confirm a slow result" in third
+    assert "n3-n4 again, as this round's yardstick" in third
+    (note,) = [f for f in report.findings if f.kind == "link"]
+    assert note.level is Level.PASS and "re-measured in round 3 to confirm" in note.reason

@@ -242,3 +242,57 @@ def test_control_pairs_keep_a_load_swing_from_naming_a_link(controls: int,
         iso.record({p: link(*p) for p in pairs})
     assert [f.subject for f in iso.findings()] == found
     assert rnd[0] == 3
+
+
+def test_a_confirming_round_says_why_and_controls_measure_new_links() -> None:
+    # Round 1 (survey): node0<->node1 hiccups. Round 2 clears both of its hosts with other
+    # partners. Round 3 re-measures it on purpose, and says so; its control pairs are links
+    # not measured yet, not the survey's pairs again.
+    calls: dict[str, int] = {}
+
+    def link(a: str, b: str) -> float:
+        name = link_name(a, b)
+        calls[name] = calls.get(name, 0) + 1
+        return 100.0 if name == "node0<->node1" and calls[name] == 1 else 2000.0
+
+    iso = Isolator(_hosts(8))
+    seen: set[str] = set()
+    rounds: list[tuple[list[Pair], list[Pair], list[Pair]]] = []
+    while (pairs := iso.next_round()) is not None:
+        rounds.append((pairs, iso.confirming(pairs), iso.repeats(pairs)))
+        assert {link_name(*p) for p in iso.repeats(pairs)} == \
+            {link_name(*p) for p in pairs} & seen
+        seen |= {link_name(*p) for p in pairs}
+        iso.record({p: link(*p) for p in pairs})
+    assert len(rounds) == 3
+    third, confirming, repeats = rounds[2]
+    assert [link_name(*p) for p in confirming] == ["node0<->node1"]
+    assert repeats == confirming and len(third) == 3  # the re-measure and 2 new controls
+    assert iso.findings() == []
+    (note,) = iso.confirmations()
+    assert note.level is Level.PASS and note.subject == "node0<->node1"
+    assert "100 MB/s in round 1" in note.reason and "round 3 to confirm: 2,000 MB/s" in note.reason
+
+
+def test_four_healthy_hosts_repeat_a_pair_only_to_confirm_it() -> None:
+    # 4 hosts: the survey's 2 pairs are each other's only yardstick, so a moment of load on
+    # one reads slow; the 3rd round re-measures it, and the report says why.
+    n = [0]
+
+    def link(a: str, b: str) -> float:
+        n[0] += 1
+        return 900.0 if n[0] == 1 else 2000.0
+
+    iso = Isolator(_hosts(4))
+    rounds = _drive(iso, link)
+    assert len(rounds) == 3 and iso.findings() == []
+    assert [f.subject for f in iso.confirmations()] == [link_name(*rounds[0][0])]
+
+
+def test_no_confirmation_note_without_a_repeat() -> None:
+    iso = Isolator(_hosts(8))
+    _drive(iso, lambda a, b: 2000.0)
+    assert iso.confirmations() == []
+    slow = Isolator(_hosts(8))
+    _drive(slow, _network(random.Random(1), slow_hosts=frozenset({"node3"})))
+    assert slow.confirmations() == [] and [f.subject for f in slow.findings()] == ["node3"]

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from trainguard.cli.main import app
 from trainguard.evidence.events import FailureEvent, TimeKind
-from trainguard.nodehealth.nodes import exclusion_concentration, node_health
+from trainguard.nodehealth.nodes import exclusion_concentration, listed_state, node_health
 from trainguard.store import Store
 from trainguard.taxonomy import Action, Category, Severity
 
@@ -66,6 +66,29 @@ def test_nodes_cli_exclude_list_release(tmp_path: Path) -> None:
     r = runner.invoke(app, ["nodes", "release", "node7", "--db", db])
     assert r.exit_code == 0
     r = runner.invoke(app, ["nodes", "release", "node7", "--db", db])
-    assert r.exit_code == 1 and "no active exclusion" in r.stderr
+    assert r.exit_code == 2 and "no active exclusion" in r.stderr  # input, not an outcome
     with Store.open(db) as store:
         assert store.active_excluded_nodes() == set()
+
+
+def test_json_and_table_agree_on_each_nodes_state(tmp_path: Path) -> None:
+    db = str(tmp_path / "tg.db")
+    with Store.open(db) as store:
+        sid = store.create_session("job", backend="local", started=1.0)
+        store.create_attempt(sid, index=0, nodes=["n1"], started=1.0)  # nothing recorded
+        store.upsert_node("n2", state="drain", seen=1.0)              # a scheduler's state
+        store.add_exclusion("n3", reason="XID 79", created=2.0, source="operator")
+    r = runner.invoke(app, ["nodes", "--json", "--db", db])
+    assert r.exit_code == 0, r.output
+    states = {n["node"]: n["state"] for n in json.loads(r.stdout)["nodes"]}
+    assert states == {"n1": "ok", "n2": "drain", "n3": "excluded"}
+    r = runner.invoke(app, ["nodes", "--db", db])
+    rows = {line.split()[1]: line.split()[3] for line in r.stdout.splitlines()
+            if line.startswith("│ n")}
+    assert rows == states
+
+
+def test_listed_state() -> None:
+    assert listed_state(False, None) == "ok"
+    assert listed_state(False, "drain") == "drain"
+    assert listed_state(True, "ok") == "excluded"

@@ -7,11 +7,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from trainguard.check.checker import Checker, CheckOptions, CheckReport
 from trainguard.check.floors import Floors
 from trainguard.check.model import Figure, ProbeResult, Status
 from trainguard.recover.chain import Chain
-from trainguard.recover.hostchecks import HostCheckConfig, HostChecks
+from trainguard.recover.hostchecks import HostCheckConfig, HostChecks, TooFewGoodHosts
 
 
 class Hosts:
@@ -83,3 +85,12 @@ def test_a_floor_still_excludes_on_three_hosts() -> None:
     chain, excluded = _preflight({"a": 50.0, "b": 5.0, "c": 50.4},
                                  Floors.from_mapping({"gemm_gflops": 20}))
     assert excluded == ["b"] and chain.nodes == ("a", "c")
+
+
+def test_when_every_host_fails_the_preflight_names_the_probe_and_floor() -> None:
+    with pytest.raises(TooFewGoodHosts) as caught:
+        _preflight({"a": 8.0, "b": 5.0, "c": 6.5}, Floors.from_mapping({"gemm_gflops": 20}))
+    message = str(caught.value)
+    assert "a, b, c failed" in message
+    assert message.endswith("all 3 host(s) failed: cpu_gemm gemm_gflops at most 8.00 GFLOP/s "
+                            "< floor 20.0"), message
