@@ -184,3 +184,11 @@ def test_live_watch_matches_offline_survives_a_kill_and_reaches_alertmanager(
     with Store.open(str(tmp_path / "tg.db")) as store:
         rows = [(a.node, a.kind, a.start) for a in store.alerts()]
     assert len(rows) == len(set(rows)) and set(rows) == set(keys)
+
+    # --json says what happened to each alert: stored, accepted by Alertmanager, no action
+    live = [x for x in lines if x["change"] == "fired" and not x["historical"]]
+    assert live and all(x["stored"] and x["sent"] and not x["acted"] for x in live), live
+    # Prometheus keeps milliseconds: rounds of one new point score it, they do not warn that
+    # there are "no samples" (issue 28: hundreds of such lines in the first minutes)
+    for log in ("watch1.log", "watch2.log"):
+        assert "no samples" not in (tmp_path / log).read_text()

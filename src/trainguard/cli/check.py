@@ -85,7 +85,7 @@ def check(
         "hosts whose agent does not are reported unreachable.")] = 60.0,
     db: Annotated[str | None, typer.Option(
         "--db", help="Also record the results in this event store (SQLite path or "
-        "postgresql:// URL).")] = None,
+        "postgresql:// URL; 'none': not recorded).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Validate hosts before (or after) they cost a job: compute, memory, storage, GPUs
@@ -208,8 +208,10 @@ def run_host_check(hosts: Sequence[str], options: CheckOptions, at: AgentsAt, db
     store = None
     if db is not None:
         from trainguard.cli.storeopen import open_store
+        from trainguard.store import wants_no_store
 
-        store = open_store(db)
+        if not wants_no_store(db):  # --db none: nothing recorded
+            store = open_store(db)
     work = Path(tempfile.mkdtemp(prefix="trainguard-check-"))
     try:
         report = agents.check_hosts(hosts, options, work, progress)

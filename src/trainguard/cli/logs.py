@@ -57,7 +57,7 @@ def classify(
     limit: Annotated[int, typer.Option(help="Rows in the terminal table (0 = all).", min=0)] = 20,
     db: Annotated[str | None, typer.Option(
         "--db", help="Also record the events (and their hosts) in this store: a SQLite path or "
-        "a postgresql:// URL. Without it nothing is written.")] = None,
+        "a postgresql:// URL. Without it, or with 'none', nothing is written.")] = None,
     max_gib: Annotated[float, typer.Option(
         "--max-gib", help="Read at most this many GiB from one .gz file (decompressed) or pipe; "
         "the rest is reported as not scanned.", min=1e-6)] = DEFAULT_MAX_BYTES / (1 << 30),
@@ -122,8 +122,10 @@ def classify(
 
 
 def _record(db: str, events: list[FailureEvent]) -> None:
-    from trainguard.store import Store
+    from trainguard.store import Store, wants_no_store
 
+    if wants_no_store(db):  # --db none: nothing recorded
+        return
     try:
         last_seen: dict[str, float | None] = {}
         for e in events:

@@ -32,7 +32,7 @@ from trainguard.recover.registry import BackendOptions, backends_help, get_entry
 from trainguard.recover.runlock import RunDirLock
 from trainguard.recover.spec import job_name, parse_failure_domains, parse_snapshot_every
 from trainguard.snapshot.layout import DEFAULT_ROOT
-from trainguard.store import Store
+from trainguard.store import Store, wants_no_store
 
 run_help = reflow("""Supervise a multi-node training job: every rank gets the torch.distributed
 environment; failures are classified, culprit nodes excluded, and the job relaunched from its
@@ -142,7 +142,8 @@ def run(
         "(hard alerts always stop it).")] = False,
     db: Annotated[str | None, typer.Option(
         "--db", help="Event store: SQLite path or postgresql:// URL "
-        "(default $TRAINGUARD_DB, else ./trainguard.db).")] = None,
+        "(default $TRAINGUARD_DB, else ./trainguard.db); 'none' for no store, as --no-db.")
+    ] = None,
     no_db: Annotated[bool, typer.Option("--no-db", help="Do not write the event store.")
                      ] = False,
     inject: Annotated[list[str] | None, typer.Option(
@@ -254,7 +255,7 @@ def run(
         lock.acquire()
     except ConfigError as exc:
         fail(str(exc), code=2)
-    store = None if no_db else Store.open(db)
+    store = None if no_db or wants_no_store(db) else Store.open(db)
     echo_to = sys.stderr if json_out else sys.stdout
 
     def on_output(rank: int, node: str, line: str) -> None:

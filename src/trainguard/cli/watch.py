@@ -96,7 +96,8 @@ def watch(
         "--alertmanager", metavar="URL", help="Post alerts to this Alertmanager.")] = None,
     db: Annotated[str | None, typer.Option(
         "--db", help="Event store for alerts and evidence: SQLite path or postgresql:// URL "
-        "(default $TRAINGUARD_DB, else ./trainguard.db); 'none' for no store.")] = None,
+        "(default $TRAINGUARD_DB, else ./trainguard.db; with --once, no store unless one of "
+        "them is given); 'none' for no store.")] = None,
     step: Annotated[float | None, duration_option(
         "--step", help="Detector sample step (default: Prometheus' scrape interval).")] = None,
     history: Annotated[float | None, duration_option(
@@ -121,7 +122,7 @@ def watch(
         "--simulator", metavar="URL", help="Replay: read the clock of a `trainguard simulate "
         "--serve` exporter and score in simulated time.")] = None,
     once: Annotated[bool, typer.Option(
-        "--once", help="One round (warm up or catch up), then exit.")] = False,
+        "--once", help="One round (warm up or catch up), then exit; no HTTP server.")] = False,
     json_out: Annotated[bool, typer.Option(
         "--json", help="Alert changes as JSON lines on stdout.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every round.")] = False,
@@ -137,12 +138,15 @@ def watch(
     The state is kept in --state-dir: a restart resumes where it stopped and raises the
     alerts it missed. Ctrl-C or SIGTERM stop it cleanly. Exit status: 0 after a clean stop
     (with --once: a round without errors), 1 when it cannot start or the --once round
-    failed, 2 on bad options.
+    failed, 2 on bad options, a store that cannot be opened, or (with --once) a Prometheus
+    that cannot be reached or is not a Prometheus.
     """
     from trainguard.watch.config import load_config
 
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(message)s")
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
+    if verbose:  # the root logger is configured already (`trainguard [-v]`): open ours to INFO
+        ours = logging.getLogger("trainguard")
+        ours.setLevel(min(logging.INFO, logging.getLogger().getEffectiveLevel()))
     try:
         overrides = _overrides({
             "prometheus": prometheus, "state_dir": state_dir, "alertmanager_url": alertmanager,
@@ -168,6 +172,8 @@ def watch(
         fail(str(exc), 2)
     try:
         problems = _serve(cfg, db, once=once, json_out=json_out)
+    except PrometheusUnusable as exc:
+        fail(f"watch: {exc}", 2)
     except InvalidValue as exc:
         fail(str(cfg.named(exc)), 2)
     except ConfigError as exc:
@@ -178,10 +184,29 @@ def watch(
         fail(f"watch: the round failed: {'; '.join(problems)}", 1)
 
 
+class PrometheusUnusable(TrainguardError):
+    """The --once round could not use Prometheus at all (no connection, not a Prometheus)."""
+
+
+def _open_store(db: str | None, *, once: bool) -> Any:
+    """The store named by --db (or $TRAINGUARD_DB, else ./trainguard.db); None for ``none``,
+    and, for one round, unless the user named one: --once creates no ./trainguard.db."""
+    import os
+
+    from trainguard.errors import StoreError
+    from trainguard.store import DB_ENV, Store, wants_no_store
+
+    if wants_no_store(db) or (once and db is None and not os.environ.get(DB_ENV, "").strip()):
+        return None
+    try:
+        return Store.open(db)
+    except StoreError as exc:  # a path or URL that names no usable store: bad input
+        raise ConfigError(str(exc)) from exc
+
+
 def _serve(cfg: Any, db: str | None, *, once: bool, json_out: bool) -> tuple[str, ...]:
     """Run the service (one round with `once`); returns the --once round's errors."""
     from trainguard.evidence.rules import load_rules
-    from trainguard.store import Store
     from trainguard.telemetry.prometheus import PrometheusClient
     from trainguard.watch.actions import ActionExecutor, slurm_drain
     from trainguard.watch.alertmanager import AlertmanagerClient
@@ -193,7 +218,9 @@ def _serve(cfg: Any, db: str | None, *, once: bool, json_out: bool) -> tuple[str
     from trainguard.watch.webhook import WebhookReceiver
 
     with ExitStack() as stack:
-        store = None if db == "none" else stack.enter_context(Store.open(db))
+        store = _open_store(db, once=once)
+        if store is not None:
+            stack.enter_context(store)
         client = PrometheusClient(cfg.prometheus, bearer_token=cfg.prometheus_token,
                                   retries=2, timeout_s=max(10.0, cfg.interval_s))
         am = None if cfg.alertmanager_url is None else AlertmanagerClient(
@@ -221,6 +248,7 @@ def _serve(cfg: Any, db: str | None, *, once: bool, json_out: bool) -> tuple[str
                            on_note=lambda note: err.print(f"note: {note}", highlight=False,
                                                           markup=False))
         note = svc.load()
+        server = None
         if cfg.listen is not None:
             from trainguard.simulate.serve import parse_listen
 
@@ -230,6 +258,15 @@ def _serve(cfg: Any, db: str | None, *, once: bool, json_out: bool) -> tuple[str
                       ("GET", "/status"): lambda _req: Response.json(svc.status()),
                       ("GET", "/healthz"): lambda _req: Response.json({"status": "ok"})}
             server = HttpServer(ServerConfig(host=host, port=port, token=cfg.token), routes)
+        if once:  # one round: no endpoints to serve (the options are checked all the same)
+            report = svc.round()
+            if report.prometheus_problem is not None:
+                raise PrometheusUnusable(report.prometheus_problem)
+            if not report.failed:
+                err.print(f"one round of {cfg.prometheus}: {report.line()}; {svc.step_words}; "
+                          f"state in {cfg.state_dir} ({note})", highlight=False, markup=False)
+            return report.errors
+        if server is not None:
             try:
                 server.start()
             except OSError as exc:
@@ -239,10 +276,8 @@ def _serve(cfg: Any, db: str | None, *, once: bool, json_out: bool) -> tuple[str
             where = f"; {server.url}/metrics, /status, /alertmanager/webhook"
         else:
             where = ""
-        err.print(f"watching {cfg.prometheus} every {cfg.interval_s:g}s, step {svc.step_s}s; "
+        err.print(f"watching {cfg.prometheus} every {cfg.interval_s:g}s, {svc.step_words}; "
                   f"state in {cfg.state_dir} ({note}){where}", highlight=False, markup=False)
-        if once:
-            return svc.round().errors
         stop = threading.Event()
 
         def on_signal(signum: int, _frame: FrameType | None) -> None:

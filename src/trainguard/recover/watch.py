@@ -221,10 +221,8 @@ class NodeWatch:
             return None
         kind = str(rec.get("kind", "predictive"))
         fatal = kind == "hard" or self._stop_on_predictive
-        signals = rec.get("signals") or []
-        top = ", ".join(str(s.get("metric")) for s in signals[:3] if isinstance(s, dict))
         start = rec.get("start")
-        summary = f"detector {kind} alert" + (f" ({top})" if top else "")
+        summary = alert_summary(kind, rec.get("signals"))
         fields = [("alert_kind", kind), ("source", str(rec.get("source", where)))]
         foretold = rec.get(PREDICTED_FAILURE_IN_S)
         if isinstance(foretold, (int, float)) and math.isfinite(foretold) and foretold > 0:
@@ -240,4 +238,21 @@ class NodeWatch:
             evidence=(EvidenceLine(where, line, summary[:2000]),))
 
 
-__all__ = ["NodeWatch", "RankWatch"]
+def alert_summary(kind: str, signals: object, most: int = 3) -> str:
+    """``detector <kind> alert (m1, m2, m3)``: the first `most` distinct metrics of the alert's
+    signals, in order. One metric on several GPUs (``ecc_sbe`` on gpu0 and gpu1) is named once.
+
+        >>> alert_summary("predictive", [{"metric": "ecc_sbe", "gpu": "0"},
+        ...                              {"metric": "ecc_sbe", "gpu": "1"}, {"metric": "temp"}])
+        'detector predictive alert (ecc_sbe, temp)'
+    """
+    names: list[str] = []
+    for s in signals if isinstance(signals, list | tuple) else ():
+        metric = s.get("metric") if isinstance(s, Mapping) else None
+        if metric is not None and str(metric) not in names:
+            names.append(str(metric))
+    top = ", ".join(names[:most])
+    return f"detector {kind} alert" + (f" ({top})" if top else "")
+
+
+__all__ = ["NodeWatch", "RankWatch", "alert_summary"]

@@ -14,7 +14,7 @@ for shared deployments (``pip install 'trainguard[postgres]'``).
 
 from __future__ import annotations
 
-from trainguard.store.connect import DB_ENV, DEFAULT_DB, resolve_db_url
+from trainguard.store.connect import DB_ENV, DEFAULT_DB, NO_STORE, resolve_db_url, wants_no_store
 from trainguard.store.records import (
     ALERT_KINDS,
     CHECK_CONTEXTS,
@@ -35,6 +35,7 @@ __all__ = [
     "CHECK_CONTEXTS",
     "DB_ENV",
     "DEFAULT_DB",
+    "NO_STORE",
     "RUNNING",
     "SCHEMA_VERSION",
     "AlertRecord",
@@ -46,4 +47,5 @@ __all__ = [
     "SessionRecord",
     "Store",
     "resolve_db_url",
+    "wants_no_store",
 ]

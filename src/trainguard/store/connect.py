@@ -52,18 +52,45 @@ SQLITE_BEGIN_OPTION = "trainguard_sqlite_begin"
 _PG_SCHEMA_LOCK_KEY = 0x7472_6E67  # "trng"
 
 
+NO_STORE = "none"
+"""``--db none`` (or ``$TRAINGUARD_DB=none``): no store. A SQLite file of that name is
+``./none``."""
+
+
+def _chosen(db: str | None) -> str:
+    """The ``--db`` value in force: the flag, else ``$TRAINGUARD_DB``, else the default."""
+    if db is None or not db.strip():
+        return os.environ.get(DB_ENV, "").strip() or DEFAULT_DB
+    return db
+
+
+def wants_no_store(db: str | None) -> bool:
+    """Whether ``--db`` (or, without it, ``$TRAINGUARD_DB``) is ``none``: the user asked for no
+    store. Commands that can run without one (watch, run) then run without one.
+
+        >>> wants_no_store("none"), wants_no_store("./none"), wants_no_store("tg.db")
+        (True, False, False)
+    """
+    return _chosen(db).strip().lower() == NO_STORE
+
+
 def resolve_db_url(db: str | None) -> str:
     """The SQLAlchemy URL for a ``--db`` value.
 
     ``None`` falls back to ``$TRAINGUARD_DB`` and then ``./trainguard.db``. A value containing
     ``://`` is a URL used as is, except that ``postgresql://`` (or ``postgres://``) without a
-    driver gets psycopg 3. Anything else is a filesystem path to a SQLite file.
+    driver gets psycopg 3. Anything else is a filesystem path to a SQLite file, except ``none``
+    (see :func:`wants_no_store`): a command that gets this far needs a store, so ``none`` is a
+    `StoreError`, never a SQLite file named ``none``.
 
         >>> resolve_db_url("postgresql://u@db/tg")
         'postgresql+psycopg://u@db/tg'
     """
-    if db is None or not db.strip():
-        db = os.environ.get(DB_ENV, "").strip() or DEFAULT_DB
+    if wants_no_store(db):
+        given = f"${DB_ENV}={NO_STORE}" if db is None or not db.strip() else f"--db {db.strip()}"
+        raise StoreError(f"{given} means no event store, but this command needs one: give a "
+                         "SQLite path (./none for a file of that name) or a postgresql:// URL")
+    db = _chosen(db)
     if "://" in db:
         scheme, rest = db.split("://", 1)
         if scheme in ("postgresql", "postgres"):
@@ -354,6 +381,7 @@ def _read_version(conn: Connection, where: str) -> int | None:
 __all__ = [
     "DB_ENV",
     "DEFAULT_DB",
+    "NO_STORE",
     "check_schema",
     "create_engine",
     "display_url",
@@ -362,5 +390,6 @@ __all__ = [
     "open_engine",
     "resolve_db_url",
     "store_name",
+    "wants_no_store",
     "write_engine",
 ]

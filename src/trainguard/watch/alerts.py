@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Literal
 
 from trainguard.detect.alerts import AlertEpisode
@@ -77,8 +77,6 @@ def reconcile(known: Mapping[str, LiveAlert], open_eps: Iterable[AlertEpisode],
                               peak=ep.peak_score, source="detector", raised_at=now,
                               signals=signals, summary=episode_summary(ep),
                               historical=historical)
-            if historical:
-                alert = replace(alert, sent=True, acted=True)
             changes.append(Change("fired", alert))
         elif old.historical:
             continue

@@ -316,7 +316,9 @@ def _from_doc(doc: Mapping[str, Any]) -> dict[str, Any]:
     unknown = sorted(set(doc) - {"watch", "detect", "http", "alertmanager", "actions",
                                  "kernel_logs", "replay", "prometheus"})
     if unknown:
-        raise ConfigError(f"unknown section(s): {', '.join(unknown)}")
+        hint = ("; [calibration] is in the detector config `trainguard tune` writes: pass that "
+                "file with --detector-config FILE" if "calibration" in unknown else "")
+        raise ConfigError(f"unknown section(s): {', '.join(unknown)}{hint}")
     kw = _watch_section(_table(doc, "watch"))
     prom = _table(doc, "prometheus")
     if "token_file" in prom:

@@ -23,10 +23,8 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
-
-import numpy as np
 
 from trainguard.detect.alerts import AlertKind
 from trainguard.detect.clustersize import cluster_size, size_note
@@ -36,9 +34,15 @@ from trainguard.evidence.events import FailureEvent, TimeKind
 from trainguard.store import Store
 from trainguard.taxonomy import Action, Severity
 from trainguard.telemetry.builder import TelemetryBuilder
-from trainguard.telemetry.frame import FloatArray, MetricKind, Telemetry
+from trainguard.telemetry.frame import MetricKind, Telemetry
 from trainguard.telemetry.identity import IdentityConfig
-from trainguard.telemetry.prometheus import PrometheusClient, metric_kinds, read_prometheus
+from trainguard.telemetry.prometheus import (
+    NotPrometheus,
+    PrometheusClient,
+    PrometheusUnreachable,
+    metric_kinds,
+    read_prometheus,
+)
 from trainguard.timeparse import parse_duration
 from trainguard.watch import alertmanager as am
 from trainguard.watch.actions import ActionExecutor, Outcome
@@ -47,6 +51,8 @@ from trainguard.watch.alerts import Change, confidence, reconcile
 from trainguard.watch.config import WatchConfig
 from trainguard.watch.exporter import MetricsExporter, MetricsSnapshot, OpenAlert
 from trainguard.watch.kernlog import KernelLogTailer
+from trainguard.watch.replaygrid import ReplayGrid
+from trainguard.watch.roundreport import RoundReport, iso, warmup_blocks
 from trainguard.watch.state import LiveAlert, WatchState, load_state, prepare_dir, save_state
 
 __all__ = ["RoundReport", "WatchService", "severity_of"]
@@ -57,6 +63,8 @@ _NODE_ACTIONS = (Action.EXCLUDE_NODE, Action.REBOOT_NODE, Action.RESET_GPU)
 """Kernel-log evidence that raises a hard alert (the rest is stored as evidence only)."""
 KERNEL_SOURCE = "kernel-log"
 STORE_SOURCE = "trainguard-watch"
+DEFAULT_STEP_S = 30
+"""The detector step when neither --step, the saved state nor Prometheus' targets name one."""
 
 
 def _rate_annotations(alert: LiveAlert) -> dict[str, str]:
@@ -73,26 +81,6 @@ def _rate_annotations(alert: LiveAlert) -> dict[str, str]:
 def severity_of(kind: str) -> str:
     """Alertmanager severity of an alert kind: hard evidence pages, a prediction warns."""
     return "critical" if kind == AlertKind.HARD.value else "warning"
-
-
-@dataclass(frozen=True, slots=True)
-class RoundReport:
-    """What one round did."""
-
-    fetched_to: int | None
-    """Detector time scored up to (None: nothing new)."""
-    samples: int
-    changes: tuple[Change, ...]
-    events: int
-    """Kernel-log events stored."""
-    errors: tuple[str, ...]
-    """What went wrong, one line each (``stage: problem``); not logged by the round itself."""
-
-    @property
-    def failed(self) -> bool:
-        """Something in the round went wrong (a query, scoring, the store, Alertmanager, the
-        state): ``watch --once`` exits 1."""
-        return bool(self.errors)
 
 
 class WatchService:
@@ -133,7 +121,10 @@ class WatchService:
         self._size_checked = cfg.calibration is None
         self.state = WatchState()
         self.detector: Detector | None = None
-        self.step_s = cfg.step_s or 30
+        self.step_s = cfg.step_s or DEFAULT_STEP_S
+        self.step_assumed = False
+        """No step was given or saved and Prometheus did not answer: `step_s` is the default
+        until it does (read again before anything is fetched), and is not saved before."""
         self.note = ""
         self._names: list[str] | None = None
         self._kinds: dict[str, MetricKind] = {}
@@ -154,14 +145,17 @@ class WatchService:
             else:
                 self._rewind_for_rewarm()
         saved_step = self.state.step_s
-        self.step_s = self.cfg.step_s or saved_step or self._scrape_step()
+        learned = None if self.cfg.step_s or saved_step else self._scrape_step()
+        self.step_s = self.cfg.step_s or saved_step or learned or DEFAULT_STEP_S
+        self.step_assumed = not (self.cfg.step_s or saved_step or learned)
         if saved_step is not None and saved_step != self.step_s:
             # The saved detector works on the old grid: learn again, keep the alerts.
             self.note += (f"; step changed from {saved_step} s to {self.step_s} s: warming up "
                           "again from history")
             self.detector = None
             self._rewind_for_rewarm()
-        self.state.step_s = self.step_s
+        if not self.step_assumed:
+            self.state.step_s = self.step_s
         if self.kernel_logs is not None:
             self.kernel_logs.restore(self.state.kernel_logs)
         if self.executor is not None:
@@ -175,20 +169,46 @@ class WatchService:
             self.state.warm_until = self.state.cursor
             self.state.cursor = None
 
-    def _scrape_step(self) -> int:
+    @property
+    def step_words(self) -> str:
+        """The step, and whether it is only assumed for now, for people."""
+        if self.step_assumed:
+            return (f"step {self.step_s}s until Prometheus answers (then its scrape "
+                    "interval)")
+        return f"step {self.step_s}s"
+
+    def _scrape_step(self) -> int | None:
         """Detector step from the scrape interval of Prometheus' targets (x the replay speed);
-        30 s when Prometheus does not say."""
+        30 s when Prometheus does not say; None when it did not answer at all."""
         try:
             data = self.client.get("/api/v1/targets", {"state": "active"})
             intervals = [_seconds(t.get("scrapeInterval", ""))
                          for t in (data or {}).get("activeTargets", [])]
+        except (PrometheusUnreachable, NotPrometheus):
+            return None
         except (TelemetryError, AttributeError, TypeError):
-            log.info("watch: cannot read the scrape interval from Prometheus; step 30 s")
-            return 30
+            log.info("watch: cannot read the scrape interval from Prometheus; step %d s",
+                     DEFAULT_STEP_S)
+            return DEFAULT_STEP_S
         found = [i for i in intervals if i is not None and i > 0]
         if not found:
-            return 30
+            return DEFAULT_STEP_S
         return max(1, round(min(found) * self.cfg.replay.speed))
+
+    def _settle_step(self) -> None:
+        """Read the scrape interval again while the step is only assumed; once it is known, or
+        once data was scored on the assumed step, the step is the state's."""
+        st = self.state
+        fresh = st.first_t is None and self.detector is None
+        learned = self._scrape_step() if fresh else self.step_s
+        if learned is None:
+            return
+        if learned != self.step_s:
+            # Nothing was fetched yet: the first round's window starts again on the new grid.
+            st.cursor = st.warm_until = None
+        self.step_s = learned
+        self.step_assumed = False
+        st.step_s = learned
 
     # -- one round --------------------------------------------------------------------------
     def round(self) -> RoundReport:
@@ -198,6 +218,8 @@ class WatchService:
 
     def _round(self) -> RoundReport:
         errors: list[str] = []
+        if self.step_assumed:
+            self._settle_step()
         now = self.clock()
         tm = self.cfg.replay
         step = self.step_s
@@ -221,6 +243,7 @@ class WatchService:
         changes: list[Change] = []
         total = max(1, newest + step - st.cursor)
         begin_cursor = st.cursor
+        unusable: str | None = None
         while st.cursor <= newest:
             hi = min(newest, st.cursor + max(step, int(self.cfg.max_chunk_s // step) * step)
                      - step)
@@ -229,6 +252,8 @@ class WatchService:
             except TrainguardError as exc:
                 st.count_error("query")
                 errors.append(f"query: {exc}")
+                if isinstance(exc, PrometheusUnreachable | NotPrometheus):
+                    unusable = str(exc)
                 break
             if tel is not None:
                 samples += tel.n_samples
@@ -256,7 +281,12 @@ class WatchService:
             self._save(errors)
         self._resend(now, errors)
         self._export(now)
-        return RoundReport(fetched_to, samples, tuple(changes), events, tuple(errors))
+        det = self.cfg.detect
+        warmup = warmup_blocks(st.first_t, st.cursor, step_s=step, block_s=det.block_s,
+                               warmup_s=det.warmup_s)
+        return RoundReport(fetched_to, samples, tuple(changes), events, tuple(errors),
+                           fetched_from=None if fetched_to is None else begin_cursor,
+                           warmup=warmup, prometheus_problem=unusable)
 
     def _fetch(self, lo: int, hi: int) -> Telemetry | None:
         """Points lo..hi (detector time, inclusive) from Prometheus; None when there are none."""
@@ -271,18 +301,23 @@ class WatchService:
             return None
         builder = TelemetryBuilder(IdentityConfig().for_node_label(self.cfg.node_label),
                                    step_s=self.step_s)
-
-        def retime(ts: FloatArray) -> FloatArray:
-            return np.asarray(tm.sim_start + (ts - tm.wall_start - tm.phase_s) * tm.speed,
-                              dtype=np.float64)
-
-        read_prometheus(self.client, builder, metrics=names, start=tm.to_prom(lo),
-                        end=tm.to_prom(hi), step_s=self.step_s / tm.speed, align=False,
-                        kinds=self._kinds, retime=None if tm.identity else retime)
+        grid = None if tm.identity else ReplayGrid.of(tm, lo, hi, self.step_s)
+        if grid is None:
+            start, end, wall_step = float(lo), float(hi), float(self.step_s)
+        else:
+            start, end, wall_step = grid.start, grid.end, grid.step
+        read_prometheus(self.client, builder, metrics=names, start=start, end=end,
+                        step_s=wall_step, align=False, kinds=self._kinds,
+                        retime=None if grid is None else grid.to_det)
         builder.require_node_label()  # a --node-label no series carries: say which exist
         if builder.n_samples == 0:
             return None
-        return builder.build(start_s=lo, end_s=hi + self.step_s)
+        try:
+            return builder.build(start_s=lo, end_s=hi + self.step_s)
+        except TelemetryError as exc:
+            raise TelemetryError(
+                f"Prometheus returned {builder.n_samples} samples for {iso(lo)} to {iso(hi)}, "
+                f"none on the detector's {self.step_s} s grid ({exc})") from exc
 
     def _discover(self, lo: int, hi: int) -> None:
         tm = self.cfg.replay
@@ -328,8 +363,10 @@ class WatchService:
         horizon = scored_to - self.cfg.detect.cooldown_s - 2 * self.cfg.detect.block_s
         tracker.forget_closed(horizon)
         keep_from = horizon - self.cfg.history_s
+        changed = {c.alert.key for c in changes}  # delivered next, even with no output due
         self.state.alerts = {k: a for k, a in self.state.alerts.items()
-                             if a.open or a.pending or (a.end or 0) >= keep_from}
+                             if a.open or k in changed or self._due(a)
+                             or (a.end or 0) >= keep_from}
         return changes
 
     def _calibrated(self, alert: LiveAlert) -> LiveAlert:
@@ -365,8 +402,8 @@ class WatchService:
                 self.state.alerts_total[sev] = self.state.alerts_total.get(sev, 0) + 1
         changed = {c.alert.key for c in changes}
         for key, alert in list(self.state.alerts.items()):
-            if alert.pending and key not in changed:
-                self._deliver_one(alert, fired=not alert.acted, errors=errors)
+            if self._due(alert) and key not in changed:
+                self._deliver_one(alert, fired=not alert.decided, errors=errors)
         if delivered:
             self._save(errors)
         for c in delivered:
@@ -377,21 +414,29 @@ class WatchService:
                 self.on_change(c)
         return delivered
 
+    def _due(self, alert: LiveAlert) -> bool:
+        """A delivery of the alert is still due to an output this service has."""
+        return alert.pending(store=self.store is not None,
+                             alertmanager=self.alertmanager is not None)
+
     def _deliver_one(self, alert: LiveAlert, *, fired: bool, errors: list[str]) -> LiveAlert:
-        if not alert.stored:
+        """Each output this service has gets the alert; `stored`, `sent` and `acted` say what
+        really happened (false for an output that does not exist)."""
+        if self.store is not None and not alert.stored:
             alert = self._store_alert(alert, errors)
-        if not alert.sent:
+        if alert.historical:  # recorded, never paged or acted on
+            self._remember(alert)
+            return alert
+        if self.alertmanager is not None and not alert.sent:
             alert = replace(alert, sent=self._post([alert], errors))
-        if not alert.acted:
-            if fired:
-                self._act(alert)
-            alert = replace(alert, acted=True)
+        if not alert.decided:
+            alert = replace(alert, decided=True, acted=fired and self._act(alert))
         self._remember(alert)
         return alert
 
     def _store_alert(self, alert: LiveAlert, errors: list[str]) -> LiveAlert:
         if self.store is None:
-            return replace(alert, stored=True)
+            return alert
         try:
             sid = alert.store_id
             if sid is None:
@@ -422,8 +467,9 @@ class WatchService:
                             annotations=_rate_annotations(alert))
 
     def _post(self, alerts: list[LiveAlert], errors: list[str]) -> bool:
+        """Whether Alertmanager accepted the alerts (False without one)."""
         if self.alertmanager is None:
-            return True
+            return False
         ok = self.alertmanager.post([self._am_alert(a) for a in alerts])
         if not ok:
             self.state.count_error("alertmanager")
@@ -432,9 +478,11 @@ class WatchService:
                           "(retried next round)")
         return ok
 
-    def _act(self, alert: LiveAlert) -> None:
+    def _act(self, alert: LiveAlert) -> bool:
+        """Decide and run the actions for a fired alert; True when a step was done (dry-run,
+        skipped, rate-limited or failed steps are not an action that ran)."""
         if self.executor is None:
-            return
+            return False
         tm = self.cfg.replay
         evidence = tuple(f"{s.get('metric')} {s.get('gpu') or ''} {s.get('deviation')}".strip()
                          for s in alert.signals)
@@ -451,6 +499,7 @@ class WatchService:
             key = f"{action}/{outcome}"
             counts[key] = counts.get(key, 0) + 1
         self.state.actions = self.executor.state()
+        return any(s.outcome is Outcome.DONE for s in result.steps)
 
     def _resend(self, now: float, errors: list[str]) -> None:
         """Re-post the open alerts before Alertmanager's resolve_timeout forgets them."""
@@ -571,14 +620,15 @@ class WatchService:
         """Rounds every `interval_s` until `stop` is set. A failing round is logged and
         counted; the loop goes on.
 
-        This loop is where a round's errors are logged (once each): `round` only reports them,
-        so a caller of one round (``watch --once``) shows them itself, not twice."""
+        This loop is where a round is logged, in one line (`RoundReport.line`: a warning when
+        something went wrong, else at INFO): `round` only reports, so a caller of one round
+        (``watch --once``) shows it itself, not twice."""
         while not stop.is_set():
             started = self.clock()
             try:
                 report = self.round()
-                for problem in report.errors:
-                    log.warning("watch: %s", problem)
+                log.log(logging.WARNING if report.errors else logging.INFO, "watch: %s",
+                        report.line())
                 if on_round is not None:
                     on_round(report)
             except Exception:  # the service boundary: log, count, keep watching

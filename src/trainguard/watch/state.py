@@ -69,11 +69,16 @@ class LiveAlert:
     summary: str = ""
     store_id: int | None = None
     stored: bool = False
-    """The store holds the alert as it stands now (end and peak included)."""
+    """A store holds the alert as it stands now (end and peak included); false without a
+    store (``--db none``) and until a failed write succeeds."""
     sent: bool = False
-    """Alertmanager has the alert as it stands now."""
+    """An Alertmanager accepted the alert as it stands now; false without ``--alertmanager``,
+    for history, and until a failed post succeeds."""
     acted: bool = False
-    """Actions were decided for the alert (once, when it fired)."""
+    """An action ran for the alert: at least one step (exclude, drain, notify) was done. False
+    with actions off, in dry-run, and when the policy skipped or rate-limited it."""
+    decided: bool = False
+    """Actions were decided for the alert (once, when it fired), whatever the outcome."""
     historical: bool = False
     """Opened and closed inside the first warm-up: stored and reported, never paged or acted on."""
     expected_fp_per_day: float | None = None
@@ -91,18 +96,20 @@ class LiveAlert:
     def open(self) -> bool:
         return self.end is None
 
-    @property
-    def pending(self) -> bool:
+    def pending(self, *, store: bool, alertmanager: bool) -> bool:
+        """Something is still due for the alert, given which outputs exist: a store write, an
+        Alertmanager post, the action decision (history: only the store write)."""
+        unstored = store and not self.stored
         if self.historical:
-            return not self.stored
-        return not (self.stored and self.sent and self.acted)
+            return unstored
+        return unstored or (alertmanager and not self.sent) or not self.decided
 
     def to_dict(self) -> dict[str, Any]:
         return {"node": self.node, "kind": self.kind, "start": self.start, "end": self.end,
                 "peak": round(self.peak, 4), "source": self.source, "raised_at": self.raised_at,
                 "signals": [dict(s) for s in self.signals], "summary": self.summary,
                 "store_id": self.store_id, "stored": self.stored, "sent": self.sent,
-                "acted": self.acted, "historical": self.historical,
+                "acted": self.acted, "decided": self.decided, "historical": self.historical,
                 "expected_fp_per_day": self.expected_fp_per_day,
                 "expected_fp_per_nodes": self.expected_fp_per_nodes,
                 "expected_fp_per_day_upper95": self.expected_fp_per_day_upper95}
@@ -111,6 +118,9 @@ class LiveAlert:
     def from_dict(cls, d: Mapping[str, Any]) -> LiveAlert:
         end = d.get("end")
         sid = d.get("store_id")
+        historical = bool(d.get("historical"))
+        # An older trainguard wrote "acted" for "decided", and marked history as sent and acted.
+        decided = bool(d.get("decided", d.get("acted")))
         return cls(node=str(d["node"]), kind=str(d["kind"]), start=float(d["start"]),
                    end=None if end is None else float(end), peak=float(d.get("peak", 0.0)),
                    source=str(d.get("source", "detector")),
@@ -118,8 +128,9 @@ class LiveAlert:
                    signals=tuple(dict(s) for s in d.get("signals", ()) if isinstance(s, dict)),
                    summary=str(d.get("summary", "")),
                    store_id=None if sid is None else int(sid), stored=bool(d.get("stored")),
-                   sent=bool(d.get("sent")), acted=bool(d.get("acted")),
-                   historical=bool(d.get("historical")),
+                   sent=bool(d.get("sent")) and not historical,
+                   acted=bool(d.get("acted")) and not historical and "decided" in d,
+                   decided=decided, historical=historical,
                    expected_fp_per_day=_opt_float(d.get("expected_fp_per_day")),
                    expected_fp_per_nodes=_opt_int(d.get("expected_fp_per_nodes")),
                    expected_fp_per_day_upper95=_opt_float(

@@ -96,11 +96,37 @@ def test_cli_bad_options_exit_2_without_traceback(tmp_path: Path) -> None:
         assert message in result.output and "Traceback" not in result.output
 
 
-def test_cli_once_against_an_unreachable_prometheus_reports_and_keeps_state(
-        tmp_path: Path) -> None:
+def test_cli_once_against_an_unreachable_prometheus_is_bad_input_in_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As `detect` says of the same URL: exit 2, one line, no step it could not read, no
+    ./trainguard.db for a round that named no store."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TRAINGUARD_DB", raising=False)
     result = runner.invoke(app, ["watch", "--prometheus", "http://127.0.0.1:9", "--once",
-                                 "--step", "30s", "--listen", "off", "--db", "none",
                                  "--state-dir", str(tmp_path / "s")])
-    assert result.exit_code == 1, result.output  # the round failed
-    assert result.output.count("cannot reach Prometheus") == 1
-    assert (tmp_path / "s").is_dir()
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(
+        "error: watch: cannot reach Prometheus at http://127.0.0.1:9"), result.output
+    assert "step" not in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s"]  # the state dir, no store
+
+
+def test_tunes_output_given_as_config_says_to_use_detector_config(tmp_path: Path) -> None:
+    """`trainguard tune`'s file has a [calibration] table: as --config it is refused with the
+    option that takes it, and that option does take it."""
+    from trainguard.detect.calibration import Calibration, DetectorFile, KindRate, dumps
+    from trainguard.detect.config import DetectorConfig
+
+    cal = Calibration(64, 0.3, 16, (0.0, 1e5), (1e5, 2e5), (KindRate("hard", 0, 0.0, 0.7),))
+    tuned = tmp_path / "tuned.toml"
+    tuned.write_text(dumps(DetectorFile(DetectorConfig(score_on=12.0), cal)))
+    with pytest.raises(ConfigError, match=r"unknown section\(s\): calibration; .*"
+                                          r"--detector-config FILE"):
+        load_config(tuned, {"prometheus": "http://p"})
+    result = runner.invoke(app, ["watch", "--prometheus", "http://p", "--actions", "maybe",
+                                 "--detector-config", str(tuned)])
+    # read without complaint (the next mistake reported is the --actions value)
+    assert result.exit_code == 2 and "--actions must be" in result.output, result.output
+    with pytest.raises(ConfigError, match=r"unknown section\(s\): wach$"):
+        load_config(_toml(tmp_path, "[wach]\n"), {})

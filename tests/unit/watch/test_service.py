@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import pickle
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -286,7 +286,43 @@ def test_the_json_state_alone_lists_what_was_raised(rig: Rig) -> None:
     assert loaded.state is not None and loaded.detector is None
     assert [a.node for a in loaded.state.alerts.values()] == ["node01"]
     assert list(_iter_changes(rig.changes)) == ["fired node01"]
-    assert all(a.sent and a.stored for a in loaded.state.alerts.values())
+    # no store, no Alertmanager, no actions: decided, and said to be none of the rest
+    assert [(a.decided, a.stored, a.sent, a.acted) for a in loaded.state.alerts.values()] == [
+        (True, False, False, False)]
+
+
+def test_stored_sent_and_acted_say_what_really_happened(rig: Rig, tmp_path: Path) -> None:
+    """Each flag is true only when that output exists and took the alert: no store, no
+    Alertmanager, actions off is false, false, false (and nothing is retried); a dry run is not
+    an action that ran; a refused post is not sent until Alertmanager accepts it."""
+    bare = rig.service()
+    rig.run(bare, T0 + 2700)
+    [alert] = [c.alert for c in rig.changes if c.kind == "fired"]
+    assert (alert.stored, alert.sent, alert.acted) == (False, False, False)
+    assert json.loads(json.dumps(alert.to_dict()))["sent"] is False
+    assert not bare.state.errors_total
+    live = ActionPolicy(enabled=True, dry_run=False, pool_size=6, max_pool_fraction=0.5)
+    for dry_run, expected_acted in ((False, True), (True, False)):
+        rig.changes.clear()
+        rig.posted.clear()
+        rig.now = T0 + 1200
+        rig.state_dir = tmp_path / f"state-{dry_run}"
+        with Store.open(str(tmp_path / f"tg-{dry_run}.db")) as store:
+            am = AlertmanagerClient("http://am.test:9093", transport=rig.am_transport,
+                                    retries=0)
+            ex = ActionExecutor(replace(live, dry_run=dry_run), pool=SIM.node_names,
+                                store=store, clock=lambda: rig.now)
+            svc = rig.service(store=store, alertmanager=am, executor=ex)
+            rig.am_up = False
+            rig.run(svc, T0 + 2700)
+            [fired] = [c.alert for c in rig.changes if c.kind == "fired"]
+            assert (fired.stored, fired.sent, fired.acted) == (True, False, expected_acted)
+            assert fired.store_id is not None
+            rig.am_up = True
+            rig.run(svc, T0 + 2800)
+            [now] = [a for a in svc.state.alerts.values() if a.node == "node01"]
+            assert (now.stored, now.sent, now.acted) == (True, True, expected_acted)
+            assert rig.posted
 
 
 def test_kernel_log_xids_become_evidence_and_one_hard_alert(rig: Rig, tmp_path: Path) -> None:
@@ -321,3 +357,38 @@ def test_kernel_log_xids_become_evidence_and_one_hard_alert(rig: Rig, tmp_path: 
         svc = rig.service(store=store, kernel_logs=tailer)  # restart: the old lines not again
         rig.run(svc, T0 + 1900)
         assert [e.xid for e in store.events(host="node02")] == [79, 79, 13]
+
+
+def test_history_whose_store_write_failed_is_stored_later_and_still_never_paged(
+        rig: Rig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainguard.errors import StoreError
+
+    rig.now = END
+    rig.prom.advance(rig.now)
+    with Store.open(str(tmp_path / "tg.db")) as store:
+        real_add = store.add_alert
+        locked = [True]
+
+        def add_alert(**kw: object) -> int:
+            if locked[0]:
+                raise StoreError("database is locked")
+            return real_add(**kw)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(store, "add_alert", add_alert)
+        am = AlertmanagerClient("http://am.test:9093", transport=rig.am_transport, retries=0)
+        cfg = WatchConfig(prometheus=URL, detect=DET, history_s=END - T0,
+                          state_dir=rig.state_dir)
+        svc = WatchService(cfg, client=rig.client(), clock=lambda: rig.now, store=store,
+                           alertmanager=am, executor=None, on_change=rig.changes.append)
+        svc.load()
+        assert any(e.startswith("store:") for e in svc.round().errors)
+        locked[0] = False
+        rig.now += ROUND_S
+        rig.prom.advance(rig.now)
+        assert not svc.round().errors
+        stored = {(a.node, a.kind, a.start) for a in store.alerts()}
+    history = {(a.node, a.kind, a.start) for a in svc.state.alerts.values() if a.historical}
+    assert ("node01", "hard", T0 + 2520) in history and history <= stored
+    posted = {(x["labels"]["node"], x["labels"]["kind"]) for batch in rig.posted for x in batch}
+    assert ("node01", "hard") not in posted
+    assert all(not a.sent and not a.acted for a in svc.state.alerts.values() if a.historical)

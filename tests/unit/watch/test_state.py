@@ -245,3 +245,18 @@ def test_saving_removes_an_old_pickle(tmp_path: Path) -> None:
     save_state(tmp_path, WatchState(cursor=1), None)
     assert not (tmp_path / LEGACY_PICKLE_NAME).exists()
     assert load_state(tmp_path).state is not None
+
+
+def test_an_alert_saved_by_an_older_trainguard_claims_no_delivery_it_cannot_know() -> None:
+    """Older states wrote "acted" for "actions were decided" and marked history as sent and
+    acted: read, the decision is kept (actions never run twice), the claims are not."""
+    from trainguard.watch.state import LiveAlert
+
+    old = {"node": "n1", "kind": "hard", "start": 0.0, "end": None, "peak": 1.0,
+           "source": "detector", "raised_at": 0.0, "stored": True, "sent": True, "acted": True}
+    live = LiveAlert.from_dict(old)
+    assert (live.decided, live.acted, live.sent, live.stored) == (True, False, True, True)
+    history = LiveAlert.from_dict({**old, "end": 5.0, "historical": True})
+    assert (history.sent, history.acted) == (False, False)
+    again = LiveAlert.from_dict(live.to_dict())
+    assert again == live and LiveAlert.from_dict({**live.to_dict(), "acted": True}).acted

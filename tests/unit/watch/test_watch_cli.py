@@ -1,13 +1,17 @@
-"""`trainguard watch` as a person runs it (a real process, real HTTP on 127.0.0.1): a failed
-`--once` round exits 1 with its error printed once and short; `--listen off` serves nothing,
-even over a config file's listen; `detect --prometheus` says the same about a wrong URL."""
+"""`trainguard watch` as a person runs it (a real process, real HTTP on 127.0.0.1): a `--once`
+round against a wrong --prometheus exits 2 with one short line, as `detect --prometheus` does;
+`--once` serves no HTTP and creates no default store; `--listen off` serves nothing, even over a
+config file's listen."""
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -76,13 +80,41 @@ def closed_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _command() -> list[str]:
+    script = Path(sys.executable).with_name("trainguard")  # the console script, as installed
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "trainguard.cli.main"]
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "TRAINGUARD_DB"}
+
+
 def trainguard(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """The CLI in its own process: logging is configured as for a person (under CliRunner,
     pytest's log handlers would hide a line the service logs)."""
-    script = Path(sys.executable).with_name("trainguard")  # the console script, as installed
-    command = [str(script)] if script.is_file() else [sys.executable, "-m", "trainguard.cli.main"]
-    return subprocess.run([*command, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120, check=False)
+    return subprocess.run([*_command(), *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=120, check=False, env=_env())
+
+
+def watch_until_started(*args: str, cwd: Path) -> tuple[int, str]:
+    """`trainguard watch ARGS` (no --once) until it prints its start line or exits, then
+    SIGTERM: its exit status and stderr."""
+    log = cwd / "watch.err"
+    with open(log, "w") as err:
+        proc = subprocess.Popen([*_command(), "watch", *args], cwd=cwd, stdout=subprocess.DEVNULL,
+                                stderr=err, text=True, env=_env())
+    try:
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and "watching " not in log.read_text():
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        return proc.wait(timeout=30), log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def _once(url: str, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -91,7 +123,7 @@ def _once(url: str, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[
 
 
 @pytest.mark.parametrize("case", ["404-html", "unreachable"])
-def test_a_failed_once_round_exits_1_with_its_error_once(
+def test_a_once_round_against_a_wrong_prometheus_exits_2_in_one_line(
         case: str, not_prometheus: str, tmp_path: Path) -> None:
     url = not_prometheus if case == "404-html" else f"http://127.0.0.1:{closed_port()}"
     phrase = ("does not look like a Prometheus server" if case == "404-html"
@@ -99,23 +131,26 @@ def test_a_failed_once_round_exits_1_with_its_error_once(
 
     done = _once(url, tmp_path, "--listen", "off")
 
-    assert done.returncode == 1, done.stderr
+    assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr
-    assert done.stderr.count(phrase) == 1, done.stderr
-    errors = [line for line in done.stderr.splitlines() if phrase in line]
-    assert errors[0].startswith("error: watch: the round failed: query: ")
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith(f"error: watch: {phrase}" if case == "unreachable"
+                               else f"error: watch: {url} {phrase}"), lines[0]
     assert "requested URL" not in done.stderr  # a title at most, never the page
-    assert len(errors[0]) < 400
-    assert (tmp_path / "state").is_dir()
+    assert len(lines[0]) < 400
 
 
-def test_a_good_once_round_exits_0(empty_prometheus: str, tmp_path: Path) -> None:
+def test_a_good_once_round_exits_0_and_says_what_it_scored(
+        empty_prometheus: str, tmp_path: Path) -> None:
     done = _once(empty_prometheus, tmp_path, "--listen", "off")
     assert done.returncode == 0, done.stderr
     assert "error" not in done.stderr and "warning" not in done.stderr
+    assert f"one round of {empty_prometheus}: scored " in done.stderr  # ISO times
+    assert "(0 samples)" in done.stderr and "step 30s" in done.stderr
 
 
-def test_listen_off_serves_nothing_even_over_the_config_files_listen(
+def test_once_serves_no_http_and_creates_no_default_store(
         empty_prometheus: str, tmp_path: Path) -> None:
     with socket.socket() as taken:
         # Hold the port the config file names: any HTTP server there fails to start.
@@ -124,16 +159,38 @@ def test_listen_off_serves_nothing_even_over_the_config_files_listen(
         port = taken.getsockname()[1]
         config = tmp_path / "watch.toml"
         config.write_text(f'[http]\nlisten = "127.0.0.1:{port}"\n')
+        once = trainguard("watch", "--prometheus", empty_prometheus, "--once", "--step", "30s",
+                          "--config", str(config), "--state-dir", str(tmp_path / "state"),
+                          cwd=tmp_path)
+        # The control: a watch that keeps running does try to bind the port.
+        served, served_err = watch_until_started(
+            "--prometheus", empty_prometheus, "--step", "30s", "--config", str(config),
+            "--db", "none", "--state-dir", str(tmp_path / "state"), cwd=tmp_path)
 
-        served = _once(empty_prometheus, tmp_path, "--config", str(config))
-        off = _once(empty_prometheus, tmp_path, "--config", str(config), "--listen", "off")
-        off_default = _once(empty_prometheus, tmp_path, "--listen", "OFF")
+    assert once.returncode == 0, once.stderr
+    assert "/metrics" not in once.stderr and str(port) not in once.stderr
+    assert not (tmp_path / "trainguard.db").exists()
+    assert served == 2 and f"127.0.0.1:{port}" in served_err, served_err
 
-    # The control: without --listen off, the server does try to bind the port.
-    assert served.returncode == 2 and f"127.0.0.1:{port}" in served.stderr, served.stderr
-    for done in (off, off_default):
-        assert done.returncode == 0, done.stderr
-        assert "/metrics" not in done.stderr and "9464" not in done.stderr
+
+def test_listen_off_serves_nothing_even_over_the_config_files_listen(
+        empty_prometheus: str, tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        config = tmp_path / "watch.toml"
+        config.write_text(f'[http]\nlisten = "127.0.0.1:{port}"\n')
+        common = ("--prometheus", empty_prometheus, "--step", "30s", "--db", "none",
+                  "--state-dir", str(tmp_path / "state"))
+        off = watch_until_started(*common, "--config", str(config), "--listen", "off",
+                                  cwd=tmp_path)
+        off_default = watch_until_started(*common, "--listen", "OFF", cwd=tmp_path)
+
+    for status, stderr in (off, off_default):
+        assert status == 0, stderr
+        assert "watching " in stderr and "stopped; state saved" in stderr
+        assert "/metrics" not in stderr and "9464" not in stderr
 
 
 def test_detect_from_a_url_that_is_not_prometheus_is_one_short_line(
