@@ -386,7 +386,7 @@ def with_agents(inner: Backend, *, agent_exec: str | None = None, advertise: str
     factory = LAUNCHERS.get(inner.name)
     if factory is None:
         raise ConfigError(f"the {inner.name} backend cannot start agents")
-    manual = agent_exec == MANUAL and inner.name == "local"
+    manual = agent_exec == MANUAL and factory is _local_launcher
     launcher = ManualLauncher(secret_file or _private_file()) if manual \
         else factory(inner, agent_exec)
     # Nodes that do not outlive the job are virtual nodes of this machine: their agents run

@@ -23,6 +23,7 @@ from trainguard.cli import check as check_cli
 from trainguard.cli import nodes as nodes_cli
 from trainguard.cli.check import AgentsAt, allocation_problem
 from trainguard.cli.main import app
+from trainguard.cli.options import Duration
 from trainguard.store import Store
 
 runner = CliRunner()
@@ -182,7 +183,8 @@ def _default(command: str, param: str, sub: str | None = None) -> object:
 
 def test_every_probe_time_limit_defaults_to_one_constant(recorder: Recorder,
                                                          tmp_path: Path) -> None:
-    assert _default("run", "check_time_limit") == PROBE_TIMEOUT_S  # preflight, stop-time
+    # preflight, stop-time checks (help shows the default as a duration: read it back)
+    assert Duration()(_default("run", "check_time_limit")) == PROBE_TIMEOUT_S
     assert CheckOptions().time_limit_s == PROBE_TIMEOUT_S
     db = str(tmp_path / "tg.db")
     assert runner.invoke(app, ["nodes", "exclude", "n1", "--reason", "r", "--db", db]) \
