@@ -197,7 +197,7 @@ class BlockScorer:
         mad1, _ = nanmedian_axis(np.abs(r1), axis=2)
         self.tdisp1 = _ew_typical(self.tdisp1, 1.4826 * mad1)
         scale1 = np.maximum(np.maximum(1.4826 * mad1, 0.5 * self.tdisp1[:, None]),
-                            unit_floor[:mg, None])
+                            _or_quantum(unit_floor[:mg], r1.reshape(mg, int(np.prod(r1.shape[1:]))))[:, None])
         scale1 = np.maximum(scale1, 1e-12)  # a never-changing metric: no zero scale
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             zp1 = np.where((cnt >= cfg.min_gpus)[..., None], r1 / scale1[..., None], np.nan)
@@ -217,7 +217,7 @@ class BlockScorer:
             zp2[:, idx] = np.where(ok, dev, np.nan)
         self.tdisp2 = _ew_typical(self.tdisp2, disp2)
         scale2 = np.maximum(np.maximum(np.nan_to_num(disp2), 0.5 * self.tdisp2[:, None]),
-                            np.maximum(unit_floor[:, None], 1e-12))
+                            np.maximum(_or_quantum(unit_floor, zp2)[:, None], 1e-12))
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             zp2 = zp2 / scale2
         zp1 = np.where(np.isfinite(zp1), zp1, np.nan)
@@ -398,3 +398,21 @@ def _fuse(per_metric: FloatArray, mg: int) -> FloatArray:
     host = per_metric[mg:].max(axis=0)
     second = np.maximum(gpu[-2], host) if mg >= 2 else host
     return np.asarray(gpu[-1] + 0.5 * second, dtype=np.float64)
+
+
+def _or_quantum(unit: FloatArray, dev: FloatArray) -> FloatArray:
+    """Each metric's resolution: its unit (typical change over time) where one was seen, else
+    the smallest non-zero deviation between series in this block (`dev`: metric x series).
+
+    A gauge that never changed in time (a count of remapped rows) has no unit; without this
+    floor, one GPU or node a single step away from identical peers (MAD 0) scores 1e12 sigma.
+    One quantisation step is never a deviation by itself.
+
+        >>> _or_quantum(np.array([0.5, 0.0]), np.array([[0.0, 2.0], [0.0, 3.0]])).tolist()
+        [0.5, 3.0]
+    """
+    mag = np.abs(dev)
+    mag = np.where(np.isfinite(mag) & (mag > 0), mag, np.inf)
+    quantum = mag.min(axis=1) if mag.shape[1] else np.full(mag.shape[0], np.inf)
+    quantum = np.where(np.isfinite(quantum), quantum, 0.0)
+    return np.asarray(np.where(unit > 0, unit, quantum), dtype=np.float64)
