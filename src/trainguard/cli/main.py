@@ -15,6 +15,7 @@ from trainguard.cli import (
     check,
     ckpt,
     detect,
+    inject,
     logs,
     nfs,
     nodes,
@@ -47,7 +48,7 @@ app.command("backtest")(detect.backtest)
 app.command("tune")(tune.tune_command)
 app.command("run", help=run.run_help, no_args_is_help=True,
             context_settings={"allow_interspersed_args": False})(run.run)
-app.add_typer(run.inject_app, name="inject")
+app.add_typer(inject.inject_app, name="inject")
 app.add_typer(nodes.app, name="nodes")
 app.add_typer(slurm.app, name="slurm")
 app.command("report")(report.report)
