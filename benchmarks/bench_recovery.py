@@ -792,9 +792,9 @@ def _main(cfg: Config) -> int:
         for i in range(cfg.hang_repeats):
             o = once(partial(run_trainguard, cfg, fault=signal.SIGSTOP), tmp / f"tg-hang-{i}")
             category = o.summary["attempts"][0].get("failure_category")
-            if category != "nccl_timeout_hang":
+            if category != "collective_hang":
                 raise BenchError(f"trainguard hang: attempt 0 classified {category!r}, "
-                                 "expected 'nccl_timeout_hang'")
+                                 "expected 'collective_hang'")
             results["tg hang"].append(o)
             _progress(f"trainguard hang #{i + 1}: detected after {o.detection_s:.2f} s")
             o = run_torchrun(cfg, tmp / f"torchrun-hang-{i}", fault=signal.SIGSTOP)

@@ -2,6 +2,14 @@
 
 Categories say *what broke*; actions say *what an operator (or the supervisor) should do next*.
 Both are plain string enums so they serialize to JSON and SQL as their value.
+
+Most categories name what a log line says (the classifier's signatures). Two are the
+supervisor's own diagnoses, never a log line's (:data:`SUPERVISOR_CATEGORIES`):
+``collective_hang``, a job that stopped making progress while its ranks wait in (or never reach)
+a collective, whatever the backend (the backend, ``nccl``, ``gloo`` or ``unknown``, is a detail
+of the failure; ``nccl_timeout_hang`` stays what an NCCL watchdog's timeout line says); and
+``injected_fault``, a kill or a stop that trainguard itself delivered (``run --inject``,
+``trainguard inject``).
 """
 
 from __future__ import annotations
@@ -25,7 +33,17 @@ class Category(StrEnum):
     CHECKPOINT = "checkpoint"
     SCHEDULER_NODE_FAILURE = "scheduler_node_failure"
     USER_CODE_ERROR = "user_code_error"
+    COLLECTIVE_HANG = "collective_hang"
+    """The supervisor's diagnosis: no progress, the ranks wait in (or never reach) a collective;
+    any backend."""
+    INJECTED_FAULT = "injected_fault"
+    """The supervisor's diagnosis: a kill or stop trainguard delivered (a drill)."""
     UNKNOWN = "unknown"
+
+
+SUPERVISOR_CATEGORIES = frozenset({Category.COLLECTIVE_HANG, Category.INJECTED_FAULT})
+"""Categories only the supervisor's diagnosis gives (from exits, heartbeats, collective state
+and the faults it delivered), never a log line: the log corpora need not cover them."""
 
 
 class Action(StrEnum):
@@ -68,6 +86,8 @@ CATEGORY_PRIORITY: dict[Category, int] = {
     Category.USER_CODE_ERROR: 65,
     Category.NETWORK_IB: 60,
     Category.NCCL_TIMEOUT_HANG: 40,
+    Category.COLLECTIVE_HANG: 40,
+    Category.INJECTED_FAULT: 30,
     Category.UNKNOWN: 0,
 }
 
@@ -86,7 +106,10 @@ DEFAULT_ACTION: dict[Category, Action] = {
     Category.CHECKPOINT: Action.CHECK_STORAGE,
     Category.SCHEDULER_NODE_FAILURE: Action.EXCLUDE_NODE,
     Category.USER_CODE_ERROR: Action.FIX_CODE,
+    Category.COLLECTIVE_HANG: Action.RESTART_JOB,
+    Category.INJECTED_FAULT: Action.RESTART_JOB,
     Category.UNKNOWN: Action.NONE,
 }
 
-__all__ = ["CATEGORY_PRIORITY", "DEFAULT_ACTION", "SEVERITY_RANK", "Action", "Category", "Severity"]
+__all__ = ["CATEGORY_PRIORITY", "DEFAULT_ACTION", "SEVERITY_RANK", "SUPERVISOR_CATEGORIES",
+           "Action", "Category", "Severity"]

@@ -53,6 +53,6 @@ def test_a_stopped_rank_is_declared_within_the_timeout(slurm_cluster: SlurmClust
                  "--stop-rank", "1", "--stop-at", "8", "--mark", str(mark))
     assert r.returncode == 0, r.stderr[-3000:]
     first, second = doc["attempts"]
-    assert first["failure_category"] == "nccl_timeout_hang" and second["status"] == "succeeded"
+    assert first["failure_category"] == "collective_hang" and second["status"] == "succeeded"
     assert first["failure"]["culprit_rank"] == 1, first["failure"]
     assert float(first["failed_at"]) - float(mark.read_text()) < HANG_TIMEOUT + 5

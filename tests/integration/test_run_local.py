@@ -119,6 +119,12 @@ def test_sigkill_of_a_rank_is_retried_and_the_job_resumes(tmp_path: Path) -> Non
     assert first["exit_codes"]["3"] == -signal.SIGKILL
     assert first["failure"]["culprit_rank"] == 3 and first["failure"]["culprit_nodes"] == ["node2"]
     assert first["decision"] == "retry" and last["status"] == "succeeded"
+    # the supervisor's own kill is named as such, not as a crash of unknown cause
+    what = "injected kill of rank 3 (--inject kill:rank=3,after=1)"
+    assert first["failure_category"] == "injected_fault" and first["failure"]["injected"] == what
+    assert first["failure"]["implication"] == "none" and f"{what}; no node is implicated" in \
+        first["reason"]
+    assert f"rank 3 on node2: {what}" in r.stderr and "cause unknown" not in r.stderr
     assert "rank 0 step 0\n" not in (tmp_path / "run/attempts/1/node1/rank0.log").read_text()
 
 
@@ -162,8 +168,11 @@ def test_a_hang_is_detected_within_the_timeout(tmp_path: Path) -> None:
                env={"PLAIN_CKPT": str(tmp_path / "c")})
     assert r.returncode == 0, r.stderr
     first = summary(tmp_path)["attempts"][0]
-    assert first["failure_category"] == "nccl_timeout_hang"
+    assert first["failure_category"] == "injected_fault"
     assert first["failure"]["culprit_rank"] == 1 and "SIGSTOP" in first["failure"]["summary"]
+    assert "injected hang of rank 1" in first["failure"]["summary"]
+    assert first["failure"]["implicated_nodes"] == [] and "no node is implicated" in \
+        first["reason"]
     # stopped at ~1 s after launch; declared after 2 s of silence (+ poll), torn down at once
     assert first["duration_s"] < 1 + 2 + 5
 
@@ -240,6 +249,7 @@ def test_trainguard_inject_on_a_running_job(tmp_path: Path,
     time.sleep(0.5)
     r = tg_cli("inject", "kill", "--run-dir", str(tmp_path / "run"), "--rank", "1")
     assert r.returncode == 0 and f"pid {pids[1]}" in r.stderr
+    assert "inject: looking for the run" in r.stderr and "send SIGKILL to rank 1" in r.stderr
     # The relaunch gets new PIDs; wait for them, then an XID on node2 moves the job to node3.
     state_file = tmp_path / "run" / "state.json"
     deadline = time.monotonic() + 30
@@ -254,6 +264,8 @@ def test_trainguard_inject_on_a_running_job(tmp_path: Path,
     assert proc.returncode == 0, errs
     a0, a1, a2 = summary(tmp_path)["attempts"]
     assert a0["exit_codes"]["1"] == -signal.SIGKILL and a0["decision"] == "retry"
+    assert a0["failure_category"] == "injected_fault"
+    assert "injected kill of rank 1 (trainguard inject)" in a0["reason"]
     assert a1["failure_category"] == "gpu_memory_ecc" and a1["excluded_nodes"] == ["node2"]
     assert a2["nodes"] == ["node1", "node3"] and a2["status"] == "succeeded"
 

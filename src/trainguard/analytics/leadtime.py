@@ -16,7 +16,11 @@ Outline of :func:`lead_times`:
    ``--stop-on-predictive``) counts even when it is dated ``t`` itself;
 3. the earliest such alert over the culprit nodes gives the lead: ``lead = t - alert.start``, the
    most warning there was. A failure without such an alert has no lead time (it was not predicted)
-   and is counted in :class:`LeadTimeSummary` as missed.
+   and is counted in :class:`LeadTimeSummary` as missed, unless no detector could have seen it
+   coming (:func:`not_a_miss`): a fault trainguard injected (``run --inject``, ``trainguard
+   inject``) or a failure of the job's own code (an exception, a hang in its own frames,
+   category ``user_code_error``). Those are counted apart (``injected``, ``user_code``), never
+   as misses.
 
 A predictive stop is the detector doing its job: the attempt was stopped and the node excluded
 *before* the failure the alert foretold, so ``t - alert.start`` is the alert -> stop reaction
@@ -41,12 +45,13 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from trainguard.analytics.runs import FAILED, RunView, failure_info, failure_time, median, quantile
 from trainguard.errors import ConfigError
 from trainguard.evidence.events import FailureEvent, TimeKind
 from trainguard.store import AlertRecord
-from trainguard.taxonomy import Severity
+from trainguard.taxonomy import Category, Severity
 
 DEFAULT_WINDOW_S = 24 * 3600.0
 DETECTOR_ALERT = "detector_alert"
@@ -174,7 +179,8 @@ class LeadTimeSummary:
     """Lead times over the failures that named a culprit node."""
 
     with_culprit: int
-    """Failed attempts naming at least one culprit node."""
+    """Failed attempts naming at least one culprit node, less the unpredicted ones that are not
+    a detector's to see (``injected``, ``user_code``)."""
     predicted: int
     """Those with an alert on a culprit node in the window before the failure."""
     lead_median_s: float | None
@@ -182,6 +188,10 @@ class LeadTimeSummary:
     reaction time is no lead."""
     lead_p90_s: float | None
     leads: tuple[LeadTime, ...]
+    injected: int = 0
+    """Failures without an alert first that trainguard injected (not detector misses)."""
+    user_code: int = 0
+    """Failures without an alert first caused by the job's own code (not detector misses)."""
 
     @property
     def missed(self) -> int:
@@ -194,7 +204,8 @@ class LeadTimeSummary:
 
     def to_dict(self) -> dict[str, object]:
         return {"with_culprit": self.with_culprit, "predicted": self.predicted,
-                "stopped": self.stopped, "missed": self.missed,
+                "stopped": self.stopped, "missed": self.missed, "injected": self.injected,
+                "user_code": self.user_code,
                 "lead_median_s": self.lead_median_s, "lead_p90_s": self.lead_p90_s,
                 "leads": [x.to_dict() for x in self.leads]}
 
@@ -209,6 +220,18 @@ def _culprits(failure: object) -> list[str]:
     return [str(n) for n in nodes if n]
 
 
+def not_a_miss(failure: Mapping[str, Any], category: str | None = None) -> str | None:
+    """Why a failure without an alert first is no detector miss: ``injected`` (trainguard
+    delivered it), ``user_code`` (the job's own code: an exception, a hang in its own frames),
+    else None (a miss)."""
+    category = category or str(failure.get("category") or "")
+    if failure.get("injected") or category == Category.INJECTED_FAULT.value:
+        return "injected"
+    if category == Category.USER_CODE_ERROR.value:
+        return "user_code"
+    return None
+
+
 def lead_times(runs: Iterable[RunView], alerts: Alerts, window_s: float = DEFAULT_WINDOW_S,
                stops: Stops | None = None) -> list[LeadTime]:
     """One :class:`LeadTime` per predicted failure (see the module outline), in run order."""
@@ -218,20 +241,22 @@ def lead_times(runs: Iterable[RunView], alerts: Alerts, window_s: float = DEFAUL
 def lead_time_summary(runs: Iterable[RunView], alerts: Alerts,
                       window_s: float = DEFAULT_WINDOW_S,
                       stops: Stops | None = None) -> LeadTimeSummary:
-    with_culprit, leads = _scan(runs, alerts, window_s, stops or {})
+    with_culprit, leads, apart = _scan(runs, alerts, window_s, stops or {})
     values = [x.lead_s for x in leads if x.warning and x.lead_s is not None]
     return LeadTimeSummary(with_culprit, len(leads), median(values), quantile(values, 0.9),
-                           tuple(leads))
+                           tuple(leads), injected=apart["injected"],
+                           user_code=apart["user_code"])
 
 
 def _scan(runs: Iterable[RunView], alerts: Alerts, window_s: float,
-          stops: Stops) -> tuple[int, list[LeadTime]]:
+          stops: Stops) -> tuple[int, list[LeadTime], dict[str, int]]:
     if window_s <= 0:
         raise ConfigError(f"window_s must be > 0, got {window_s}")
     by_node: dict[str, list[AlertMark]] = defaultdict(list)
     for mark in merge_alerts(alerts, (m for marks in stops.values() for m in marks)):
         by_node[mark.node].append(mark)
     with_culprit = 0
+    apart = {"injected": 0, "user_code": 0}
     out: list[LeadTime] = []
     for run in runs:
         for a in run.attempts:
@@ -240,13 +265,18 @@ def _scan(runs: Iterable[RunView], alerts: Alerts, window_s: float,
             nodes = _culprits(failure.get("culprit_nodes"))
             if a.status != FAILED or t is None or not nodes:
                 continue
-            with_culprit += 1
             cause = {(m.node, m.start, m.kind) for m in stops.get(a.id, ()) if m.stopped}
             candidates = [(m.start, n, m) for n in nodes for m in by_node.get(n, ())
                           if t - window_s <= m.start < t
                           or (m.start <= t and (m.node, m.start, m.kind) in cause)]
             if not candidates:
+                why = not_a_miss(failure, a.failure_category)
+                if why is not None:
+                    apart[why] += 1
+                else:
+                    with_culprit += 1
                 continue
+            with_culprit += 1
             start, node, mark = min(candidates, key=lambda c: (c[0], c[1]))
             category = a.failure_category or str(failure.get("category") or "unknown")
             stopped = any((m.node, m.start, m.kind) in cause for _, _, m in candidates)
@@ -259,9 +289,9 @@ def _scan(runs: Iterable[RunView], alerts: Alerts, window_s: float,
             out.append(LeadTime(run.session_id, a.id, node, category, t, mark.alert_id,
                                 mark.kind, lead, stopped=stopped, stop_latency_s=latency,
                                 lead_to=lead_to))
-    return with_culprit, out
+    return with_culprit, out, apart
 
 
 __all__ = ["DEFAULT_WINDOW_S", "DETECTOR_ALERT", "PREDICTED_FAILURE_IN_S", "AlertMark", "LeadTime",
            "LeadTimeSummary", "alert_marks", "lead_time_summary", "lead_times", "merge_alerts",
-           "positive_seconds", "predicted_lead"]
+           "not_a_miss", "positive_seconds", "predicted_lead"]

@@ -64,7 +64,7 @@ COMMANDS: tuple[Entry, ...] = (
           "interval, raise alerts (store, Alertmanager, /metrics), optionally act on them."),
     Entry("logs", "trainguard.cli.logs:app", "Classify failure evidence in logs."),
     Entry("xid", "trainguard.cli.xid:app", "NVIDIA XID catalog."),
-    Entry("inject", "trainguard.cli.run:inject_app",
+    Entry("inject", "trainguard.cli.inject:inject_app",
           "Inject faults into a running `trainguard run` (tests, demos, fire drills). The "
           "in-process faults (nan, slow, cuda_error, exception, corrupt_checkpoint) are given "
           "to `trainguard run --inject KIND:key=value,...` and fired by the SDK."),

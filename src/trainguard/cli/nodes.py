@@ -37,8 +37,9 @@ if TYPE_CHECKING:
     from trainguard.check.checker import CheckOptions
 
 app = typer.Typer(
-    help="Node-health memory: exclusions, XIDs, alerts, jobs taken down, lemon scores. "
-    "Without a sub-command: list the nodes.",
+    help="Node-health memory: exclusions, XIDs, alerts, jobs taken down (hardware evidence), "
+    "suspicions (a failure's evidence pointed at the node), lemon scores. Without a "
+    "sub-command: list the nodes.",
     invoke_without_command=True)
 
 DbOpt = Annotated[str | None, typer.Option(
@@ -105,8 +106,8 @@ def nodes(
         err.print("no nodes in the store yet")
         return
     table = Table(title="nodes (worst first)")
-    for col in ("node", "state", "exclusions", "XIDs", "alerts", "jobs down", "lemon score",
-                "last evidence", "last check"):
+    for col in ("node", "state", "exclusions", "XIDs", "alerts", "jobs down", "suspected",
+                "lemon score", "last evidence", "last check"):
         table.add_column(col)
     for h in health:
         state = (f"[red]excluded[/red] since {_when(h.excluded_since)}: "
@@ -116,7 +117,7 @@ def nodes(
             else f"{h.lemon_score:.2f}"
         evidence = f"{_when(h.last_evidence_time)} {h.last_evidence}" if h.last_evidence else "-"
         table.add_row(h.node, state, str(h.exclusions), str(h.xids), str(h.alerts),
-                      str(h.jobs_taken_down), lemon, evidence[:80],
+                      str(h.jobs_taken_down), str(h.suspicions), lemon, evidence[:80],
                       check_cell(checks.get(h.node), now))
     out.print(table)
     if conc.total:

@@ -1,10 +1,8 @@
-"""`trainguard run` (supervise a job) and `trainguard inject` (faults into a running job)."""
+"""`trainguard run`: supervise a job (`trainguard inject`, faults into it: :mod:`.inject`)."""
 
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import signal
 import sys
 from collections.abc import Iterator, Mapping
@@ -21,12 +19,11 @@ from trainguard.check.probe_base import PROBE_TIMEOUT_S
 from trainguard.cli.console import err, fail
 from trainguard.cli.helptext import reflow
 from trainguard.cli.options import duration_option
-from trainguard.errors import ConfigError, LaunchError
+from trainguard.errors import ConfigError
 from trainguard.faultspec import parse_faults
 from trainguard.recover import JobSpec, RetryPolicy, RunResult, Supervisor
 from trainguard.recover.backend import Closeable
 from trainguard.recover.hostchecks import HostCheckConfig
-from trainguard.recover.inject import append_line, xid_line
 from trainguard.recover.narrate import final_line
 from trainguard.recover.registry import BackendOptions, backends_help, get_entry
 from trainguard.recover.runlock import RunDirLock
@@ -352,123 +349,4 @@ def recovery_line(index: int, restore: Mapping[str, Any]) -> str:
     return text
 
 
-# -- trainguard inject ----------------------------------------------------------------------
-
-inject_app = typer.Typer(
-    help="Inject faults into a running `trainguard run` (tests, demos, fire drills). The "
-    "in-process faults (nan, slow, cuda_error, exception, corrupt_checkpoint) are given to "
-    "`trainguard run --inject KIND:key=value,...` and fired by the SDK.",
-    no_args_is_help=True)
-
-
-def _state(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / "state.json"
-    try:
-        state: dict[str, Any] = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{path} does not exist: is a `trainguard run --run-dir {run_dir}` "
-                          "running?") from None
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot read {path}: {exc}") from exc
-    if state.get("status") != "running":
-        raise ConfigError(f"the run in {run_dir} is not running (status: "
-                          f"{state.get('status')})")
-    return state
-
-
-def _rank_pid(state: dict[str, Any], rank: int) -> tuple[int, str]:
-    for r in state.get("ranks", []):
-        if r.get("rank") == rank and isinstance(r.get("pid"), int):
-            return int(r["pid"]), str(r.get("node"))
-    raise ConfigError(f"rank {rank} is not part of the current attempt")
-
-
-RunDirOpt = Annotated[Path, typer.Option("--run-dir", help="The run's --run-dir.")]
-RankOpt = Annotated[int, typer.Option("--rank", help="Global rank.", min=0)]
-
-
-def _ask_controller(run_dir: Path, state: dict[str, Any], request: dict[str, Any]) -> None:
-    """A request to the run's controller, which passes it to the node's agent."""
-    from trainguard.agent.client import ask
-    from trainguard.agent.wire import WireError
-
-    path = run_dir / str(state["control"])
-    try:
-        control = json.loads(path.read_text())
-        answer = ask(str(control["host"]), int(control["port"]), str(control["session"]),
-                     str(control["secret"]), request)
-    except (OSError, ValueError, KeyError, TypeError, WireError) as exc:
-        fail(f"cannot reach the run's controller ({path}): {exc}", code=1)
-    if not answer.get("ok"):
-        fail(str(answer.get("message")), code=2)
-    err.print(str(answer.get("message")))
-
-
-def _signal_rank(run_dir: Path, rank: int, signum: int, what: str) -> None:
-    try:
-        state = _state(run_dir)
-        if state.get("control"):
-            _ask_controller(run_dir, state, {"op": "signal", "rank": rank, "signum": signum})
-            return
-        pid, node = _rank_pid(state, rank)
-        os.kill(pid, signum)
-    except ConfigError as exc:
-        fail(str(exc), code=2)
-    except ProcessLookupError:
-        fail(f"rank {rank} (pid {pid}) is no longer running")
-    err.print(f"{what} rank {rank} on {node} (pid {pid})")
-
-
-@inject_app.command("kill")
-def inject_kill(run_dir: RunDirOpt, rank: RankOpt = 0) -> None:
-    """SIGKILL one rank (a crash)."""
-    _signal_rank(run_dir, rank, signal.SIGKILL, "killed")
-
-
-@inject_app.command("hang")
-def inject_hang(run_dir: RunDirOpt, rank: RankOpt = 0) -> None:
-    """SIGSTOP one rank (a hang: the others block in their next collective)."""
-    _signal_rank(run_dir, rank, signal.SIGSTOP, "stopped")
-
-
-@inject_app.command("xid")
-def inject_xid(
-    run_dir: RunDirOpt,
-    node: Annotated[str, typer.Option("--node", help="Node whose kernel log gets the line.")],
-    xid: Annotated[int, typer.Option("--xid", help="XID number.", min=1)] = 79,
-) -> None:
-    """Append an NVRM XID line to a node's watched kernel log."""
-    try:
-        state = _state(run_dir)
-        if state.get("control"):
-            _ask_controller(run_dir, state, {"op": "kernel_line", "node": node,
-                                             "line": xid_line(node, xid)})
-            return
-        logs = state.get("kernel_logs", {})
-        if node not in logs:
-            raise ConfigError(f"node {node!r} is not watched by this run "
-                              f"(watched: {', '.join(sorted(logs))})")
-        append_line(Path(logs[node]), xid_line(node, xid))
-    except (ConfigError, LaunchError) as exc:
-        fail(str(exc), code=2)
-    err.print(f"appended XID {xid} to {logs[node]}")
-
-
-@inject_app.command("corrupt-checkpoint")
-def inject_corrupt(
-    ckpt_dir: Annotated[Path, typer.Argument(help="A trainguard checkpoint directory.")],
-) -> None:
-    """Damage the newest checkpoint (its SHA-256 no longer matches): resume must fall back."""
-    from trainguard.ckpt import CheckpointDir, corrupt_checkpoint
-
-    try:
-        infos = CheckpointDir(ckpt_dir).list()
-        if not infos:
-            raise ConfigError(f"no checkpoint in {ckpt_dir}")
-        damaged = corrupt_checkpoint(infos[-1])
-    except ConfigError as exc:
-        fail(str(exc), code=2)
-    err.print(f"corrupted {damaged} (checkpoint of step {infos[-1].step})")
-
-
-__all__ = ["inject_app", "recovery_line", "run", "run_help"]
+__all__ = ["recovery_line", "run", "run_help"]

@@ -196,8 +196,9 @@ class BlockScorer:
         r1 = x - med[..., None]
         mad1, _ = nanmedian_axis(np.abs(r1), axis=2)
         self.tdisp1 = _ew_typical(self.tdisp1, 1.4826 * mad1)
+        per_gpu = r1.reshape(mg, int(np.prod(r1.shape[1:])))
         scale1 = np.maximum(np.maximum(1.4826 * mad1, 0.5 * self.tdisp1[:, None]),
-                            _or_quantum(unit_floor[:mg], r1.reshape(mg, int(np.prod(r1.shape[1:]))))[:, None])
+                            _or_quantum(unit_floor[:mg], per_gpu)[:, None])
         scale1 = np.maximum(scale1, 1e-12)  # a never-changing metric: no zero scale
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             zp1 = np.where((cnt >= cfg.min_gpus)[..., None], r1 / scale1[..., None], np.nan)

@@ -2,8 +2,13 @@
 
 A *lemon* is a repeat offender across jobs (Meta's study: 1.2% of nodes touched 13% of daily
 jobs). Outline of :func:`lemon_score` (pure):
-1. every incident on a node (an exclusion, a hardware XID, a detector alert, a job it took down)
-   has a weight by kind;
+1. every incident on a node (an exclusion, a hardware XID, a detector alert, a job it took down,
+   a failure that made it a suspect) has a weight by kind. A failed attempt counts as the
+   supervisor judged it (:attr:`trainguard.recover.failure.Failure.implication`): a job taken
+   down when hardware evidence on the node failed it (``fault``, the node was excluded); a
+   suspicion when the evidence only pointed at the node (``suspect``: e.g. a hang's likely
+   culprit, a network error), weighing as little as a detector alert; nothing when the node
+   was not to blame (``none``: an injected fault, a bug, a job-level failure);
 2. incidents of one job count once, at the weight of the worst (one XID and the exclusion it
    caused are one strike, not two);
 3. each strike decays with its age (half-life, default 7 days): a node repaired a month ago
@@ -31,7 +36,10 @@ class IncidentKind(StrEnum):
     XID = "xid"
     ALERT = "alert"
     JOB_FAILURE = "job_failure"
-    """The node was the culprit of a failed attempt."""
+    """Hardware evidence on the node failed an attempt (implication ``fault``)."""
+    SUSPICION = "suspicion"
+    """The evidence of a failed attempt pointed at the node without proving it (implication
+    ``suspect``)."""
 
 
 WEIGHTS: Mapping[IncidentKind, float] = {
@@ -39,6 +47,7 @@ WEIGHTS: Mapping[IncidentKind, float] = {
     IncidentKind.XID: 1.0,
     IncidentKind.JOB_FAILURE: 0.7,
     IncidentKind.ALERT: 0.3,
+    IncidentKind.SUSPICION: 0.3,
 }
 
 

@@ -1,5 +1,5 @@
 """The fleet as the store remembers it: per node, exclusions, XIDs, alerts, the jobs it took down,
-its lemon score, and whether it may be used.
+the failures that made it a suspect, its lemon score, and whether it may be used.
 
     >>> from trainguard.store import ExclusionRecord, Store
     >>> with Store.open(":memory:") as store:
@@ -22,9 +22,9 @@ from trainguard.nodehealth.health import (
     concentration,
     lemon_score,
 )
-from trainguard.recover.policy import NODE_SUSPECT_CATEGORIES
+from trainguard.recover.failuremodel import Implication, record_implication
 from trainguard.store import ExclusionRecord, Store
-from trainguard.taxonomy import Category, Severity
+from trainguard.taxonomy import Severity
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,12 +39,16 @@ class NodeHealth:
     xids: int
     alerts: int
     jobs_taken_down: int
+    """Jobs in which hardware evidence on the node failed an attempt (implication ``fault``)."""
     last_evidence: str | None
     last_evidence_time: float | None
     lemon_score: float
     lemon: bool
     state: str | None = None
     """The state last recorded for the node (scheduler state when a backend reports one)."""
+    suspicions: int = 0
+    """Jobs with a failure whose evidence pointed at the node without proving it
+    (implication ``suspect``: a hang's likely culprit, a network error...)."""
 
     @property
     def listed_state(self) -> str:
@@ -55,7 +59,8 @@ class NodeHealth:
         return {"node": self.node, "excluded": self.excluded,
                 "exclusion_reason": self.exclusion_reason, "excluded_since": self.excluded_since,
                 "exclusions": self.exclusions, "xids": self.xids, "alerts": self.alerts,
-                "jobs_taken_down": self.jobs_taken_down, "last_evidence": self.last_evidence,
+                "jobs_taken_down": self.jobs_taken_down, "suspicions": self.suspicions,
+                "last_evidence": self.last_evidence,
                 "last_evidence_time": self.last_evidence_time,
                 "lemon_score": self.lemon_score, "lemon": self.lemon,
                 "state": self.listed_state, "recorded_state": self.state}
@@ -86,15 +91,15 @@ def incidents(store: Store) -> list[NodeIncident]:
         failure = at.detail.get("failure") if at.detail else None
         if at.status != "failed" or not isinstance(failure, dict):
             continue
-        try:
-            category = Category(failure.get("category", "unknown"))
-        except ValueError:
-            category = Category.UNKNOWN
-        if category not in NODE_SUSPECT_CATEGORIES and not failure.get("node_fault"):
+        # The same answer the supervisor's decision gave (recover.failure.Failure.implication).
+        implication, nodes = record_implication(failure)
+        if implication is Implication.NONE:
             continue
-        for node in failure.get("culprit_nodes") or ():
-            out.append(NodeIncident(str(node), at.ended or at.started, IncidentKind.JOB_FAILURE,
-                                    _job(at.session_id), str(failure.get("summary", ""))))
+        kind = IncidentKind.JOB_FAILURE if implication is Implication.FAULT \
+            else IncidentKind.SUSPICION
+        for node in nodes:
+            out.append(NodeIncident(node, at.ended or at.started, kind, _job(at.session_id),
+                                    str(failure.get("summary", ""))))
     out.sort(key=lambda i: i.time)
     return out
 
@@ -128,6 +133,7 @@ def node_health(store: Store, now: float, policy: LemonPolicy | None = None,
             xids=sum(1 for i in incs if i.kind is IncidentKind.XID),
             alerts=sum(1 for i in incs if i.kind is IncidentKind.ALERT),
             jobs_taken_down=len({i.job for i in incs if i.kind is IncidentKind.JOB_FAILURE}),
+            suspicions=len({i.job for i in incs if i.kind is IncidentKind.SUSPICION}),
             last_evidence=last.summary if last else None,
             last_evidence_time=last.time if last else None,
             lemon_score=score.score, lemon=score.lemon, state=states.get(node)))

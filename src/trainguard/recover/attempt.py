@@ -14,7 +14,7 @@ The chain driver (:mod:`trainguard.recover.supervisor`) calls, one lifecycle sta
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -48,8 +48,10 @@ from trainguard.recover.failure import (
     teardown_crash,
     teardown_note,
 )
+from trainguard.recover.hangcause import own_code
 from trainguard.recover.hangwatch import HangWatch
-from trainguard.recover.records import AttemptResult, Recorder, host_clocks
+from trainguard.recover.injected import attempt_injections
+from trainguard.recover.records import AttemptResult, Recorder, begun_of, host_clocks
 from trainguard.recover.spec import JobSpec
 from trainguard.recover.watch import RankWatch
 from trainguard.taxonomy import Action, Category, Severity
@@ -364,9 +366,13 @@ class Attempt:
             for r, w in sorted(self.watches.items()))
         nonfinite = next(((r, w.nonfinite[0], w.nonfinite[1]) for r, w in sorted(
             self.watches.items()) if w.nonfinite is not None), None)
+        backend = next((w.backend for _, w in sorted(self.watches.items()) if w.backend), None)
         return AttemptFacts(trigger, outcomes, rank_events,
                             {n: tuple(evs) for n, evs in p.node_events.items()}, nonfinite,
-                            p.hang_for, self._hang)
+                            p.hang_for, self._hang, attempt_injections(
+                                self._drills.injected, self.ctx.spec.run_dir, self.index,
+                                {r: (w.node, w.faults) for r, w in self.watches.items()}),
+                            backend, own_code(self._hang, self.plan.command, self.plan.workdir))
 
     def _result(self, trigger: Trigger, failure: Failure | None,
                 teardown: tuple[TeardownCrash, ...]) -> AttemptResult:
@@ -407,13 +413,6 @@ def failed_launch(index: int, nodes: tuple[str, ...], started: float, ended: flo
         exit_codes=dict(exit_codes or {}), failure=launch_failure(why),
         startup_phases={} if launch_s is None else {"launch": launch_s}, store_id=store_id,
         failed_at=ended, host_clocks=dict(host_clocks or {}))
-
-
-def begun_of(kinds: Sequence[str | None]) -> str | None:
-    """The attempt's start from its ranks' (``warm``/``cold``; None: not reported): one kind
-    when all that reported agree, else ``mixed``; None when none reported."""
-    said = {k for k in kinds if k is not None}
-    return None if not said else said.pop() if len(said) == 1 else "mixed"
 
 
 __all__ = ["TAIL_BYTES", "TAIL_LINES", "Attempt", "AttemptContext", "Outcome", "begun_of",

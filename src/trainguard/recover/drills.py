@@ -27,6 +27,7 @@ from trainguard.recover.inject import (
     signal_for,
     xid_line,
 )
+from trainguard.recover.injected import Injection
 from trainguard.recover.spec import JobSpec
 
 
@@ -81,12 +82,15 @@ class Drills:
 
 
 class AttemptDrills:
-    """The drills of one attempt: call it each poll; returns the faults fired (as written)."""
+    """The drills of one attempt: call it each poll; returns the faults fired (as written).
+    :attr:`injected` keeps each as an :class:`~trainguard.recover.injected.Injection`, so the
+    failure it causes is named as injected."""
 
     def __init__(self, drills: Drills, schedule: FaultSchedule) -> None:
         self._drills = drills
         self._schedule = schedule
         self._deferred: set[int] = set()
+        self.injected: list[Injection] = []
 
     def __call__(self, now: float, steps: Mapping[int, int | None],
                  handle: AttemptHandle) -> list[str]:
@@ -103,7 +107,17 @@ class AttemptDrills:
                     self._drills.status(f"inject: {firing.spec} waits: {exc}")
                 continue
             fired.append(str(firing.spec))
+            self.injected.append(injection_of(firing, now))
         return fired
 
 
-__all__ = ["AttemptDrills", "Drills"]
+def injection_of(firing: Firing, now: float) -> Injection:
+    """A fired drill as an injection: a kill or hang is of its rank, an XID or alert on its
+    node."""
+    kind = firing.spec.kind
+    on_rank = kind in (FaultKind.KILL, FaultKind.HANG)
+    return Injection(kind.value, firing.rank if on_rank else None, firing.node,
+                     f"--inject {firing.spec}", now)
+
+
+__all__ = ["AttemptDrills", "Drills", "injection_of"]

@@ -31,8 +31,8 @@ from trainguard.recover.records import Exclusion
 from trainguard.store import Store
 from trainguard.taxonomy import Category
 
-AMBIGUOUS_CATEGORIES = frozenset({Category.NCCL_TIMEOUT_HANG, Category.NETWORK_IB,
-                                  Category.SCHEDULER_NODE_FAILURE})
+AMBIGUOUS_CATEGORIES = frozenset({Category.NCCL_TIMEOUT_HANG, Category.COLLECTIVE_HANG,
+                                  Category.NETWORK_IB, Category.SCHEDULER_NODE_FAILURE})
 """Failures that name no rank's own fault: the host or link behind them is found by checking."""
 
 
@@ -84,8 +84,9 @@ def replace_flagged(nodes: Sequence[str], spares: Sequence[str], flagged: Sequen
 
 def is_ambiguous(failure: Failure) -> bool:
     """Whether a failure calls for a stop-time check: a hang, a collective timeout, a network
-    error or a lost host, with no hardware evidence already naming the culprit."""
-    if failure.node_fault:
+    error or a lost host, with no hardware evidence already naming the culprit, and not a
+    fault trainguard injected itself."""
+    if failure.node_fault or failure.injected:
         return False
     return failure.kind in (FailureKind.HANG, FailureKind.NODE) \
         or failure.category in AMBIGUOUS_CATEGORIES

@@ -8,10 +8,12 @@ Rules are small functions tried in order; the first that returns a decision wins
    getting past the best step reached before them (:mod:`trainguard.recover.crashloop`, where
    the rule is written out). It comes before the rules that relaunch because replacing nodes or
    rolling back is a restart too; a node with hardware evidence is still excluded;
-4. nodes with hardware evidence, or named as the culprit ``implicated_limit`` times in the chain,
-   are excluded: each is replaced in place by the next healthy spare, else dropped while the job
-   may shrink (``min_nodes``), else the chain stops. Only node-suspect failures count: a crash
-   without evidence, a bug or a storage error does not implicate the host it happened on;
+4. nodes with hardware evidence, or implicated ``implicated_limit`` times in the chain, are
+   excluded: each is replaced in place by the next healthy spare, else dropped while the job
+   may shrink (``min_nodes``), else the chain stops. Only failures that implicate their node
+   count (:attr:`~trainguard.recover.failure.Failure.implication`, the answer node health
+   records too): a crash without evidence, a bug, a storage error, an injected fault or a
+   process stopped from outside does not implicate the host it happened on;
 5. a storage error implicates the storage, not the host: a full, over-quota or read-only
    filesystem stops the chain at once (a relaunch writes to the same storage); another storage
    I/O error gets ``confirm_retries`` confirming relaunches on the same nodes, then stops;
@@ -19,7 +21,9 @@ Rules are small functions tried in order; the first that returns a decision wins
    ``confirm_retries`` confirming relaunches, then stops the chain: retrying a bug burns GPUs;
 7. a non-finite loss or a bad checkpoint rolls back to an earlier checkpoint, at most
    ``max_rollbacks`` times;
-8. anything else (a crash without evidence, a hang, a network error) retries on the same nodes.
+8. anything else (a crash without evidence, a hang, a network error, an injected fault) retries
+   on the same nodes; the decision says which nodes are suspected and how close each is to
+   exclusion, or that no node is implicated.
 
     >>> from trainguard.taxonomy import Category
     >>> from trainguard.recover.failure import Failure, FailureKind
@@ -38,7 +42,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from trainguard.recover.crashloop import CrashLoop, failures_in_a_row, find_crash_loop
-from trainguard.recover.failure import Failure, FailureKind
+from trainguard.recover.failuremodel import (
+    NODE_SUSPECT_CATEGORIES,
+    Failure,
+    FailureKind,
+    Implication,
+)
 from trainguard.recover.spec import RetryPolicy
 from trainguard.taxonomy import Category
 
@@ -46,14 +55,6 @@ CODE_CATEGORIES = frozenset({Category.USER_CODE_ERROR, Category.OOM_GPU, Categor
                              Category.CUDA_SOFTWARE_BUG})
 """Failures that a relaunch will most likely repeat."""
 ROLLBACK_CATEGORIES = frozenset({Category.NUMERICAL_NAN, Category.CHECKPOINT})
-NODE_SUSPECT_CATEGORIES = frozenset({
-    Category.GPU_HARDWARE, Category.GPU_MEMORY_ECC, Category.NVLINK_INTERCONNECT,
-    Category.SCHEDULER_NODE_FAILURE, Category.CUDA_SOFTWARE_BUG, Category.NCCL_TIMEOUT_HANG,
-    Category.NETWORK_IB,
-})
-"""Failures whose culprit node counts as implicated. Not a bug in user code, not a storage error
-(shared storage fails every host alike), and not ``unknown``: a process that crashed without
-evidence (a SIGABRT in a library's teardown) says nothing about its host."""
 
 
 class Verdict(StrEnum):
@@ -115,11 +116,11 @@ Rule = Callable[[Failure, ChainState, RetryPolicy], Decision | None]
 
 
 def implicated_after(failure: Failure, state: ChainState) -> dict[str, int]:
-    """The chain's culprit counts including ``failure``."""
+    """The chain's culprit counts including ``failure``: its nodes count when it implicates
+    them (:attr:`Failure.implication`, the same answer node health records)."""
     counts = dict(state.implicated)
-    if failure.category in NODE_SUSPECT_CATEGORIES or failure.node_fault:
-        for node in failure.culprit_nodes:
-            counts[node] = counts.get(node, 0) + 1
+    for node in failure.implicated_nodes:
+        counts[node] = counts.get(node, 0) + 1
     return counts
 
 
@@ -242,10 +243,25 @@ def _rollback(failure: Failure, state: ChainState, policy: RetryPolicy) -> Decis
 
 
 def _same_nodes(failure: Failure, state: ChainState, policy: RetryPolicy) -> Decision | None:
-    why = "the cause is unknown" if failure.category is Category.UNKNOWN \
-        else label(failure.category)
+    if failure.injected:
+        why = failure.injected
+    elif failure.category is Category.UNKNOWN:
+        why = "the cause is unknown"
+    else:
+        why = label(failure.category)
     return _retry(state, policy, Verdict.RETRY,
-                  f"relaunch on the same nodes ({why}; no node is implicated)")
+                  f"relaunch on the same nodes ({why}; {suspicion_text(failure, state, policy)})")
+
+
+def suspicion_text(failure: Failure, state: ChainState, policy: RetryPolicy) -> str:
+    """What the failure says of the nodes, when none is excluded: ``no node is implicated``,
+    or ``node2 suspected (1 of 2 implications before exclusion)``."""
+    if failure.implication is Implication.NONE:
+        return "no node is implicated"
+    counts = implicated_after(failure, state)
+    parts = [f"{node} suspected ({counts.get(node, 0)} of {policy.implicated_limit} "
+             "implications before exclusion)" for node in failure.implicated_nodes]
+    return "; ".join(parts)
 
 
 def label(category: Category) -> str:
@@ -279,4 +295,5 @@ __all__ = [
     "decide",
     "implicated_after",
     "label",
+    "suspicion_text",
 ]

@@ -139,6 +139,13 @@ class MeasuresClocks(Protocol):
         ...
 
 
+def begun_of(kinds: Sequence[str | None]) -> str | None:
+    """The attempt's start from its ranks' (``warm``/``cold``; None: not reported): one kind
+    when all that reported agree, else ``mixed``; None when none reported."""
+    said = {k for k in kinds if k is not None}
+    return None if not said else said.pop() if len(said) == 1 else "mixed"
+
+
 def host_clocks(handle: object) -> dict[str, dict[str, float | int]]:
     """What ``handle`` measured of its hosts' clocks, for :attr:`AttemptResult.host_clocks`."""
     if not isinstance(handle, MeasuresClocks):
@@ -285,5 +292,5 @@ def write_final_state(run_dir: Path, status: str) -> None:
 
 
 __all__ = ["SUMMARY_FORMAT", "AttemptResult", "Exclusion", "MeasuresClocks", "Recorder",
-           "RunResult", "host_clocks", "run_config", "run_header", "write_final_state",
+           "RunResult", "begun_of", "host_clocks", "run_config", "run_header", "write_final_state",
            "write_running_state"]

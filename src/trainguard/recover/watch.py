@@ -62,6 +62,8 @@ class RankWatch:
         self.phases: dict[str, float] = {}
         self.begun: str | None = None
         """``warm`` or ``cold``: how the SDK says the rank's process began (None: not said)."""
+        self.backend: str | None = None
+        """The torch.distributed backend the SDK saw at the first step (``nccl``, ``gloo``)."""
         self.nonfinite: tuple[int, str] | None = None
         self.checkpoints: list[dict[str, Any]] = []
         self.resume: dict[str, Any] | None = None
@@ -108,6 +110,9 @@ class RankWatch:
             begun = rec.get("begun")
             if begun in ("warm", "cold"):  # sent with the imports phase only
                 self.begun = str(begun)
+            backend = rec.get("backend")
+            if isinstance(backend, str) and backend:  # sent with the first_step phase
+                self.backend = backend[:40]
         elif kind == "nonfinite":
             step = rec.get("step")
             if self.nonfinite is None and isinstance(step, int):

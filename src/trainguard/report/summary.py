@@ -105,14 +105,20 @@ def productive_text(g: Goodput) -> str:
 
 
 def lead_text(lt: LeadTimeSummary) -> str:
-    """``1 of 2 failures had an alert first (1 predictive stop...), 1 missed; median lead...``
-    over the failures that named a culprit node."""
+    """``1 of 2 failures had an alert first (1 predictive stop...), 1 missed; median lead...;
+    not detector misses: 1 injected fault, 1 user-code failure`` over the failures that named
+    a culprit node. Injected faults and failures of the job's own code are no detector's to
+    see: they are counted apart, never as misses."""
     text = f"{lt.predicted} of {lt.with_culprit} failures had an alert first"
     if lt.stopped:
         text += f" ({lt.stopped} predictive stop{'s' if lt.stopped > 1 else ''}: the job moved)"
     text += f", {lt.missed} missed"
     if lt.lead_median_s is not None:
         text += f"; median lead {format_duration(lt.lead_median_s)}"
+    apart = [f"{n} {what}{'s' if n > 1 else ''}" for n, what in
+             ((lt.injected, "injected fault"), (lt.user_code, "user-code failure")) if n]
+    if apart:
+        text += f"; not detector misses: {', '.join(apart)}"
     return text
 
 
@@ -174,9 +180,10 @@ def summary_rows(r: AnalyticsReport) -> list[tuple[str, str]]:
         rows.append((f"top-{ex.top_k} exclusion share", f"{ex.top_k_share:.0%}"))
     if r.lemons:
         rows.append(("lemon nodes", ", ".join(n.node for n in r.lemons)))
-    if r.lead_times.with_culprit:
-        rows.append(("detector alerts", lead_text(r.lead_times)))
-        if (latency := stop_latency_text(r.lead_times)) is not None:
+    lt = r.lead_times
+    if lt.with_culprit or lt.injected or lt.user_code:
+        rows.append(("detector alerts", lead_text(lt)))
+        if (latency := stop_latency_text(lt)) is not None:
             rows.append(("alert to stop (reaction)", latency))
     if r.advice is not None:
         support = r.advice_support

@@ -4,6 +4,7 @@ The module-level API (``tg.init()``, ``tg.step()``...) drives one process-global
 tests build their own with a fake clock. Records (one JSON object per line, see `EventLog`)::
 
     {"t": ..., "rank": 0, "kind": "phase", "name": "dist_init", "start": ..., "end": ...}
+    {"t": ..., "rank": 0, "kind": "phase", "name": "first_step", ..., "backend": "gloo"}
     {"t": ..., "rank": 0, "kind": "step", "step": 12, "loss": 2.31, "step_s": 0.05}
     {"t": ..., "rank": 0, "kind": "nonfinite", "step": 31, "loss": "nan"}
     {"t": ..., "rank": 0, "kind": "checkpoint", "step": 40, "path": ..., "size_bytes": ...,
@@ -61,6 +62,19 @@ def _start_kind() -> str:
     ``TRAINGUARD_WARM_START``), else ``cold``: recorded with the imports phase, so the report
     need not guess from the phase's length."""
     return "warm" if os.environ.get("TRAINGUARD_WARM_START") == "1" else "cold"
+
+def dist_backend() -> str | None:
+    """The default process group's backend (``nccl``, ``gloo``...) when torch.distributed is
+    initialized, else None; torch is never imported for this. The supervisor names a hang's
+    backend from it."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is None or not dist.is_available() or not dist.is_initialized():
+            return None
+        return str(dist.get_backend())
+    except Exception:  # a report, never worth failing the rank
+        return None
+
 
 class Session:
     """Reporting and fault injection for one training process.
@@ -258,7 +272,10 @@ class Session:
         if not self._first_step_done:
             self._first_step_done = True
             self._flush_inferred_imports()
-            self.record("phase", t=now, name="first_step", start=self._last_phase_end, end=now)
+            backend = dist_backend()
+            extra = {} if backend is None else {"backend": backend}
+            self.record("phase", t=now, name="first_step", start=self._last_phase_end, end=now,
+                        **extra)
             self._record_loaded_modules()
 
         if value is not None and not math.isfinite(value):

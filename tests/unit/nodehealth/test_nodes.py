@@ -23,12 +23,13 @@ def xid_event(host: str, t: float) -> FailureEvent:
 
 
 def failed_attempt(store: Store, session: int, index: int, culprit: str, category: str,
-                   t: float) -> None:
+                   t: float, **extra: object) -> None:
     aid = store.create_attempt(session, index=index, nodes=["n1", "n2", "n3"], started=t)
     store.finish_attempt(aid, ended=t + 1, status="failed", failure_category=category,
                          detail={"failure": {"category": category, "culprit_nodes": [culprit],
                                              "summary": f"{category} on {culprit}",
-                                             "node_fault": category == "gpu_hardware"}})
+                                             "node_fault": category == "gpu_hardware",
+                                             **extra}})
 
 
 def test_node_health_from_the_store(tmp_path: Path) -> None:
@@ -43,8 +44,10 @@ def test_node_health_from_the_store(tmp_path: Path) -> None:
         store.add_alert(node="n1", start=80.0, end=None, peak_score=9.0, kind="predictive")
         health = {h.node: h for h in node_health(store, now=100.0)}
         assert health["n2"].excluded and health["n2"].exclusion_reason == "XID 79"
-        assert (health["n2"].xids, health["n2"].exclusions, health["n2"].jobs_taken_down) == \
-            (1, 1, 2)
+        # the XID took a job down; the hang only made n2 a suspect (an older record: read by
+        # its category, never more than a suspicion)
+        assert (health["n2"].xids, health["n2"].exclusions, health["n2"].jobs_taken_down,
+                health["n2"].suspicions) == (1, 1, 1, 1)
         assert health["n2"].lemon and health["n2"].lemon_score >= 2.0
         assert health["n3"].jobs_taken_down == 0 and not health["n3"].lemon
         assert health["n1"].alerts == 1 and not health["n1"].excluded
@@ -92,3 +95,29 @@ def test_listed_state() -> None:
     assert listed_state(False, None) == "ok"
     assert listed_state(False, "drain") == "drain"
     assert listed_state(True, "ok") == "excluded"
+
+
+def test_node_health_records_what_the_supervisor_decided(tmp_path: Path) -> None:
+    with Store.open(str(tmp_path / "tg.db")) as store:
+        s1 = store.create_session("a", backend="local", started=0.0)
+        # a hang's likely culprit: a suspicion, not a job taken down
+        failed_attempt(store, s1, 0, "n1", "collective_hang", 10.0, implication="suspect",
+                       implicated_nodes=["n1"])
+        # a job-level failure, an injected kill, a process stopped from outside: no strike
+        failed_attempt(store, s1, 1, "n2", "collective_hang", 20.0, implication="none",
+                       implicated_nodes=[])
+        failed_attempt(store, s1, 2, "n2", "injected_fault", 30.0, implication="none",
+                       implicated_nodes=[])
+        # hardware evidence: the job was taken down by the node
+        failed_attempt(store, s1, 3, "n3", "gpu_hardware", 40.0, implication="fault",
+                       implicated_nodes=["n3"])
+        health = {h.node: h for h in node_health(store, now=50.0)}
+        assert (health["n1"].jobs_taken_down, health["n1"].suspicions) == (0, 1)
+        assert (health["n2"].jobs_taken_down, health["n2"].suspicions) == (0, 0)
+        assert health["n2"].lemon_score == 0.0
+        assert (health["n3"].jobs_taken_down, health["n3"].suspicions) == (1, 0)
+        assert 0 < health["n1"].lemon_score < health["n3"].lemon_score
+        r = runner.invoke(app, ["nodes", "--json", "--db", str(tmp_path / "tg.db")])
+        assert r.exit_code == 0
+        by_node = {n["node"]: n for n in json.loads(r.stdout)["nodes"]}
+        assert by_node["n1"]["suspicions"] == 1 and by_node["n1"]["jobs_taken_down"] == 0

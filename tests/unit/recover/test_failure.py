@@ -11,6 +11,7 @@ from trainguard.recover.failure import (
     STORAGE_EXHAUSTED_SIGNATURES,
     AttemptFacts,
     FailureKind,
+    Implication,
     RankOutcome,
     Trigger,
     analyze,
@@ -84,13 +85,16 @@ def test_evidence_on_a_node_outside_the_attempt_is_ignored() -> None:
     assert f is not None and f.kind is FailureKind.CRASH
 
 
-def test_hang_names_the_stopped_rank() -> None:
+def test_hang_names_the_stopped_rank_without_blaming_its_node() -> None:
     outs = (RankOutcome(0, "n1", None, last_step=40), RankOutcome(1, "n1", None, last_step=40),
             RankOutcome(2, "n2", None, stopped=True, last_step=40))
     f = analyze(AttemptFacts(Trigger.HANG, outs, hang_for_s=31.0))
     assert f is not None
     assert (f.kind, f.category, f.culprit_rank, f.culprit_nodes) == (
-        FailureKind.HANG, Category.NCCL_TIMEOUT_HANG, 2, ("n2",))
+        FailureKind.HANG, Category.COLLECTIVE_HANG, 2, ("n2",))
+    # something outside the job stopped it: named, but its node is not to blame
+    assert "SIGSTOP" in f.summary and "likely culprit" not in f.summary
+    assert f.implication is Implication.NONE and f.implicated_nodes == ()
 
 
 def test_hang_names_the_rank_behind() -> None:

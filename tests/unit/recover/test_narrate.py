@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import pytest
 
-from trainguard.recover.failure import Failure, FailureKind
+from trainguard.recover.failure import (
+    AttemptFacts,
+    Failure,
+    FailureKind,
+    RankOutcome,
+    Trigger,
+    analyze,
+)
+from trainguard.recover.injected import Injection
 from trainguard.recover.narrate import decision_line, failed_line, final_line, stop_message
-from trainguard.recover.policy import Decision, Verdict
+from trainguard.recover.policy import ChainState, Decision, Verdict, decide
 from trainguard.recover.records import RunResult
-from trainguard.recover.spec import job_name
+from trainguard.recover.spec import RetryPolicy, job_name
 from trainguard.taxonomy import Category
 
 
@@ -73,3 +82,34 @@ def test_a_stop_keeps_the_last_failure_in_the_final_message_only() -> None:
 ])
 def test_a_run_is_named_after_its_script(command: list[str], name: str) -> None:
     assert job_name(command) == name
+
+
+def _story(facts: AttemptFacts) -> tuple[str, str]:
+    failure = analyze(facts)
+    assert failure is not None
+    decision = decide(failure, ChainState(("n1", "n2"), (), 2), RetryPolicy())
+    return failed_line(0, failure), decision_line(decision)
+
+
+def test_a_hangs_likely_culprit_and_the_decision_tell_one_story() -> None:
+    outs = (RankOutcome(0, "n1", None, last_progress=10.0),
+            RankOutcome(1, "n2", None, last_progress=4.0))
+    failed, decided = _story(AttemptFacts(Trigger.HANG, outs, hang_for_s=30.0))
+    assert "rank 1 on n2 is the likely culprit" in failed
+    assert "no node is implicated" not in decided and "n2 suspected" in decided
+
+
+def test_a_hang_that_blames_no_node_names_no_culprit() -> None:
+    outs = (RankOutcome(0, "n1", None), RankOutcome(1, "n2", None, stopped=True))
+    failed, decided = _story(AttemptFacts(Trigger.HANG, outs, hang_for_s=30.0))
+    assert "culprit" not in failed and "no node is implicated" in decided
+
+
+def test_an_injected_kill_is_not_a_cause_unknown() -> None:
+    outs = (RankOutcome(0, "n1", -signal.SIGTERM), RankOutcome(1, "n2", -signal.SIGKILL, 1.0))
+    failed, decided = _story(AttemptFacts(Trigger.EXIT, outs, injections=(
+        Injection("kill", 1, "n2", "trainguard inject"),)))
+    assert failed == ("attempt 0 failed: rank 1 on n2: injected kill of rank 1 "
+                      "(trainguard inject)")
+    assert "cause unknown" not in failed + decided
+    assert "injected kill of rank 1 (trainguard inject); no node is implicated" in decided

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainguard.recover.failure import Failure, FailureKind
+from trainguard.recover.failure import Failure, FailureKind, Implication
 from trainguard.recover.narrate import stop_message
 from trainguard.recover.policy import ChainState, Verdict, decide, implicated_after
 from trainguard.recover.spec import RetryPolicy
@@ -190,3 +190,38 @@ def test_every_category_gets_a_decision() -> None:
     for category in Category:
         d = decide(crash(category), ChainState(NODES, ("n4",), 3), POLICY)
         assert d.verdict in Verdict
+
+
+def _hang(node: str = "n2", **kw: object) -> Failure:
+    return Failure(FailureKind.HANG, Category.COLLECTIVE_HANG,
+                   f"hang; rank 2 on {node} is the likely culprit", culprit_nodes=(node,),
+                   culprit_rank=2, **kw)  # type: ignore[arg-type]
+
+
+def test_a_suspected_node_is_said_with_how_close_it_is_to_exclusion() -> None:
+    d = decide(_hang(), ChainState(NODES, ("n4",), 3), POLICY)
+    assert d.verdict is Verdict.RETRY
+    assert "no node is implicated" not in d.reason
+    assert f"n2 suspected (1 of {POLICY.implicated_limit} implications before exclusion)" \
+        in d.reason
+    # ... and the count the text gives is the one the chain keeps
+    assert implicated_after(_hang(), ChainState(NODES)) == {"n2": 1}
+
+
+def test_a_failure_that_blames_no_node_says_so_and_counts_nothing() -> None:
+    stopped = _hang(blame=Implication.NONE)
+    state = ChainState(NODES, ("n4",), 3, implicated={"n2": 1})
+    d = decide(stopped, state, POLICY)
+    assert d.verdict is Verdict.RETRY and d.excluded == ()
+    assert "no node is implicated" in d.reason
+    assert implicated_after(stopped, state) == {"n2": 1}
+
+
+def test_an_injected_fault_is_named_in_the_decision() -> None:
+    what = "injected kill of rank 1 (trainguard inject)"
+    f = Failure(FailureKind.CRASH, Category.INJECTED_FAULT, "rank 1 on n2: " + what,
+                culprit_nodes=("n2",), culprit_rank=1, injected=what, cause=what,
+                blame=Implication.NONE)
+    d = decide(f, ChainState(NODES, ("n4",), 3, implicated={"n2": 1}), POLICY)
+    assert d.reason == f"relaunch on the same nodes ({what}; no node is implicated)"
+    assert d.excluded == ()

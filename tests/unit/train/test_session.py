@@ -3,6 +3,7 @@ from __future__ import annotations
 import io
 import math
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
@@ -13,6 +14,7 @@ from train_fakes import FakeClock
 from trainguard.ckpt import CheckpointDir
 from trainguard.errors import TrainguardError
 from trainguard.faultspec import split_faults
+from trainguard.recover.watch import RankWatch
 from trainguard.train import NonFiniteLossError, Session, TrainEnv
 
 Records = Callable[[Path], list[dict[str, Any]]]
@@ -396,3 +398,33 @@ def test_real_clock_reads_the_process_start(tmp_path: Path, records: Records) ->
     got = records(tmp_path / "events.jsonl")
     if os.path.exists("/proc/self/stat"):
         assert got[0]["name"] == "imports" and got[0]["start"] <= got[0]["end"]
+
+
+class _FakeDist:
+    """torch.distributed as the SDK sees it once the job initialized its process group."""
+
+    @staticmethod
+    def is_available() -> bool:
+        return True
+
+    @staticmethod
+    def is_initialized() -> bool:
+        return True
+
+    @staticmethod
+    def get_backend() -> str:
+        return "gloo"
+
+
+def test_first_step_says_the_distributed_backend(
+    tmp_path: Path, clock: FakeClock, records: Records, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "torch.distributed", _FakeDist)
+    s = _session(tmp_path, clock)
+    s.step(0)
+    (first,) = [r for r in records(tmp_path / "events.jsonl") if r.get("name") == "first_step"]
+    assert first["backend"] == "gloo"
+    # the supervisor's watch of the rank keeps it (a hang then says "gloo", never NCCL)
+    w = RankWatch(0, "n1", tmp_path / "out.log", tmp_path / "events.jsonl", 0.0)
+    w.poll(1.0)
+    assert w.backend == "gloo"
