@@ -20,6 +20,7 @@ from typing import Annotated, Any
 import typer
 
 from trainguard.cli.console import err, fail
+from trainguard.cli.options import duration_option
 from trainguard.errors import ConfigError, LaunchError
 from trainguard.recover.inject import append_line, xid_line
 from trainguard.recover.injected import (
@@ -117,7 +118,7 @@ def confirm(pid: int, kind: str, *, timeout_s: float = CONFIRM_S,
 RunDirOpt = Annotated[Path, typer.Option("--run-dir", help="The run's --run-dir.")]
 RankOpt = Annotated[int | None, typer.Option(
     "--rank", help="Global rank (required).", min=0, show_default=False)]
-WaitOpt = Annotated[float, typer.Option(
+WaitOpt = Annotated[float, duration_option(
     "--wait", help="Seconds to wait for an attempt that is still launching to list its ranks.",
     min=0.0)]
 
