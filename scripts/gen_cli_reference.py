@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -46,12 +47,21 @@ def _app() -> typer.Typer:
     return app
 
 
+# What rich.markup.escape() makes of a "[tag]": one more backslash before it, and any before
+# it doubled. The help texts are escaped for typer's Rich mode; plain text shows them unescaped.
+_ESCAPED_TAG = re.compile(r"(\\*)\\(\[[a-z#/@][^[]*?\])")
+
+
+def _unescape_markup(text: str) -> str:
+    return _ESCAPED_TAG.sub(lambda m: m[1][: len(m[1]) // 2] + m[2], text)
+
+
 def _plain_help(command: Any, ctx: Any) -> str:
     """`command`'s help as click prints it without Rich (typer falls back to plain click
     formatting when the command's markup mode is None)."""
     if hasattr(command, "rich_markup_mode"):
         command.rich_markup_mode = None
-    text: str = command.get_help(ctx)
+    text: str = _unescape_markup(command.get_help(ctx))
     return "\n".join(line.rstrip() for line in text.splitlines())
 
 
@@ -67,7 +77,9 @@ def _walk(command: Any, name: str, parent: Any, depth: int, out: list[str]) -> N
     if not subcommands:
         return
     for sub_name in command.list_commands(ctx):
-        sub = command.get_command(ctx, sub_name)
+        # The mapping, not get_command(): the root group lists its commands lazily and hands
+        # out a stand-in with the summary only; indexing builds the real command.
+        sub = subcommands.get(sub_name)
         if sub is None or getattr(sub, "hidden", False):
             continue
         _walk(sub, sub_name, ctx, depth + 1, out)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import difflib
+import re
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from script_module import REPO, load_script
 
@@ -22,20 +25,39 @@ def test_cli_reference_is_current() -> None:
             "docs/reference/cli.md is stale: run `python scripts/gen_cli_reference.py`\n" + diff)
 
 
-def test_every_command_has_a_section() -> None:
-    """The walk reaches nested groups: each leaf command has its own heading and usage line."""
+def _commands(command: Any, path: str) -> Iterator[tuple[str, Any]]:
+    yield path, command
+    subcommands = getattr(command, "commands", None) or {}
+    for name in list(subcommands):
+        yield from _commands(subcommands[name], f"{path} {name}")
+
+
+def test_every_command_and_option_is_on_the_page() -> None:
+    """The walk reaches nested groups, and each command's section lists its real options (the
+    root group hands out summary-only stand-ins through get_command)."""
     import typer.main
 
-    root = typer.main.get_command(gen._app())
     rendered = gen.render()
-    ctx = root.context_class(root, info_name="trainguard")
-    for name in root.list_commands(ctx):
-        sub = root.get_command(ctx, name)
-        assert sub is not None
-        assert f"`trainguard {name}`" in rendered
-        assert f"Usage: trainguard {name} " in rendered
-        for leaf in getattr(sub, "commands", {}) or {}:
-            assert f"Usage: trainguard {name} {leaf} " in rendered
+    sections = dict(zip(re.findall(r"^#+ `(trainguard[^`]*)`$", rendered, re.M),
+                        re.split(r"^#+ `trainguard[^`]*`$", rendered, flags=re.M)[1:],
+                        strict=True))
+    commands = list(_commands(typer.main.get_command(gen._app()), "trainguard"))
+    assert len(commands) > 20
+    for path, command in commands:
+        assert path in sections, f"no section for {path}"
+        assert f"Usage: {path} " in sections[path]
+        for param in command.params:
+            if getattr(param, "hidden", False) or not param.opts[0].startswith("-"):
+                continue
+            assert param.opts[0] in sections[path], f"{path}: {param.opts[0]} missing"
+
+
+def test_rich_escapes_are_undone() -> None:
+    from rich.markup import escape
+
+    for text in ["a [floors] table", "[default: 127.0.0.1]", "x \\[y] z", "plain [1, 2]"]:
+        assert gen._unescape_markup(escape(text)) == text
+    assert "\\[" not in gen.render()
 
 
 def test_plain_text_not_rich() -> None:
