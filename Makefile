@@ -1,19 +1,19 @@
 # trainguard developer entry points. `make demo` and `make test` work on a fresh machine:
-# they create .venv, install the package with its dev extras, and (for tests) the Debian
-# packages the integration tests start (scripts/sysdeps.sh).
+# they create .venv, install the package with its dev and docs extras, and (for tests) the
+# Debian packages the integration tests start (scripts/sysdeps.sh).
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install sysdeps demo test lint typecheck pytest bench clean
+.PHONY: install sysdeps demo test lint typecheck docs pytest bench clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "trainguard needs Python >= 3.11 (set PYTHON=python3.11)")'
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev]'
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev,docs]'
 	@touch $@
 
 install: $(STAMP)
@@ -55,10 +55,15 @@ demo: install
 	@echo "Classify failure logs:  $(BIN)/trainguard logs classify --host-from-path examples/incidents/xid79-allreduce-hang"
 
 lint: install
-	$(BIN)/ruff check src tests benchmarks examples
+	$(BIN)/ruff check src tests benchmarks examples scripts
 
 typecheck: install
 	$(BIN)/mypy --strict src
+
+# The documentation site (mkdocs.yml, docs/) into site/; --strict fails on a broken link or
+# anchor and on a page missing from the navigation.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir site
 
 # PYTEST_ARGS='-m "not multihost"' skips the namespaced multi-host runs (about 8 minutes on 2
 # cores; CI runs them).
@@ -66,10 +71,10 @@ PYTEST_ARGS ?=
 pytest: install sysdeps
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
-test: lint typecheck pytest
+test: lint typecheck docs pytest
 
 bench: install
 	$(BIN)/python benchmarks/run.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache bench-data demo-data
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache bench-data demo-data site

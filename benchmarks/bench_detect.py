@@ -67,7 +67,7 @@ LIVE_STEPS = 120
 SEED = 0
 SCORE_TARGET = 20e6
 E2E_BEFORE = 1.3e6
-"""End-to-end rate from Parquet measured for #3 (README, 2026-11-21): #20 asks for 3x that."""
+"""End-to-end rate from Parquet measured for #3 (2026-11-21; docs/benchmarks.md): #20 asks 3x."""
 E2E_TARGET = 3 * E2E_BEFORE
 LIVE_TARGET_MS = 50.0
 """Median time of a scrape that completes (and scores) a block."""

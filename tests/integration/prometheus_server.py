@@ -3,8 +3,8 @@
 ``start_prometheus(workdir, files)`` turns each OpenMetrics file into TSDB blocks with
 ``promtool tsdb create-blocks-from openmetrics``, starts ``prometheus`` on a free 127.0.0.1 port
 with its own data directory holding those blocks, and waits until ``/-/ready`` answers. Use one
-file per aligned 2-hour window: promtool re-reads the whole input once per 2-h block (see
-/work/shared/reference/prometheus-in-tests.md). OpenMetrics timestamps are in seconds and the
+file per aligned 2-hour window: promtool re-reads the whole input once per 2-h block, so one
+large file costs time quadratic in its span. OpenMetrics timestamps are in seconds and the
 file must end with ``# EOF``.
 
 The ``prometheus_factory`` fixture wraps it and stops every server it started (by PID) at

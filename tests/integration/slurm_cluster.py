@@ -4,7 +4,7 @@ Debian's Slurm 22.05 packages (``scripts/sysdeps.sh``) run one controller and N 
 one ``slurmd -N nodeX`` per node on its own port, all on loopback, with a private munged. Needs
 root (the slurmds run in a private mount namespace whose /etc/hosts maps nodeX -> 127.0.0.1, so
 job steps can resolve node names; the real /etc/hosts is untouched). Every daemon is stopped by
-PID. Recipe: /work/shared/reference/slurm-one-host.
+PID.
 
     cluster = SlurmCluster(nodes=4).start()
     try:

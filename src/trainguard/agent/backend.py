@@ -170,8 +170,8 @@ def fencing_orphan_timeout(node_timeout_s: float, orphan_timeout_s: float | None
     """How long an agent may miss the controller before it kills its ranks: 10 s less than
     the node timeout, but at least half of it (a heartbeat each way, the agent's check and the
     kill fit in the margin), so a host the controller declares lost has killed its own ranks
-    before the relaunch (fencing; README, "Fencing a lost host"). `ConfigError` for a given one
-    that is not shorter than the node timeout.
+    before the relaunch (fencing; docs/multi-host.md, "Fencing a lost host"). `ConfigError` for a
+    given one that is not shorter than the node timeout.
 
     >>> fencing_orphan_timeout(30.0), fencing_orphan_timeout(6.0)
     (20.0, 3.0)

@@ -1,6 +1,7 @@
 """``trainguard agent``: the per-host agent a backend starts for each attempt (see
 :mod:`trainguard.agent.runner`). Operators start it by hand only for another launcher (a
-container platform; ``trainguard run --agent-exec manual`` prints each host's command line)."""
+container platform; ``trainguard run --agent-exec manual`` prints each host's command line):
+docs/multi-host.md, "Starting agents on a real cluster"."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ Why these pieces:
 - After the handshake every frame is a sealed :class:`Channel` envelope: one or more messages,
   a per-direction counter and an HMAC-SHA256 under a key derived for this connection alone from
   the secret and both nonces. A forged, altered, replayed, reordered or dropped frame is a
-  :class:`WireError` (why a MAC and not TLS: README, "The wire").
+  :class:`WireError` (why a MAC and not TLS: docs/design/wire-protocol.md).
 
 Every message is a map with a string ``t`` (its type). Anything else, a frame over the limit, a
 wrong MAC or a silent peer is a :class:`WireError` for that connection only.

@@ -15,7 +15,7 @@ lower the epoch (no lock that a stopped process could hold), and the epoch only 
 
 This fences writers that go through trainguard's checkpoint code; a script writing its own
 files is fenced only by its agent (which kills its ranks when it loses the controller) or by
-the scheduler (README, "Fencing a lost host").
+the scheduler (docs/multi-host.md, "Fencing a lost host").
 """
 
 from __future__ import annotations

@@ -156,7 +156,7 @@ def _failures_text(r: AnalyticsReport) -> str:
 
 
 def summary_rows(r: AnalyticsReport) -> list[tuple[str, str]]:
-    """The summary, in the order the README lists it."""
+    """The summary, in the order docs/report.md lists it."""
     g, s = r.goodput, r.chain_stats.get("all")
     rows = [("runs", str(len(r.runs))), ("ETTR", ettr_text(g)),
             ("productive / wall", productive_text(g))]

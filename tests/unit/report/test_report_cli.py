@@ -1,4 +1,4 @@
-"""`trainguard report` in the terminal: the summary shows the badput breakdown the README
+"""`trainguard report` in the terminal: the summary shows the badput breakdown docs/report.md
 promises, bad input is exit 2, and the help text reflows (no hard line breaks)."""
 
 from __future__ import annotations

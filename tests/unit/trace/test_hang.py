@@ -24,9 +24,9 @@ FAULTHANDLER = """Thread 0x00007f01 (most recent call first):
   File "/usr/lib/python3.11/threading.py", line 1000 in _bootstrap
 
 Current thread 0x00007f02 (most recent call first):
-  File "/work/train.py", line 12 in slow_io
-  File "/work/train.py", line 40 in main
-  File "/work/train.py", line 50 in <module>
+  File "/home/user/train.py", line 12 in slow_io
+  File "/home/user/train.py", line 40 in main
+  File "/home/user/train.py", line 50 in <module>
 """
 
 
@@ -56,7 +56,7 @@ def test_a_broadcast_root_stuck_behind_the_sleeper_is_not_the_root() -> None:
     places[2] = RankPlace(2, "node1", 0, "0", 1002, "running", FAULTHANDLER)
     d = localize_hang(states, places)
     assert [c.rank for c in d.culprits] == [2, 0]
-    assert d.culprits[0].stack_top[0] == 'File "/work/train.py", line 12 in slow_io'
+    assert d.culprits[0].stack_top[0] == 'File "/home/user/train.py", line 12 in slow_io'
     assert "waits in broadcast_coalesced #248" in d.culprits[1].reason
     assert d.summary.startswith("rank 2 on node1 never entered all_gather #249")
 
@@ -124,7 +124,7 @@ def test_no_state_at_all_is_unknown() -> None:
 
 
 def test_stack_top_reads_faulthandler_and_py_spy() -> None:
-    assert stack_top(FAULTHANDLER)[-1] == 'File "/work/train.py", line 50 in <module>'
+    assert stack_top(FAULTHANDLER)[-1] == 'File "/home/user/train.py", line 50 in <module>'
     spy = ('Process 12: python train.py\nPython v3.11\n\nThread 12 (idle): "MainThread"\n'
            "    sleep (time.py:1)\n    step (session.py:228)\n    <module> (train.py:9)\n")
     assert stack_top(spy) == ("sleep (time.py:1)", "step (session.py:228)",

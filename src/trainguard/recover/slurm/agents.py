@@ -5,8 +5,8 @@ the controller; the secret travels in the step's environment (``--export=ALL``),
 Fencing: when a host is lost, the agents' step (allocation mode, found by its unique step name)
 or job (submit mode) is killed with ``scancel --signal=KILL`` before the relaunch, and the
 controller waits (bounded) until Slurm reports it gone. A stopped agent and its ranks die too;
-a host that ``slurmd`` cannot reach (a real partition) is beyond this: README, "Fencing a lost
-host".
+a host that ``slurmd`` cannot reach (a real partition) is beyond this: docs/multi-host.md,
+"Fencing a lost host".
 """
 
 from __future__ import annotations
