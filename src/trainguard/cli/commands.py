@@ -65,12 +65,12 @@ COMMANDS: tuple[Entry, ...] = (
     Entry("logs", "trainguard.cli.logs:app", "Classify failure evidence in logs."),
     Entry("xid", "trainguard.cli.xid:app", "NVIDIA XID catalog."),
     Entry("inject", "trainguard.cli.inject:inject_app",
-          "Inject faults into a running `trainguard run` (tests, demos, fire drills). The "
-          "in-process faults (nan, slow, cuda_error, exception, corrupt_checkpoint) are given "
-          "to `trainguard run --inject KIND:key=value,...` and fired by the SDK."),
+          "Inject faults into a running `trainguard run` (tests, demos, fire drills); each "
+          "step is said on stderr."),
     Entry("nodes", "trainguard.cli.nodes:app",
-          "Node-health memory: exclusions, XIDs, alerts, jobs taken down, lemon scores. "
-          "Without a sub-command: list the nodes."),
+          "Node-health memory: exclusions, XIDs, alerts, jobs taken down (hardware evidence), "
+          "suspicions (a failure's evidence pointed at the node), lemon scores. Without a "
+          "sub-command: list the nodes."),
     Entry("slurm", "trainguard.cli.slurm:app", "Slurm: import job history."),
     Entry("advise", "trainguard.cli.advise:app", "Advice from the store's history."),
     Entry("ckpt", "trainguard.cli.ckpt:app",

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -35,13 +36,14 @@ from trainguard.atomicjson import write_json_atomic
 from trainguard.errors import SnapshotError, TrainguardError
 from trainguard.filetail import read_tail
 from trainguard.recover.backend import Backend, HasSnapshotPlane
-from trainguard.recover.launchplan import LaunchPlan, MemoryTier
+from trainguard.recover.launchplan import LaunchPlan, MemoryTier, PlanInputs, build_plan
 from trainguard.recover.records import AttemptResult
 from trainguard.recover.spec import JobSpec
 from trainguard.snapshot.layout import HostDirs, remove_tree
 from trainguard.snapshot.plane import ShardCopy, SnapshotPlane
 
 if TYPE_CHECKING:
+    from trainguard.recover.chain import Chain
     from trainguard.snapshot.manifest import Manifest
 
 log = logging.getLogger(__name__)
@@ -338,6 +340,27 @@ def remove_local_snapshots(spec: JobSpec, run_id: str) -> None:
     remove_tree(path)
 
 
+def plan_attempt(spec: JobSpec, backend: Backend, chain: Chain,
+                 coord: SnapshotCoordinator | None, run_id: str,
+                 now: float) -> tuple[RestoreChoice, LaunchPlan]:
+    """The next attempt's (``len(chain.attempts)``) source of restore and launch plan; the
+    coordinator, if any, is told the attempt begins. A relaunch asks it where each rank
+    restores from; the first attempt restores from nothing (:data:`FIRST`)."""
+    index, spares = len(chain.attempts), tuple(chain.spares)
+    choice = FIRST
+    if coord is not None:
+        if index:
+            choice = coord.choose(chain.nodes, spares, chain.resume_max_step,
+                                  chain.checkpoint_steps)
+        coord.begin(index, chain.nodes, spares)
+    port = spec.master_port or backend.free_port(chain.nodes)
+    plan = build_plan(spec, PlanInputs(
+        index, chain.nodes, spares, backend.master_addr(chain.nodes), port, run_id, now,
+        chain.resume_max_step, memory=memory_tier(spec, coord, choice)), os.environ)
+    return choice, plan
+
+
 __all__ = ["FETCH_TIMEOUT_S", "FIRST", "POLL_EVERY_S", "RestoreChoice", "SnapshotCoordinator",
-           "best_step", "failed_restoring", "memory_tier", "overall_source", "rank_source",
+           "best_step", "failed_restoring", "memory_tier", "overall_source", "plan_attempt",
+           "rank_source",
            "remove_local_snapshots", "run_snapshot_dir", "start_coordinator"]

@@ -19,7 +19,6 @@ per state (:meth:`Supervisor.run`):
 from __future__ import annotations
 
 import logging
-import os
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -30,13 +29,8 @@ from trainguard.errors import LaunchError, SnapshotError
 from trainguard.evidence.events import FailureEvent
 from trainguard.evidence.rules import RuleSet, load_rules
 from trainguard.evidence.scanner import scan_bytes
-from trainguard.recover.attempt import (
-    Attempt,
-    AttemptContext,
-    Outcome,
-    failed_launch,
-    tail_events,
-)
+from trainguard.recover.attempt import Attempt, AttemptContext, Outcome
+from trainguard.recover.attemptevents import failed_launch, tail_events
 from trainguard.recover.backend import Backend, HasControl
 from trainguard.recover.cancel import CancelToken
 from trainguard.recover.chain import Chain, NodeEvidence, Scheduler, advance, decide_next
@@ -48,7 +42,6 @@ from trainguard.recover.hostchecks import (
     TooFewGoodHosts,
     require_agents,
 )
-from trainguard.recover.launchplan import PlanInputs, build_plan
 from trainguard.recover.lifecycle import Lifecycle, State
 from trainguard.recover.narrate import attempts_text, decision_line, failed_line, stop_message
 from trainguard.recover.policy import Decision, Verdict
@@ -69,7 +62,7 @@ from trainguard.recover.restore import (
     RestoreChoice,
     SnapshotCoordinator,
     best_step,
-    memory_tier,
+    plan_attempt,
     remove_local_snapshots,
     start_coordinator,
 )
@@ -209,17 +202,9 @@ class Supervisor:
     def _on_launching(self) -> None:
         ctx, chain = self._context()
         spec, index, snap = self.spec, len(chain.attempts), self._snap
-        spares = tuple(chain.spares)
         try:
-            if snap is not None:
-                self._choice = snap.choose(chain.nodes, spares, chain.resume_max_step,
-                                           chain.checkpoint_steps) if index else FIRST
-                snap.begin(index, chain.nodes, spares)
-            port = spec.master_port or self.backend.free_port(chain.nodes)
-            plan = build_plan(spec, PlanInputs(
-                index, chain.nodes, spares, self.backend.master_addr(chain.nodes),
-                port, self.run_id, self.clock(), chain.resume_max_step,
-                memory=memory_tier(spec, snap, self._choice)), os.environ)
+            self._choice, plan = plan_attempt(spec, self.backend, chain, snap, self.run_id,
+                                              self.clock())
         except (LaunchError, SnapshotError) as exc:  # nothing announced, nothing started
             self.lifecycle.to(State.FAILED)
             self._finish("failed", f"launch failed: {exc}")
