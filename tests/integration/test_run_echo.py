@@ -60,7 +60,8 @@ def test_peer_tracebacks_are_folded_on_the_terminal_and_kept_in_the_logs(tmp_pat
     for line in folded:
         log = Path(tmp_path / line.rsplit("full text in ", 1)[1].rstrip(")"))
         assert "Traceback (most recent call last)" in log.read_text()
-    assert "attempt 0 failed: rank 1 on n2, cause unknown" in err
+    # the supervisor knows the kill was the one `trainguard inject` asked for
+    assert "attempt 0 failed: rank 1 on n2: injected kill of rank 1 (trainguard inject)" in err
     # (a peer may abort in teardown: the final line then carries that note before "excluded")
     assert "job succeeded after 2 attempts" in err and "excluded: none" in err
 

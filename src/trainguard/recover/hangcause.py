@@ -148,7 +148,8 @@ def _injected_stop(facts: AttemptFacts, waited: str, backend: str) -> Failure | 
             what = inj.describe()
             return Failure(FailureKind.HANG, Category.INJECTED_FAULT,
                            f"hang: no progress{waited}; {what} on {o.node}: its process is "
-                           "stopped (SIGSTOP) and the others wait for it",
+                           "stopped (SIGSTOP) and the others wait for it"
+                           + (f"; {facts.hang.summary}" if facts.hang is not None else ""),
                            culprit_nodes=(o.node,), culprit_rank=o.rank, injected=what,
                            backend=backend, blame=Implication.NONE, cause=what)
     return None
