@@ -65,7 +65,7 @@ typecheck: install
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir site
 
-# PYTEST_ARGS='-m "not multihost"' skips the namespaced multi-host runs (about 8 minutes on 2
+# PYTEST_ARGS='-m "not multihost"' skips the namespaced multi-host runs (the slowest part of the suite on 2
 # cores; CI runs them).
 PYTEST_ARGS ?=
 pytest: install sysdeps
