@@ -1,15 +1,18 @@
-"""Host names as the checks take them: comma-separated lists, each name an RFC 1123 host name.
+"""Host names as the checks take them: comma-separated lists, each name an RFC 1123 host name
+(``_`` allowed too, as Slurm node names and many clusters' host names use it).
 
 A host name reaches a shell (``--agent-exec 'ssh {node}'``), Slurm's node lists and file names
 under the check's work directory, so it is validated before anything starts: dot-separated
-labels of ASCII letters, digits and ``-``, each 1-63 characters, not starting or ending with
-``-``; at most 253 characters in all. No spaces, no shell metacharacters, no empty entries,
+labels of ASCII letters, digits, ``-`` and ``_``, each 1-63 characters, not starting or ending
+with ``-``; at most 253 characters in all. No spaces, no shell metacharacters, no empty entries,
 no host named twice.
 
     >>> parse_hosts("node1,node2.rack3", "--nodes")
     ('node1', 'node2.rack3')
+    >>> host_name_problem("node_1") is None
+    True
     >>> host_name_problem("node 1")
-    "'node 1' is not a valid host name (RFC 1123: letters, digits and '-', labels separated by '.')"
+    "'node 1' is not a valid host name (letters, digits, '-' and '_', labels separated by '.')"
 """
 
 from __future__ import annotations
@@ -21,14 +24,14 @@ from trainguard.errors import ConfigError
 MAX_NAME = 253
 """The longest host name (RFC 1123 / RFC 1035)."""
 
-_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+_LABEL = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
 
 
 def host_name_problem(name: str) -> str | None:
     """Why ``name`` is not a valid host name, or None when it is."""
     if not name:
         return "an empty host name"
-    rule = "RFC 1123: letters, digits and '-', labels separated by '.'"
+    rule = "letters, digits, '-' and '_', labels separated by '.'"
     if len(name) > MAX_NAME:
         return f"{name[:40]!r}... is longer than {MAX_NAME} characters"
     if not all(_LABEL.fullmatch(label) for label in name.split(".")):
