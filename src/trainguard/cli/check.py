@@ -51,9 +51,9 @@ CheckpointDirOpt = Annotated[str | None, typer.Option(
     "reads a temporary file in; without it there is no storage probe.")]
 
 Nodes = Annotated[str, typer.Option(
-    "--nodes", help=f"Comma-separated host names (RFC 1123, '_' allowed) to check. Probe figures are "
-    f"compared between hosts from {MIN_PEERS + 1} hosts on, links from 3; with fewer only "
-    "the floors apply.")]
+    "--nodes", help=f"Comma-separated host names (RFC 1123, '_' allowed) to check. Probe "
+    f"figures are compared between hosts from {MIN_PEERS + 1} hosts on, links from 3; with "
+    "fewer only the floors apply.")]
 
 
 def check(
