@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from trainguard.evidence.events import FailureEvent, TimeKind
 from trainguard.nodehealth.health import (
     Concentration,
     IncidentKind,
@@ -81,9 +82,8 @@ def incidents(store: Store) -> list[NodeIncident]:
         out.append(NodeIncident(ex.node, ex.created, IncidentKind.EXCLUSION,
                                 _job(ex.session_id), f"excluded: {ex.reason}"))
     for ev in store.events():
-        if ev.xid is not None and ev.host and ev.severity is not Severity.INFO \
-                and ev.time is not None:
-            out.append(NodeIncident(ev.host, ev.time, IncidentKind.XID, None, ev.summary))
+        if _is_xid(ev) and ev.time is not None and ev.time_kind is TimeKind.ABSOLUTE:
+            out.append(NodeIncident(ev.host or "", ev.time, IncidentKind.XID, None, ev.summary))
     for al in store.alerts():
         out.append(NodeIncident(al.node, al.start, IncidentKind.ALERT, None,
                                 f"{al.kind} alert (score {al.peak_score:g})"))
@@ -104,6 +104,21 @@ def incidents(store: Store) -> list[NodeIncident]:
     return out
 
 
+def _is_xid(ev: FailureEvent) -> bool:
+    return ev.xid is not None and bool(ev.host) and ev.severity is not Severity.INFO
+
+
+def untimed_xids(store: Store) -> dict[str, int]:
+    """Per host, the XIDs the store holds without a wall-clock time (plain ``dmesg``: seconds
+    since boot). They count, but have no place in time: no age for the lemon score, never
+    shown as a 1970 date."""
+    out: dict[str, int] = {}
+    for ev in store.events():
+        if _is_xid(ev) and ev.time_kind is not TimeKind.ABSOLUTE and ev.host:
+            out[ev.host] = out.get(ev.host, 0) + 1
+    return out
+
+
 def _job(session_id: int | None) -> str | None:
     return None if session_id is None else f"session:{session_id}"
 
@@ -113,12 +128,13 @@ def node_health(store: Store, now: float, policy: LemonPolicy | None = None,
     """Every node the store has seen (plus ``extra_nodes``), worst lemon score first."""
     policy = policy or LemonPolicy()
     grouped = by_node(incidents(store))
+    untimed = untimed_xids(store)
     active: dict[str, ExclusionRecord] = {}
     for record in store.exclusions(active_only=True):
         active.setdefault(record.node, record)
     states = {n.name: n.state for n in store.nodes()}
     members = {node for at in store.attempts() for node in at.nodes}
-    names = set(grouped) | set(active) | set(states) | members | set(extra_nodes)
+    names = set(grouped) | set(active) | set(states) | members | set(untimed) | set(extra_nodes)
     out = []
     for node in names:
         incs = grouped.get(node, [])
@@ -130,7 +146,7 @@ def node_health(store: Store, now: float, policy: LemonPolicy | None = None,
             exclusion_reason=ex.reason if ex else None,
             excluded_since=ex.created if ex else None,
             exclusions=sum(1 for i in incs if i.kind is IncidentKind.EXCLUSION),
-            xids=sum(1 for i in incs if i.kind is IncidentKind.XID),
+            xids=sum(1 for i in incs if i.kind is IncidentKind.XID) + untimed.get(node, 0),
             alerts=sum(1 for i in incs if i.kind is IncidentKind.ALERT),
             jobs_taken_down=len({i.job for i in incs if i.kind is IncidentKind.JOB_FAILURE}),
             suspicions=len({i.job for i in incs if i.kind is IncidentKind.SUSPICION}),
@@ -150,4 +166,5 @@ def exclusion_concentration(store: Store, top_k: int = 3) -> Concentration:
     return concentration(counts, top_k, sorted(seen))
 
 
-__all__ = ["NodeHealth", "exclusion_concentration", "incidents", "listed_state", "node_health"]
+__all__ = ["NodeHealth", "exclusion_concentration", "incidents", "listed_state", "node_health",
+           "untimed_xids"]

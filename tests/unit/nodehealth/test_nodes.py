@@ -121,3 +121,15 @@ def test_node_health_records_what_the_supervisor_decided(tmp_path: Path) -> None
         assert r.exit_code == 0
         by_node = {n["node"]: n for n in json.loads(r.stdout)["nodes"]}
         assert by_node["n1"]["suspicions"] == 1 and by_node["n1"]["jobs_taken_down"] == 0
+
+
+def test_an_xid_from_plain_dmesg_counts_without_a_1970_date(tmp_path: Path) -> None:
+    # `logs classify --db` of plain dmesg: the XID's time is seconds since boot
+    boot = FailureEvent(category=Category.GPU_HARDWARE, action=Action.REBOOT_NODE,
+                        severity=Severity.FATAL, signature="xid_79", summary="XID 79",
+                        time=1234.5, time_kind=TimeKind.RELATIVE, host="n9", xid=79)
+    with Store.open(str(tmp_path / "tg.db")) as store:
+        store.add_events([boot, xid_event("n8", 1_700_000_000.0)])
+        health = {h.node: h for h in node_health(store, now=1_700_000_100.0)}
+    assert health["n9"].xids == 1 and health["n9"].last_evidence_time is None
+    assert health["n8"].xids == 1 and health["n8"].last_evidence_time == 1_700_000_000.0
