@@ -10,6 +10,7 @@
     +-- CheckpointError             checkpoint save / load / validation
     |   +-- SnapshotError           in-memory snapshot tier: torn, stale, too big, no room
     +-- TraceError                  trace input: state files, flight-recorder dumps, run dirs
+    +-- FleetError                  a fleet's fault history: bad events, window or fleet size
 
 A user mistake raises one of these with a message that reads as one clear line; the CLI prints it
 and exits non-zero without a traceback.
@@ -58,9 +59,14 @@ class TraceError(TrainguardError):
     """Trace input (a rank's state file, a flight-recorder dump, a run's records) is unusable."""
 
 
+class FleetError(TrainguardError):
+    """A fleet's fault history (events, window, fleet size) is unusable for the analysis asked."""
+
+
 __all__ = [
     "CheckpointError",
     "ConfigError",
+    "FleetError",
     "LaunchError",
     "LogParseError",
     "SchemaVersionError",

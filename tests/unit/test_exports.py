@@ -8,7 +8,8 @@ import pytest
 
 PACKAGES = ["trainguard", "trainguard.evidence", "trainguard.store", "trainguard.cli",
             "trainguard.telemetry", "trainguard.detect", "trainguard.simulate", "trainguard.ckpt",
-            "trainguard.nfs", "trainguard.trace", "trainguard.watch", "trainguard.nodehealth"]
+            "trainguard.nfs", "trainguard.trace", "trainguard.watch", "trainguard.nodehealth",
+            "trainguard.fleet"]
 
 
 def _exports() -> list[tuple[str, str]]:
