@@ -1,0 +1,83 @@
+"""Planning answers from a cluster's fault history: checkpoint interval, expected ETTR and the
+spare pool a job needs, from an analytic model (:mod:`.model`) checked against a trace-driven
+replay (:mod:`.replay`) by :mod:`.compare`. Pure: no I/O."""
+
+from trainguard.planning.compare import (
+    ETTR_TOLERANCE_PP,
+    JOB_SIZES,
+    SPARES_TOLERANCE,
+    Burstiness,
+    CompareRow,
+    Comparison,
+    burstiness,
+    compare,
+    compare_row,
+)
+from trainguard.planning.model import (
+    CURVE_FACTORS,
+    CurvePoint,
+    JobPlan,
+    NodeReliability,
+    PlanAnswer,
+    daly_interval,
+    expected_ettr,
+    job_mtbf_s,
+    plan_answer,
+    run_efficiency,
+    spares_needed,
+    wait_fraction,
+    young_interval,
+)
+from trainguard.planning.replay import (
+    ReplayResult,
+    ReplaySummary,
+    down_beyond_fraction,
+    placements,
+    replay,
+    replay_once,
+    replay_spares_needed,
+)
+from trainguard.planning.trace import (
+    Fleet,
+    Outage,
+    OutageTable,
+    estimate_reliability,
+    outage_table,
+)
+
+__all__ = [
+    "CURVE_FACTORS",
+    "ETTR_TOLERANCE_PP",
+    "JOB_SIZES",
+    "SPARES_TOLERANCE",
+    "Burstiness",
+    "CompareRow",
+    "Comparison",
+    "CurvePoint",
+    "Fleet",
+    "JobPlan",
+    "NodeReliability",
+    "Outage",
+    "OutageTable",
+    "PlanAnswer",
+    "ReplayResult",
+    "ReplaySummary",
+    "burstiness",
+    "compare",
+    "compare_row",
+    "daly_interval",
+    "down_beyond_fraction",
+    "estimate_reliability",
+    "expected_ettr",
+    "job_mtbf_s",
+    "outage_table",
+    "placements",
+    "plan_answer",
+    "replay",
+    "replay_once",
+    "replay_spares_needed",
+    "run_efficiency",
+    "spares_needed",
+    "wait_fraction",
+    "young_interval",
+]
