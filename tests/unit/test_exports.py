@@ -9,7 +9,7 @@ import pytest
 PACKAGES = ["trainguard", "trainguard.evidence", "trainguard.store", "trainguard.cli",
             "trainguard.telemetry", "trainguard.detect", "trainguard.simulate", "trainguard.ckpt",
             "trainguard.nfs", "trainguard.trace", "trainguard.watch", "trainguard.nodehealth",
-            "trainguard.fleet"]
+            "trainguard.fleet", "trainguard.planning"]
 
 
 def _exports() -> list[tuple[str, str]]:
