@@ -50,7 +50,9 @@ def test_a_stopped_rank_is_named_with_host_and_collective(tmp_path: Path) -> Non
     assert doc["kind"] in ("missing_ranks", "stuck_collective"), doc["summary"]
     root = doc["culprits"][0]
     assert (root["rank"], root["node"], root["process"]) == (1, "node2", "stopped")
-    assert doc["op"] and doc["seq"] > 0 and {0, 2} <= set(doc["waiting"])
+    # the others wait for it (under load one of them may still be on its way to the collective)
+    waiting = set(doc["waiting"])
+    assert doc["op"] and doc["seq"] > 0 and waiting & {0, 2} and 1 not in waiting
     failure = attempt["failure"]
     assert failure["culprit_rank"] == 1 and failure["culprit_nodes"] == ["node2"]
     assert f"#{doc['seq']}" in failure["summary"] and "SIGSTOP" in failure["summary"]

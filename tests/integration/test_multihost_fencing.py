@@ -107,9 +107,24 @@ def test_a_lost_host_is_fenced_before_the_relaunch(
     _lose_host2_and_check_the_fence(cluster, job, how)
 
 
+def _responding(slurm: SlurmHostCluster, node: str, timeout_s: float = 120.0) -> None:
+    """Wait until slurmctld hears from ``node``'s slurmd again (state without ``*``): the case
+    before fences host2, and its slurmd may not answer pings for a while after."""
+    deadline = time.monotonic() + timeout_s
+    state = ""
+    while time.monotonic() < deadline:
+        state = slurm.run(["sinfo", "-h", "-n", node, "-o", "%T"]).stdout.strip()
+        if state and not state.endswith("*") and "not_responding" not in state.lower():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"{node} is still not responding to slurmctld: {state!r}")
+
+
 @pytest.mark.parametrize("mode", ["allocation", "submit"])
 def test_a_stopped_agent_is_fenced_through_slurm(
         slurm: SlurmHostCluster, tmp_path: Path, mode: str) -> None:
+    slurm.run(["scontrol", "update", "nodename=host2", "state=resume"])
+    _responding(slurm, "host2")
     wrapper = ["salloc", "-N4", "--no-kill", f"--nodelist={','.join(HOSTS)}", "--"] \
         if mode == "allocation" else []
     job = Job(slurm.cluster, tmp_path, f"sfence-{mode}", steps=60, env=slurm.env(),
