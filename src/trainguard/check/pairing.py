@@ -267,18 +267,22 @@ class Isolator:
         name = link_name(*pair)
         return [m for m in self._measured if link_name(*m.pair) == name]
 
-    def _unexplained(self, faulty: set[str]) -> list[Pair]:
-        """Bad pairs that no faulty host explains and that no later measurement cleared."""
-        out: list[Pair] = []
+    def _first_bad(self, faulty: set[str]) -> list[Measurement]:
+        """Each link's first bad measurement, for links between hosts no fault explains."""
+        out: list[Measurement] = []
         seen: set[str] = set()
         for m in self._measured:
             name = link_name(*m.pair)
             if not m.bad or name in seen or set(m.pair) & faulty:
                 continue
             seen.add(name)
-            if all(x.bad for x in self._link_state(m.pair)):
-                out.append(m.pair)
+            out.append(m)
         return out
+
+    def _unexplained(self, faulty: set[str]) -> list[Pair]:
+        """Bad pairs that no faulty host explains and that no later measurement cleared."""
+        return [m.pair for m in self._first_bad(faulty)
+                if all(x.bad for x in self._link_state(m.pair))]
 
     def _plan(self) -> list[Pair]:
         good = self._good_hosts()
@@ -368,14 +372,9 @@ class Isolator:
         good = self._good_hosts()
         faulty = self._faulty_hosts(good)
         out: list[Finding] = []
-        seen: set[str] = set()
-        for m in self._measured:
+        for m in self._first_bad(faulty):
             name = link_name(*m.pair)
-            if not m.bad or name in seen or set(m.pair) & faulty:
-                continue
-            seen.add(name)
-            ms = self._link_state(m.pair)
-            later = [x for x in ms if x.round > m.round and not x.bad]
+            later = [x for x in self._link_state(m.pair) if x.round > m.round and not x.bad]
             if not later:
                 continue
             ok = later[0]
