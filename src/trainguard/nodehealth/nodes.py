@@ -77,11 +77,15 @@ def listed_state(excluded: bool, recorded: str | None) -> str:
 
 def incidents(store: Store) -> list[NodeIncident]:
     """Every node incident the store knows, oldest first."""
+    return _incidents(store, store.events())
+
+
+def _incidents(store: Store, events: Iterable[FailureEvent]) -> list[NodeIncident]:
     out: list[NodeIncident] = []
     for ex in store.exclusions():
         out.append(NodeIncident(ex.node, ex.created, IncidentKind.EXCLUSION,
                                 _job(ex.session_id), f"excluded: {ex.reason}"))
-    for ev in store.events():
+    for ev in events:
         if _is_xid(ev) and ev.time is not None and ev.time_kind is TimeKind.ABSOLUTE:
             out.append(NodeIncident(ev.host or "", ev.time, IncidentKind.XID, None, ev.summary))
     for al in store.alerts():
@@ -108,12 +112,12 @@ def _is_xid(ev: FailureEvent) -> bool:
     return ev.xid is not None and bool(ev.host) and ev.severity is not Severity.INFO
 
 
-def untimed_xids(store: Store) -> dict[str, int]:
-    """Per host, the XIDs the store holds without a wall-clock time (plain ``dmesg``: seconds
+def untimed_xids(events: Iterable[FailureEvent]) -> dict[str, int]:
+    """Per host, the XIDs among ``events`` without a wall-clock time (plain ``dmesg``: seconds
     since boot). They count, but have no place in time: no age for the lemon score, never
     shown as a 1970 date."""
     out: dict[str, int] = {}
-    for ev in store.events():
+    for ev in events:
         if _is_xid(ev) and ev.time_kind is not TimeKind.ABSOLUTE and ev.host:
             out[ev.host] = out.get(ev.host, 0) + 1
     return out
@@ -127,8 +131,9 @@ def node_health(store: Store, now: float, policy: LemonPolicy | None = None,
                 extra_nodes: Iterable[str] = ()) -> list[NodeHealth]:
     """Every node the store has seen (plus ``extra_nodes``), worst lemon score first."""
     policy = policy or LemonPolicy()
-    grouped = by_node(incidents(store))
-    untimed = untimed_xids(store)
+    events = store.events()  # read once: timed XIDs are incidents, untimed ones only count
+    grouped = by_node(_incidents(store, events))
+    untimed = untimed_xids(events)
     active: dict[str, ExclusionRecord] = {}
     for record in store.exclusions(active_only=True):
         active.setdefault(record.node, record)
