@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from trainguard.errors import FleetError
+from trainguard.intervals import union_spans
 
 DAY_S = 86400.0
 
@@ -155,20 +156,8 @@ def merge_outages(events: Iterable[FaultEvent], window: FleetWindow) -> list[Out
         if span is not None:
             per_node[event.node].append(span)
     check_fleet_size(per_node, window)
-    out: list[Outage] = []
-    for node in sorted(per_node):
-        spans = sorted(per_node[node])
-        cur_lo, cur_hi = spans[0]
-        count = 1
-        for lo, hi in spans[1:]:
-            if lo <= cur_hi:
-                cur_hi = max(cur_hi, hi)
-                count += 1
-            else:
-                out.append(Outage(node, cur_lo, cur_hi, count))
-                cur_lo, cur_hi, count = lo, hi, 1
-        out.append(Outage(node, cur_lo, cur_hi, count))
-    return out
+    return [Outage(node, lo, hi, count) for node in sorted(per_node)
+            for lo, hi, count in union_spans(per_node[node])]
 
 
 __all__ = [

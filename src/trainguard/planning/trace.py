@@ -14,6 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from trainguard.errors import ConfigError
+from trainguard.intervals import union_spans
 from trainguard.planning.model import NodeReliability
 
 
@@ -85,19 +86,10 @@ def outage_table(outages: Sequence[Outage], fleet: Fleet) -> OutageTable:
     starts: list[float] = []
     ends: list[float] = []
     for i, spans in per_node.items():
-        spans.sort()
-        cur_s, cur_e = spans[0]
-        for s, e in spans[1:]:
-            if s <= cur_e:
-                cur_e = max(cur_e, e)
-                continue
+        for lo, hi, _ in union_spans(spans):
             nodes.append(i)
-            starts.append(cur_s)
-            ends.append(cur_e)
-            cur_s, cur_e = s, e
-        nodes.append(i)
-        starts.append(cur_s)
-        ends.append(cur_e)
+            starts.append(lo)
+            ends.append(hi)
     order = np.argsort(np.asarray(starts, dtype=np.float64), kind="stable")
     return OutageTable(fleet, np.asarray(nodes, dtype=np.int64)[order],
                        np.asarray(starts, dtype=np.float64)[order],
