@@ -8,6 +8,7 @@ import pytest
 from trainguard.check.checker import CheckReport
 from trainguard.check.model import Figure, Finding, Level, ProbeResult, Status
 from trainguard.evidence.events import EvidenceLine, FailureEvent, TimeKind
+from trainguard.fleet import FaultEvent
 from trainguard.store import Store
 from trainguard.taxonomy import Action, Category, Severity
 
@@ -27,6 +28,8 @@ JSON_CELLS: tuple[tuple[str, str, str], ...] = (
     ("exclusions", "evidence", "list of strings"),
     ("host_checks", "findings", "list of objects"),
     ("host_checks", "figures", "list of objects"),
+    ("fault_histories", "counts", "object"),
+    ("fault_histories", "meta", "object"),
 )
 """Every JSON column of every table."""
 
@@ -73,7 +76,8 @@ def _check(started: float) -> CheckReport:
 
 
 def populate(store: Store) -> None:
-    """Two rows in every table (host_checks: two per check, one check), all JSON cells set.
+    """Two rows in every table (host_checks: two per check, one check; fault histories: one
+    fault each), all JSON cells set.
 
     The first row of each table (lowest id, or node ``node-a``) is the one tests corrupt.
     """
@@ -100,6 +104,12 @@ def populate(store: Store) -> None:
     store.add_exclusion("node-a", reason="operator", created=T0, evidence=["by hand"])
     store.add_exclusion("node-b", reason="XID 79", created=T0 + 1, evidence=["XID 79"])
     store.add_host_checks(_check(T0 + 200))
+    for i in range(2):
+        fault = FaultEvent("node-b", T0 + 300 + i, T0 + 400, "Hardware / GPU", "gpu")
+        store.add_fault_history(f"trace{i}", source="trace.csv", fmt="csv", fleet_size=2,
+                                window_start=T0, window_end=T0 + 1000, origin=None,
+                                counts={"records": 1}, meta={"unit": "days"},
+                                faults=[(fault, 2)], imported=T0 + i)
 
 
 def assert_warned(caplog: pytest.LogCaptureFixture, table: str, row: str) -> None:

@@ -1,5 +1,5 @@
-"""The event store: sessions, attempts, failure events, alerts, exclusions, checkpoints and host
-checks.
+"""The event store: sessions, attempts, failure events, alerts, exclusions, checkpoints, host
+checks, and imported fault histories (kept apart from what trainguard observed itself).
 
 SQLite by default (``--db PATH`` / ``$TRAINGUARD_DB`` / ``./trainguard.db``), PostgreSQL by URL
 for shared deployments (``pip install 'trainguard[postgres]'``).
@@ -15,6 +15,7 @@ for shared deployments (``pip install 'trainguard[postgres]'``).
 from __future__ import annotations
 
 from trainguard.store.connect import DB_ENV, DEFAULT_DB, NO_STORE, resolve_db_url, wants_no_store
+from trainguard.store.histories import HistoryExists, UnknownHistory
 from trainguard.store.records import (
     ALERT_KINDS,
     CHECK_CONTEXTS,
@@ -22,6 +23,7 @@ from trainguard.store.records import (
     AttemptRecord,
     CheckpointRecord,
     ExclusionRecord,
+    FaultHistoryRecord,
     HostCheckRecord,
     NodeRecord,
     SessionRecord,
@@ -42,10 +44,13 @@ __all__ = [
     "AttemptRecord",
     "CheckpointRecord",
     "ExclusionRecord",
+    "FaultHistoryRecord",
+    "HistoryExists",
     "HostCheckRecord",
     "NodeRecord",
     "SessionRecord",
     "Store",
+    "UnknownHistory",
     "resolve_db_url",
     "wants_no_store",
 ]

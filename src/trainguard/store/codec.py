@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from trainguard.errors import StoreError
+from trainguard.errors import FleetError, StoreError
 from trainguard.evidence.events import EvidenceLine, FailureEvent, TimeKind
 from trainguard.store.jsoncell import UNREADABLE
 from trainguard.store.records import (
@@ -26,11 +26,15 @@ from trainguard.store.records import (
     AttemptRecord,
     CheckpointRecord,
     ExclusionRecord,
+    FaultHistoryRecord,
     HostCheckRecord,
     NodeRecord,
     SessionRecord,
 )
 from trainguard.taxonomy import Action, Category, Severity
+
+if TYPE_CHECKING:
+    from trainguard.fleet.events import FaultEvent
 
 log = logging.getLogger(__name__)
 
@@ -293,6 +297,50 @@ def host_check_from_row(r: Any) -> HostCheckRecord:
     )
 
 
+def fault_history_from_row(r: Any) -> FaultHistoryRecord:
+    """A ``fault_histories`` row, with its fault count selected as ``faults``."""
+    return FaultHistoryRecord(
+        id=r.id,
+        name=r.name,
+        source=r.source,
+        fmt=r.fmt,
+        fleet_size=r.fleet_size,
+        window_start=r.window_start,
+        window_end=r.window_end,
+        origin=r.origin,
+        imported=r.imported,
+        counts=_object(r, "counts"),
+        meta=_object(r, "meta"),
+        faults=int(r.faults),
+    )
+
+
+def history_fault_to_row(history_id: int, ev: FaultEvent, line: int | None) -> dict[str, Any]:
+    return {
+        "history_id": history_id,
+        "node": ev.node,
+        "started": ev.start,
+        "ended": ev.end,
+        "kind": ev.kind,
+        "category": ev.category,
+        "line": line,
+    }
+
+
+def history_fault_from_row(r: Any, fault_type: type[FaultEvent]) -> tuple[FaultEvent, int | None]:
+    """The fault of a ``history_faults`` row and its source line; :class:`BadRow` for one that
+    is not a valid fault (no node, an end before its start: not something trainguard wrote).
+
+    ``fault_type`` is :class:`trainguard.fleet.FaultEvent`, passed in: the store cannot import
+    :mod:`trainguard.fleet` when it loads (that package imports the store).
+    """
+    try:
+        return fault_type(node=r.node, start=r.started, end=r.ended, kind=r.kind,
+                          category=r.category), r.line
+    except FleetError as exc:
+        raise BadRow(str(exc)) from exc
+
+
 __all__ = [
     "BadRow",
     "alert_from_row",
@@ -303,6 +351,9 @@ __all__ = [
     "event_from_row",
     "event_to_row",
     "exclusion_from_row",
+    "fault_history_from_row",
+    "history_fault_from_row",
+    "history_fault_to_row",
     "host_check_from_row",
     "node_from_row",
     "session_from_row",

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trainguard.fleet.events import FleetWindow
 
 ALERT_KINDS: tuple[str, ...] = ("predictive", "hard")
 """Allowed values of :attr:`AlertRecord.kind`."""
@@ -167,6 +170,43 @@ class HostCheckRecord:
         return self.checked_at + self.duration_s
 
 
+@dataclass(frozen=True, slots=True)
+class FaultHistoryRecord:
+    """A fault history imported from elsewhere (a ticket system, a repair log, a public trace),
+    kept apart from what trainguard observed itself; its faults are
+    :meth:`Store.history_events`."""
+
+    id: int
+    name: str
+    """Unique in the store."""
+    source: str
+    """Where it was read from (a file path, as given)."""
+    fmt: str
+    """The source's format (``json``, ``jsonl``, ``csv``, ``slurm``...)."""
+    fleet_size: int
+    """Nodes in the fleet over the window, failed or not (as stated at import, never guessed)."""
+    window_start: float
+    window_end: float
+    origin: float | None
+    """Unix seconds of the source's relative time 0, when its times were relative."""
+    imported: float
+    """When it was imported."""
+    counts: Mapping[str, Any]
+    """What the import read, merged and refused (``ImportCounts`` as a dict)."""
+    meta: Mapping[str, Any]
+    """Free-form import details (field mapping, time unit, mapping file...)."""
+    faults: int
+    """How many faults it holds."""
+
+    @property
+    def window(self) -> FleetWindow:
+        """The span the history covers and the fleet size, for :mod:`trainguard.fleet`."""
+        # Imported here: trainguard.fleet imports the store (via nodehealth).
+        from trainguard.fleet.events import FleetWindow
+
+        return FleetWindow(self.window_start, self.window_end, self.fleet_size)
+
+
 __all__ = [
     "ALERT_KINDS",
     "CHECK_CONTEXTS",
@@ -174,6 +214,7 @@ __all__ = [
     "AttemptRecord",
     "CheckpointRecord",
     "ExclusionRecord",
+    "FaultHistoryRecord",
     "HostCheckRecord",
     "NodeRecord",
     "SessionRecord",

@@ -14,7 +14,8 @@ Bump :data:`SCHEMA_VERSION` on any change to these tables that an older store ca
 a store refuses to open a database whose recorded version is newer than the one it was built with.
 A new table is not such a change: a writer's open creates the tables that are missing
 (``create_all(checkfirst=True)`` in :func:`trainguard.store.connect.ensure_schema`), and readers
-of a store that lacks one get nothing from it (``host_checks`` was added this way to version 1).
+of a store that lacks one get nothing from it (``host_checks``, ``fault_histories`` and
+``history_faults`` were added this way to version 1).
 """
 
 from __future__ import annotations
@@ -221,6 +222,42 @@ host_checks = Table(
     Index(None, "session_id"),
 )
 
+fault_histories = Table(
+    "fault_histories",
+    metadata,
+    # A fault record imported from elsewhere (``trainguard history import``): kept apart from
+    # what trainguard observed itself (events, alerts, exclusions), which never read it.
+    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("name", String, nullable=False),
+    Column("source", Text, nullable=False),
+    Column("fmt", String, nullable=False),
+    Column("fleet_size", Integer, nullable=False),
+    Column("window_start", Double, nullable=False),
+    Column("window_end", Double, nullable=False),
+    Column("origin", Double),
+    Column("imported", Double, nullable=False),
+    Column("counts", _Json),
+    Column("meta", _Json),
+    UniqueConstraint("name"),
+    CheckConstraint("fleet_size >= 1", name="fleet_size"),
+    CheckConstraint("window_end > window_start", name="window"),
+)
+
+history_faults = Table(
+    "history_faults",
+    metadata,
+    # One fault of an imported history; ``line`` is where the source file gave it.
+    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("history_id", _Id, _fk("fault_histories.id"), nullable=False),
+    Column("node", String, nullable=False),
+    Column("started", Double, nullable=False),
+    Column("ended", Double),
+    Column("kind", Text, nullable=False),
+    Column("category", String, nullable=False),
+    Column("line", Integer),
+    Index(None, "history_id", "node", "started"),
+)
+
 __all__ = [
     "SCHEMA_VERSION",
     "alerts",
@@ -229,6 +266,8 @@ __all__ = [
     "checkpoints",
     "events",
     "exclusions",
+    "fault_histories",
+    "history_faults",
     "host_checks",
     "metadata",
     "nodes",

@@ -6,10 +6,11 @@ from trainguard import __version__
 from trainguard.store.checks import ChecksMixin
 from trainguard.store.connect import open_engine
 from trainguard.store.fleet import FleetMixin
+from trainguard.store.histories import HistoriesMixin
 from trainguard.store.runs import RunsMixin
 
 
-class Store(RunsMixin, FleetMixin, ChecksMixin):
+class Store(RunsMixin, FleetMixin, ChecksMixin, HistoriesMixin):
     """The event store (SQLite by default, PostgreSQL by URL).
 
         >>> with Store.open(":memory:") as store:
@@ -20,7 +21,8 @@ class Store(RunsMixin, FleetMixin, ChecksMixin):
     Every method runs in its own transaction; errors from the database come out as
     :class:`~trainguard.errors.StoreError` with one readable line. The methods live in
     :mod:`.runs` (sessions, attempts, events, checkpoints), :mod:`.fleet` (nodes, alerts,
-    exclusions) and :mod:`.checks` (host checks).
+    exclusions), :mod:`.checks` (host checks) and :mod:`.histories` (imported fault histories,
+    kept apart from what trainguard observed itself).
     """
 
     @classmethod

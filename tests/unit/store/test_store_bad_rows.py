@@ -53,7 +53,7 @@ def store_db(tmp_path: Path) -> Path:
     return db
 
 
-_UNREAD = {("nodes", "sessions")}
+_UNREAD = {("nodes", "sessions"), ("nodes", "fault_histories"), ("report", "fault_histories")}
 """(command, table) pairs where the command never reads the table: no warning expected."""
 
 CASES = [(t, c, v) for t, c, _ in JSON_CELLS
@@ -85,7 +85,8 @@ def test_store_reads_keep_the_good_rows(store_db: Path, table: str, column: str,
         counts = {"nodes": len(store.nodes()), "sessions": len(store.sessions()),
                   "attempts": len(store.attempts()), "events": len(store.events()),
                   "alerts": len(store.alerts()), "exclusions": len(store.exclusions()),
-                  "host_checks": len(store.host_checks())}
+                  "host_checks": len(store.host_checks()),
+                  "fault_histories": len(store.fault_histories())}
         assert len(store.last_host_checks()) >= 1
     assert counts[table] == 1  # the good row of the two is kept, the bad one skipped
     assert_warned(caplog, table, row)
