@@ -1,7 +1,19 @@
 """Planning answers from a cluster's fault history: checkpoint interval, expected ETTR and the
 spare pool a job needs, from an analytic model (:mod:`.model`) checked against a trace-driven
-replay (:mod:`.replay`) by :mod:`.compare`. Pure: no I/O."""
+replay (:mod:`.replay`) by :mod:`.compare`. Pure: no I/O. :mod:`.answers` assembles them for
+a fleet's fault events, per job size."""
 
+from trainguard.planning.answers import (
+    ASSUMPTIONS,
+    FALLBACK_INTERVAL_S,
+    CurvePair,
+    PlanningReport,
+    SizePlan,
+    SkippedSize,
+    fleet_table,
+    planning_report,
+    size_plan,
+)
 from trainguard.planning.compare import (
     ETTR_TOLERANCE_PP,
     JOB_SIZES,
@@ -12,6 +24,7 @@ from trainguard.planning.compare import (
     burstiness,
     compare,
     compare_row,
+    trust,
 )
 from trainguard.planning.model import (
     CURVE_FACTORS,
@@ -34,6 +47,7 @@ from trainguard.planning.replay import (
     down_beyond_fraction,
     placements,
     replay,
+    replay_intervals,
     replay_once,
     replay_spares_needed,
 )
@@ -46,13 +60,16 @@ from trainguard.planning.trace import (
 )
 
 __all__ = [
+    "ASSUMPTIONS",
     "CURVE_FACTORS",
     "ETTR_TOLERANCE_PP",
+    "FALLBACK_INTERVAL_S",
     "JOB_SIZES",
     "SPARES_TOLERANCE",
     "Burstiness",
     "CompareRow",
     "Comparison",
+    "CurvePair",
     "CurvePoint",
     "Fleet",
     "JobPlan",
@@ -60,8 +77,11 @@ __all__ = [
     "Outage",
     "OutageTable",
     "PlanAnswer",
+    "PlanningReport",
     "ReplayResult",
     "ReplaySummary",
+    "SizePlan",
+    "SkippedSize",
     "burstiness",
     "compare",
     "compare_row",
@@ -69,15 +89,20 @@ __all__ = [
     "down_beyond_fraction",
     "estimate_reliability",
     "expected_ettr",
+    "fleet_table",
     "job_mtbf_s",
     "outage_table",
     "placements",
     "plan_answer",
+    "planning_report",
     "replay",
+    "replay_intervals",
     "replay_once",
     "replay_spares_needed",
     "run_efficiency",
+    "size_plan",
     "spares_needed",
+    "trust",
     "wait_fraction",
     "young_interval",
 ]

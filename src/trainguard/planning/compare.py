@@ -139,6 +139,28 @@ class Comparison:
     rows: tuple[CompareRow, ...]
 
 
+def _spares_said(count: int | None) -> str:
+    return "none the fleet allows" if count is None else str(count)
+
+
+def trust(bursts: Burstiness, gap_pp: float, model_spares: int | None,
+          replay_spares: int | None) -> tuple[str, tuple[str, ...]]:
+    """Which answer to take for one job size, and why: "replay" when the trace is bursty, the
+    model's ETTR is more than :data:`ETTR_TOLERANCE_PP` off the replay's (``gap_pp`` = model
+    minus replay), or the spare answers differ by more than
+    :data:`SPARES_TOLERANCE` (or either finds none); else "model" with no reasons."""
+    reasons = list(bursts.reasons)
+    if abs(gap_pp) > ETTR_TOLERANCE_PP:
+        reasons.append(f"model ETTR is {gap_pp:+.1f} pp off the replay's")
+    if model_spares is None and replay_spares is None:
+        reasons.append("no spare count the fleet allows meets the wait target")
+    elif model_spares is None or replay_spares is None \
+            or abs(model_spares - replay_spares) > SPARES_TOLERANCE:
+        reasons.append(f"spare answers differ: model {_spares_said(model_spares)}, "
+                       f"replay {_spares_said(replay_spares)}")
+    return ("replay" if reasons else "model"), tuple(reasons)
+
+
 def compare_row(table: OutageTable, rel: NodeReliability, bursts: Burstiness, *, nodes: int,
                 save_cost_s: float, restart_cost_s: float, max_wait_fraction: float,
                 placements: int = 5, seed: int = 0) -> CompareRow:
@@ -157,16 +179,10 @@ def compare_row(table: OutageTable, rel: NodeReliability, bursts: Burstiness, *,
     plan = JobPlan(nodes, spares, tau, save_cost_s, restart_cost_s)
     model_ettr = expected_ettr(plan, rel)
     summary = replay(table, plan, count=placements, seed=seed)
-    reasons = list(bursts.reasons)
-    gap = 100.0 * (model_ettr - summary.mean_ettr)
-    if abs(gap) > ETTR_TOLERANCE_PP:
-        reasons.append(f"model ETTR is {gap:+.1f} pp off the replay's")
-    if model_s is None or replay_s is None or abs(model_s - replay_s) > SPARES_TOLERANCE:
-        reasons.append(f"spare answers differ: model {model_s}, replay {replay_s}")
+    source, reasons = trust(bursts, 100.0 * (model_ettr - summary.mean_ettr), model_s, replay_s)
     return CompareRow(nodes, tau, spares, model_s, replay_s, model_ettr, summary.mean_ettr,
                       summary.ettr_spread, wait_fraction(nodes, spares, p),
-                      summary.mean_wait_fraction, summary.mean_failures,
-                      "replay" if reasons else "model", tuple(reasons))
+                      summary.mean_wait_fraction, summary.mean_failures, source, reasons)
 
 
 def compare(table: OutageTable, *, save_cost_s: float, restart_cost_s: float,
@@ -193,4 +209,5 @@ __all__ = [
     "burstiness",
     "compare",
     "compare_row",
+    "trust",
 ]

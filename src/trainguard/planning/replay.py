@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -99,25 +99,44 @@ def _events(table: OutageTable, members: npt.NDArray[np.int64]
     return times[order].tolist(), both[order].tolist(), kinds[order].tolist()
 
 
-def replay_once(table: OutageTable, plan: JobPlan, members: npt.NDArray[np.int64]
-                ) -> ReplayResult:
-    """Replay ``plan`` on the ``N + s`` fleet nodes ``members`` (module docstring)."""
-    n, tau = plan.nodes, plan.checkpoint_interval_s
-    seg, restart = tau + plan.save_cost_s, plan.restart_cost_s
-    if members.size != n + plan.spares:
-        raise ConfigError(f"a placement needs {n + plan.spares} nodes, got {members.size}")
+@dataclass(frozen=True, slots=True)
+class _Stretches:
+    """What a replay is made of, whatever the checkpoint interval: the training stretches
+    (seconds from the end of a restart to the next failure, or to the window's end) and the
+    time spent waiting. The interval only decides how much of each stretch was saved."""
+
+    cut: npt.NDArray[np.float64]
+    """Stretches a failure ended (their unsaved work is lost)."""
+    last: float
+    """The stretch running at the window's end (0 when none)."""
+    waiting_s: float
+    wall_s: float
+    failures: int
+
+    def useful_s(self, interval_s: float, save_cost_s: float) -> float:
+        seg = interval_s + save_cost_s
+        done = float(np.sum(np.floor(self.cut / seg))) * interval_s
+        k = math.floor(self.last / seg)
+        return done + k * interval_s + min(self.last - k * seg, interval_s)
+
+
+def _stretches(table: OutageTable, nodes: int, restart: float,
+               members: npt.NDArray[np.int64]) -> _Stretches:
+    """Live ``nodes`` running nodes and the rest of ``members`` as spares through their
+    outages (module docstring)."""
+    n = nodes
     t0, t_end = table.fleet.start_s, table.fleet.end_s
-    times, nodes, kinds = _events(table, members)
+    times, ids, kinds = _events(table, members)
     healthy = {int(m) for m in members}
     i = 0
     while i < len(times) and times[i] <= t0:  # down at the window's start
         if kinds[i] == 1:
-            healthy.discard(nodes[i])
+            healthy.discard(ids[i])
         else:
-            healthy.add(nodes[i])
+            healthy.add(ids[i])
         i += 1
-    useful = waiting = 0.0
-    failures = 0
+    waiting = 0.0
+    cut: list[float] = []
     active: set[int] = set()
     spare: set[int] = set()
 
@@ -132,7 +151,7 @@ def replay_once(table: OutageTable, plan: JobPlan, members: npt.NDArray[np.int64
     wait_since = t0
     if running:
         start()
-    for t, x, kind in zip(times[i:], nodes[i:], kinds[i:], strict=True):
+    for t, x, kind in zip(times[i:], ids[i:], kinds[i:], strict=True):
         if kind == 0:
             healthy.add(x)
             if running:
@@ -148,36 +167,67 @@ def replay_once(table: OutageTable, plan: JobPlan, members: npt.NDArray[np.int64
         if x not in active:
             spare.discard(x)
             continue
-        failures += 1
-        elapsed = t - up_at - restart
-        if elapsed > 0:
-            useful += math.floor(elapsed / seg) * tau
+        cut.append(t - up_at - restart)
         active.discard(x)
         if spare:
             active.add(spare.pop())
             up_at = t
         else:
             running, wait_since = False, t
+    last = 0.0
     if running:
-        elapsed = t_end - up_at - restart
-        if elapsed > 0:
-            k = math.floor(elapsed / seg)
-            useful += k * tau + min(elapsed - k * seg, tau)
+        last = max(t_end - up_at - restart, 0.0)
     else:
         waiting += t_end - wait_since
-    return ReplayResult(useful, waiting, t_end - t0, failures)
+    stretches = np.asarray(cut, dtype=np.float64)
+    return _Stretches(np.maximum(stretches, 0.0), last, waiting, t_end - t0, len(cut))
+
+
+def _check_members(plan: JobPlan, members: npt.NDArray[np.int64]) -> None:
+    if members.size != plan.nodes + plan.spares:
+        raise ConfigError(f"a placement needs {plan.nodes + plan.spares} nodes, got "
+                          f"{members.size}")
+
+
+def replay_once(table: OutageTable, plan: JobPlan, members: npt.NDArray[np.int64]
+                ) -> ReplayResult:
+    """Replay ``plan`` on the ``N + s`` fleet nodes ``members`` (module docstring)."""
+    _check_members(plan, members)
+    st = _stretches(table, plan.nodes, plan.restart_cost_s, members)
+    return ReplayResult(st.useful_s(plan.checkpoint_interval_s, plan.save_cost_s),
+                        st.waiting_s, st.wall_s, st.failures)
+
+
+def _orders(table: OutageTable, plan: JobPlan, count: int, seed: int,
+            orders: Sequence[npt.NDArray[np.int64]] | None) -> list[npt.NDArray[np.int64]]:
+    need = plan.nodes + plan.spares
+    if need > table.fleet.size:
+        raise ConfigError(f"a job of {plan.nodes} nodes + {plan.spares} spares needs {need} "
+                          f"nodes, the fleet has {table.fleet.size}")
+    perms = placements(table.fleet.size, count, seed) if orders is None else orders
+    return [p[:need] for p in perms]
 
 
 def replay(table: OutageTable, plan: JobPlan, *, count: int = 5, seed: int = 0,
            orders: Sequence[npt.NDArray[np.int64]] | None = None) -> ReplaySummary:
     """Replay ``plan`` over ``count`` placements (or the given ``orders``, see
     :func:`placements`)."""
-    need = plan.nodes + plan.spares
-    if need > table.fleet.size:
-        raise ConfigError(f"a job of {plan.nodes} nodes + {plan.spares} spares needs {need} "
-                          f"nodes, the fleet has {table.fleet.size}")
-    perms = placements(table.fleet.size, count, seed) if orders is None else orders
-    return ReplaySummary(plan, tuple(replay_once(table, plan, p[:need]) for p in perms))
+    return ReplaySummary(plan, tuple(replay_once(table, plan, m)
+                                     for m in _orders(table, plan, count, seed, orders)))
+
+
+def replay_intervals(table: OutageTable, plan: JobPlan, intervals: Sequence[float], *,
+                     count: int = 5, seed: int = 0,
+                     orders: Sequence[npt.NDArray[np.int64]] | None = None
+                     ) -> tuple[ReplaySummary, ...]:
+    """:func:`replay` of ``plan`` with each checkpoint interval of ``intervals``, for the
+    cost of one: the failures, waits and restarts do not depend on the interval."""
+    plans = [replace(plan, checkpoint_interval_s=tau) for tau in intervals]
+    lived = [_stretches(table, plan.nodes, plan.restart_cost_s, m)
+             for m in _orders(table, plan, count, seed, orders)]
+    return tuple(ReplaySummary(p, tuple(
+        ReplayResult(st.useful_s(p.checkpoint_interval_s, p.save_cost_s), st.waiting_s,
+                     st.wall_s, st.failures) for st in lived)) for p in plans)
 
 
 def down_beyond_fraction(table: OutageTable, members: npt.NDArray[np.int64],
@@ -223,6 +273,7 @@ __all__ = [
     "down_beyond_fraction",
     "placements",
     "replay",
+    "replay_intervals",
     "replay_once",
     "replay_spares_needed",
 ]

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
-from trainguard.planning import Fleet, Outage, OutageTable
+from trainguard.fleet import FaultEvent, FleetWindow, category_of
+from trainguard.planning import Fleet, Outage, OutageTable, PlanningReport, planning_report
 
 YEAR_S = 365 * 86400.0
 
@@ -52,3 +54,15 @@ def bursty_outages(nodes: int, bursts_per_day: float, burst_size: int, repair_s:
 
 def fleet_of(nodes: int, span_s: float = YEAR_S) -> Fleet:
     return Fleet(tuple(f"n{i}" for i in range(nodes)), 0.0, span_s)
+
+
+def fault_events(outages: list[Outage], kind: str = "GPU / Xid 79") -> list[FaultEvent]:
+    """The outages as a fleet's fault events (one fault each)."""
+    return [FaultEvent(o.node, o.start, o.end, kind, category_of(kind)) for o in outages]
+
+
+def plan_report(events: list[FaultEvent], window: FleetWindow, job_sizes: tuple[int, ...],
+                **kw: Any) -> PlanningReport:
+    """The planning report with a 2-minute checkpoint save and a 10-minute restart."""
+    return planning_report(events, window, job_sizes=job_sizes, save_cost_s=120.0,
+                           restart_cost_s=600.0, **kw)
