@@ -11,6 +11,7 @@
     |   +-- SnapshotError           in-memory snapshot tier: torn, stale, too big, no room
     +-- TraceError                  trace input: state files, flight-recorder dumps, run dirs
     +-- FleetError                  a fleet's fault history: bad events, window or fleet size
+    +-- HistoryError                a fault-history file that cannot be imported at all
 
 A user mistake raises one of these with a message that reads as one clear line; the CLI prints it
 and exits non-zero without a traceback.
@@ -63,10 +64,17 @@ class FleetError(TrainguardError):
     """A fleet's fault history (events, window, fleet size) is unusable for the analysis asked."""
 
 
+class HistoryError(TrainguardError):
+    """A fault-history file as a whole cannot be read: not JSON, no node or time field found,
+    an unknown format or time unit, a bad mapping file. Bad single records are not errors: the
+    importer refuses them one by one (with their line) and imports the rest."""
+
+
 __all__ = [
     "CheckpointError",
     "ConfigError",
     "FleetError",
+    "HistoryError",
     "LaunchError",
     "LogParseError",
     "SchemaVersionError",

@@ -9,7 +9,7 @@ import pytest
 PACKAGES = ["trainguard", "trainguard.evidence", "trainguard.store", "trainguard.cli",
             "trainguard.telemetry", "trainguard.detect", "trainguard.simulate", "trainguard.ckpt",
             "trainguard.nfs", "trainguard.trace", "trainguard.watch", "trainguard.nodehealth",
-            "trainguard.fleet", "trainguard.planning"]
+            "trainguard.fleet", "trainguard.planning", "trainguard.history"]
 
 
 def _exports() -> list[tuple[str, str]]:
