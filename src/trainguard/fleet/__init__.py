@@ -6,12 +6,22 @@
 - :mod:`.rates`: faults per node-day overall, by category and kind, and the MTBF of an N-node job;
 - :mod:`.repairs`: repair times by category and their long tail;
 - :mod:`.down`: the time-weighted distribution of concurrently-down nodes;
-- :mod:`.lemons`: lemon nodes (Poisson tail + Benjamini-Hochberg), over-dispersion, top-k share.
+- :mod:`.lemons`: lemon nodes (Poisson tail + Benjamini-Hochberg), over-dispersion, top-k share;
+- :mod:`.summary`: every figure of one window assembled (:func:`fleet_summary`).
 """
 
 from __future__ import annotations
 
-from trainguard.fleet.down import NodesDown, down_seconds, nodes_down, time_quantile
+from trainguard.fleet.down import (
+    DownBucket,
+    NodesDown,
+    down_seconds,
+    down_series,
+    down_steps,
+    mean_down,
+    nodes_down,
+    time_quantile,
+)
 from trainguard.fleet.events import (
     DAY_S,
     FaultEvent,
@@ -39,7 +49,9 @@ from trainguard.fleet.poisson import (
     gamma_q,
     gamma_quantile,
     garwood_interval,
+    poisson_pmf,
     poisson_sf_at_least,
+    poisson_top_k_mean,
 )
 from trainguard.fleet.rates import (
     FleetRates,
@@ -58,23 +70,41 @@ from trainguard.fleet.repairs import (
     quantile,
     repair_stats,
 )
+from trainguard.fleet.summary import (
+    DEFAULT_JOB_SIZES,
+    CountBin,
+    DownSummary,
+    FleetSummary,
+    LongRepair,
+    ReportComparison,
+    TopShare,
+    fleet_summary,
+)
 
 __all__ = [
     "DAY_S",
     "DEFAULT_FDR",
+    "DEFAULT_JOB_SIZES",
     "DEFAULT_TAIL_FRACTION",
+    "CountBin",
     "Dispersion",
+    "DownBucket",
+    "DownSummary",
     "FaultEvent",
     "FleetRates",
     "FleetRepairs",
+    "FleetSummary",
     "FleetWindow",
     "LemonReport",
+    "LongRepair",
     "Mtbf",
     "NodeTest",
     "NodesDown",
     "Outage",
     "Rate",
     "RepairStats",
+    "ReportComparison",
+    "TopShare",
     "benjamini_hochberg",
     "category_of",
     "check_fleet_size",
@@ -83,19 +113,25 @@ __all__ = [
     "counted_faults",
     "dispersion",
     "down_seconds",
+    "down_series",
+    "down_steps",
     "fault_rates",
     "fleet_repairs",
+    "fleet_summary",
     "gamma_p",
     "gamma_q",
     "gamma_quantile",
     "garwood_interval",
     "lemon_report",
+    "mean_down",
     "merge_outages",
     "mtbf_by_job_size",
     "mtbf_for_job",
     "node_counts",
     "nodes_down",
+    "poisson_pmf",
     "poisson_sf_at_least",
+    "poisson_top_k_mean",
     "quantile",
     "rate",
     "repair_stats",

@@ -7,7 +7,10 @@ during which exactly ``c`` nodes were down (``c = 0`` included). From that:
 - the quantile ``p`` is the smallest ``c`` such that at least a fraction ``p`` of the window had
   ``c`` or fewer nodes down (p50, p90, p99);
 - ``max`` is the largest count held for a positive time (zero-length outages weigh nothing);
-- ``at_least[k]`` is the fraction of the window with ``k`` or more nodes down.
+- ``at_least[k]`` is the fraction of the window with ``k`` or more nodes down;
+- the mean is the time-weighted mean number of nodes down (node-seconds down / window length);
+- for a chart over time, :func:`down_series` cuts the window into equal buckets (the last one
+  shorter) and gives each bucket's maximum (over positive time) and time-weighted mean.
 
     >>> w = FleetWindow(0.0, 100.0, fleet_size=3)
     >>> d = nodes_down([FaultEvent("a", 0.0, 50.0, "x", "x"),
@@ -19,7 +22,7 @@ during which exactly ``c`` nodes were down (``c = 0`` included). From that:
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from trainguard.errors import FleetError
@@ -55,23 +58,78 @@ class NodesDown:
                 "at_least": {str(k): f for k, f in self.at_least().items()}}
 
 
-def down_seconds(events: Iterable[FaultEvent], window: FleetWindow) -> dict[int, float]:
-    """Nodes down -> seconds of ``window`` with exactly that many down (sweep over outages)."""
+@dataclass(frozen=True, slots=True)
+class DownBucket:
+    """Nodes down within ``[start, end)``: the most at once and the time-weighted mean."""
+
+    start: float
+    end: float
+    max: int
+    mean: float
+
+
+def down_steps(events: Iterable[FaultEvent], window: FleetWindow) -> list[tuple[float, int]]:
+    """``(time, nodes down from then on)`` at the window's start and at every change before its
+    end, ascending (a sweep over the merged outages; zero-length outages change nothing)."""
     deltas: dict[float, int] = defaultdict(int)
     for outage in merge_outages(events, window):
         if outage.end > outage.start:
             deltas[outage.start] += 1
             deltas[outage.end] -= 1
-    seconds: dict[int, float] = defaultdict(float)
-    level, t = 0, window.start
+    steps = [(window.start, 0)]
     for at in sorted(deltas):
-        if at > t:
-            seconds[level] += at - t
-        level += deltas[at]
-        t = at
-    if window.end > t:
-        seconds[level] += window.end - t
+        if at >= window.end:
+            break
+        level = steps[-1][1] + deltas[at]
+        if level == steps[-1][1]:
+            continue
+        if at == steps[-1][0]:
+            steps[-1] = (at, level)
+        else:
+            steps.append((at, level))
+    return steps
+
+
+def _spans(steps: list[tuple[float, int]], end: float) -> Iterator[tuple[float, float, int]]:
+    for i, (t, level) in enumerate(steps):
+        yield t, steps[i + 1][0] if i + 1 < len(steps) else end, level
+
+
+def down_seconds(events: Iterable[FaultEvent], window: FleetWindow) -> dict[int, float]:
+    """Nodes down -> seconds of ``window`` with exactly that many down (sweep over outages)."""
+    seconds: dict[int, float] = defaultdict(float)
+    for lo, hi, level in _spans(down_steps(events, window), window.end):
+        seconds[level] += hi - lo
     return {c: s for c, s in sorted(seconds.items()) if s > 0}
+
+
+def mean_down(seconds_at: Mapping[int, float]) -> float:
+    """Time-weighted mean number of nodes down (0 over no time)."""
+    total = sum(seconds_at.values())
+    return sum(c * s for c, s in seconds_at.items()) / total if total > 0 else 0.0
+
+
+def down_series(steps: list[tuple[float, int]], window: FleetWindow,
+                bucket_s: float) -> list[DownBucket]:
+    """Each bucket of ``bucket_s`` seconds from the window's start: its max and mean down."""
+    if not bucket_s > 0:
+        raise FleetError(f"a bucket must last a positive time, got {bucket_s}")
+    spans = list(_spans(steps, window.end))
+    out: list[DownBucket] = []
+    i, k = 0, 0
+    while (lo := window.start + k * bucket_s) < window.end:
+        hi = min(window.start + (k + 1) * bucket_s, window.end)
+        while spans[i][1] <= lo:
+            i += 1
+        peak, area, j = 0, 0.0, i
+        while j < len(spans) and spans[j][0] < hi:
+            held = min(spans[j][1], hi) - max(spans[j][0], lo)
+            if held > 0:
+                peak, area = max(peak, spans[j][2]), area + spans[j][2] * held
+            j += 1
+        out.append(DownBucket(lo, hi, peak, area / (hi - lo)))
+        k += 1
+    return out
 
 
 def time_quantile(seconds_at: Mapping[int, float], p: float) -> int:
@@ -94,4 +152,5 @@ def nodes_down(events: Iterable[FaultEvent], window: FleetWindow) -> NodesDown:
                      time_quantile(seconds, 0.99), max(seconds, default=0))
 
 
-__all__ = ["NodesDown", "down_seconds", "nodes_down", "time_quantile"]
+__all__ = ["DownBucket", "NodesDown", "down_seconds", "down_series", "down_steps", "mean_down",
+           "nodes_down", "time_quantile"]

@@ -9,7 +9,11 @@ precision, so that small tails are not lost to ``1 - P``. From them:
 - chi-square survival ``Pr(chi2_df > x) = Q(df / 2, x / 2)``;
 - the gamma quantile (the ``x`` with ``P(a, x) = p``) by bisection, to a relative 1e-12;
 - the Garwood exact interval for a Poisson count ``k``: ``[G(alpha/2; k), G(1 - alpha/2; k + 1)]``
-  with ``G(p; a)`` the gamma(a, 1) quantile (0 as lower bound when ``k = 0``).
+  with ``G(p; a)`` the gamma(a, 1) quantile (0 as lower bound when ``k = 0``);
+- the expected sum of the ``k`` largest of ``n`` independent Poisson(mu) counts, exactly:
+  ``E[X_(1) + ... + X_(k)] = sum_{x >= 1} E[min(B_x, k)]`` with ``B_x ~ Binomial(n, Pr(X >= x))``
+  the number of counts at or above ``x`` (each of the top ``k`` contributes one for every level
+  ``x`` it reaches).
 
     >>> round(garwood_interval(0)[1], 3)
     3.689
@@ -130,11 +134,49 @@ def garwood_interval(k: int, confidence: float = 0.95) -> tuple[float, float]:
     return low, gamma_quantile(1.0 - alpha / 2.0, float(k + 1))
 
 
+def poisson_pmf(k: int, mu: float) -> float:
+    """``Pr(X = k)`` for ``X ~ Poisson(mu)``."""
+    if k < 0 or not mu >= 0 or not math.isfinite(mu):
+        raise FleetError(f"Poisson probability needs k >= 0 and mu >= 0, got k={k}, mu={mu}")
+    if mu == 0:
+        return 1.0 if k == 0 else 0.0
+    return math.exp(k * math.log(mu) - mu - math.lgamma(k + 1.0))
+
+
+def _expected_min(n: int, q: float, k: int) -> float:
+    """``E[min(B, k)]`` for ``B ~ Binomial(n, q)``: ``sum_{j < k} Pr(B > j)``."""
+    if k >= n:
+        return n * q
+    below = 0.0  # sum_{j < k} (k - j) Pr(B = j)
+    for j in range(k):
+        below += (k - j) * math.comb(n, j) * q**j * (1.0 - q) ** (n - j)
+    return max(0.0, k - below)
+
+
+def poisson_top_k_mean(n: int, mu: float, k: int) -> float:
+    """Expected sum of the ``k`` largest of ``n`` independent Poisson(``mu``) counts (module
+    docstring); ``n x mu`` when ``k >= n``."""
+    if n < 1 or k < 1 or not mu >= 0 or not math.isfinite(mu):
+        raise FleetError(f"top-k mean needs n >= 1, k >= 1 and mu >= 0, got n={n}, k={k}, "
+                         f"mu={mu}")
+    if k >= n or mu == 0:
+        return n * mu
+    total, x = 0.0, 1
+    while True:
+        term = _expected_min(n, poisson_sf_at_least(x, mu), k)
+        total += term
+        if x > mu and term <= total * 1e-16:
+            return total
+        x += 1
+
+
 __all__ = [
     "chi2_sf",
     "gamma_p",
     "gamma_q",
     "gamma_quantile",
     "garwood_interval",
+    "poisson_pmf",
     "poisson_sf_at_least",
+    "poisson_top_k_mean",
 ]

@@ -2,13 +2,12 @@
 
 Every figure draws even without data (an annotation says what is missing), so "every plot drew"
 is a check a browser can make: each figure's div gets a ``main-svg`` element, and script errors
-are collected into ``#tg-errors`` (hidden) for the headless check.
+are collected into ``#tg-errors`` (hidden) for the headless check. The page's pieces are those
+of :mod:`trainguard.report.page`.
 """
 
 from __future__ import annotations
 
-import html
-import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -17,48 +16,16 @@ from trainguard.analytics.leadtime import LeadTime
 from trainguard.analytics.report import AnalyticsReport
 from trainguard.analytics.runs import failure_info
 from trainguard.durations import format_duration
-from trainguard.errors import ConfigError
+from trainguard.report.page import (
+    empty_figure,
+    figure_div,
+    html_page,
+    json_island,
+    kv_table,
+    plotly_go,
+)
 from trainguard.report.summary import badput_parts, ettr_text, lead_text, summary_rows
 from trainguard.store import AttemptRecord
-
-_ERROR_HOOK = """<script>
-window.tgErrors = [];
-function tgRecord(msg) {
-  window.tgErrors.push(String(msg));
-  var box = document.getElementById('tg-errors');
-  if (box) { box.textContent = window.tgErrors.join('\\n'); }
-}
-window.addEventListener('error', function (e) { tgRecord(e.message); });
-window.addEventListener('unhandledrejection', function (e) { tgRecord(e.reason); });
-var tgConsoleError = console.error;
-console.error = function () { tgRecord(Array.prototype.join.call(arguments, ' '));
-  tgConsoleError.apply(console, arguments); };
-</script>"""
-
-_STYLE = """<style>
-body { font-family: system-ui, sans-serif; margin: 24px; color: #222; }
-h1 { font-size: 22px; } h2 { font-size: 17px; margin-top: 28px; }
-table.kv { border-collapse: collapse; } table.kv td { padding: 3px 12px 3px 0; }
-table.kv td:first-child { color: #555; }
-.plot { max-width: 1100px; }
-#tg-errors { display: none; }
-</style>"""
-
-
-def _plotly() -> Any:
-    try:
-        import plotly.graph_objects as go
-    except ImportError as exc:
-        raise ConfigError("the HTML report needs plotly: pip install 'trainguard[report]'") \
-            from exc
-    return go
-
-
-def _empty(go: Any, title: str, why: str) -> Any:
-    fig = go.Figure()
-    fig.add_annotation(text=why, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
-    fig.update_layout(title=title, xaxis={"visible": False}, yaxis={"visible": False})
-    return fig
 
 
 def _unit(wall_s: float) -> tuple[str, float]:
@@ -73,7 +40,7 @@ def _unit(wall_s: float) -> tuple[str, float]:
 def goodput_waterfall(go: Any, r: AnalyticsReport) -> Any:
     g = r.goodput
     if not g.wall_s:
-        return _empty(go, "Goodput", "no finished attempts")
+        return empty_figure(go, "Goodput", "no finished attempts")
     parts = [("productive", g.productive_s), *badput_parts(g)]
     unit, div = _unit(g.wall_s)
     fig = go.Figure(go.Waterfall(
@@ -104,7 +71,7 @@ def attempt_label(index: int, cause: str | None, decision: str | None, status: s
 def attempt_timeline(go: Any, r: AnalyticsReport) -> Any:
     rows = [(c.session_id, a) for c in r.chains for a in c.attempts if a.ended is not None]
     if not rows:
-        return _empty(go, "Attempts", "no finished attempts")
+        return empty_figure(go, "Attempts", "no finished attempts")
     colors = {"succeeded": "#2ca02c", "failed": "#d62728", "cancelled": "#7f7f7f"}
     fig = go.Figure()
     for status, color in colors.items():
@@ -132,7 +99,7 @@ def attempt_timeline(go: Any, r: AnalyticsReport) -> Any:
 
 def retry_chains(go: Any, r: AnalyticsReport) -> Any:
     if not r.chains:
-        return _empty(go, "Retry chains", "no chains")
+        return empty_figure(go, "Retry chains", "no chains")
     fig = go.Figure(go.Bar(
         x=[f"session {c.session_id}" for c in r.chains],
         y=[len(c.attempts) for c in r.chains],
@@ -152,7 +119,7 @@ def retry_chains(go: Any, r: AnalyticsReport) -> Any:
 def lorenz_curve(go: Any, r: AnalyticsReport) -> Any:
     ex = r.exclusions
     if not ex.summary.total:
-        return _empty(go, "Node exclusions", "no exclusions")
+        return empty_figure(go, "Node exclusions", "no exclusions")
     xs, ys = zip(*ex.lorenz, strict=True)
     fig = go.Figure([
         go.Scatter(x=list(xs), y=list(ys), mode="lines+markers", name="exclusions"),
@@ -167,7 +134,7 @@ def lorenz_curve(go: Any, r: AnalyticsReport) -> Any:
 def failure_categories(go: Any, r: AnalyticsReport) -> Any:
     cats = r.failures.by_category
     if not cats:
-        return _empty(go, "Failure categories", "no failures")
+        return empty_figure(go, "Failure categories", "no failures")
     items = sorted(cats.items(), key=lambda kv: -kv[1])
     fig = go.Figure(go.Bar(x=[k for k, _ in items], y=[v for _, v in items]))
     per, support = r.failures.per_node_day, r.rate_support
@@ -194,12 +161,12 @@ def lead_times(go: Any, r: AnalyticsReport) -> Any:
     if not lt.leads:
         why = "no failure named a culprit node" if not lt.with_culprit else \
             f"no detector alert preceded any of the {lt.with_culprit} failures with a culprit node"
-        return _empty(go, "Detection lead time", why)
+        return empty_figure(go, "Detection lead time", why)
     shown = [x for x in lt.leads if x.warning]
     unknown = [x for x in lt.leads if x.stopped and x.lead_s is None]
     title = f"Detection lead time: {lead_text(lt)}"
     if not shown:
-        fig = _empty(go, title, _unknown_text(unknown) if unknown else
+        fig = empty_figure(go, title, _unknown_text(unknown) if unknown else
                      "every alert was a hard one that stopped its attempt: seen, not foretold")
         fig.update_layout(showlegend=False)
         return fig
@@ -240,7 +207,7 @@ def _unknown_text(unknown: list[LeadTime]) -> str:
 def checkpoint_bandwidth(go: Any, r: AnalyticsReport) -> Any:
     saves = r.checkpoint_io.saves
     if not saves:
-        return _empty(go, "Checkpoint bandwidth", "no checkpoint with size and save time")
+        return empty_figure(go, "Checkpoint bandwidth", "no checkpoint with size and save time")
     gbps = [s.bytes_per_s * 8 / 1e9 for s in saves]
     steps = [s.step for s in saves]
     link = r.checkpoint_io.bandwidth_bps / 1e9
@@ -269,27 +236,10 @@ FIGURES: tuple[tuple[str, Callable[[Any, AnalyticsReport], Any]], ...] = (
 
 def render_html(report: AnalyticsReport, title: str = "trainguard report") -> str:
     """The whole report as one HTML document (no network access needed to view it)."""
-    go = _plotly()
-    from plotly.offline import get_plotlyjs
-
-    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
-             f"</title>{_STYLE}{_ERROR_HOOK}<script>{get_plotlyjs()}</script></head><body>",
-             f"<h1>{html.escape(title)}</h1><pre id='tg-errors'></pre>",
-             "<table class='kv'>"]
-    parts += [f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>"
-              for k, v in summary_rows(report)]
-    parts.append("</table>")
-    for name, build in FIGURES:
-        fig = build(go, report)
-        fig.update_layout(height=max(420, fig.layout.height or 0), margin={"t": 60})
-        parts.append(f"<div class='plot' data-figure='{name}'>"
-                     + fig.to_html(full_html=False, include_plotlyjs=False,
-                                   div_id=f"fig-{name}", config={"displaylogo": False})
-                     + "</div>")
-    parts.append("<script type='application/json' id='tg-data'>"
-                 + html.escape(json.dumps(report.to_dict()), quote=False) + "</script>")
-    parts.append("</body></html>")
-    return "\n".join(parts)
+    go = plotly_go()
+    return html_page(title, [kv_table(summary_rows(report)),
+                             *(figure_div(build(go, report), name) for name, build in FIGURES),
+                             json_island("tg-data", report.to_dict())])
 
 
 __all__ = ["FIGURES", "render_html", "summary_rows"]

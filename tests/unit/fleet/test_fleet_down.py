@@ -7,7 +7,16 @@ from collections import Counter
 
 import pytest
 
-from trainguard.fleet.down import down_seconds, nodes_down, time_quantile
+from trainguard.errors import FleetError
+from trainguard.fleet.down import (
+    DownBucket,
+    down_seconds,
+    down_series,
+    down_steps,
+    mean_down,
+    nodes_down,
+    time_quantile,
+)
 from trainguard.fleet.events import FaultEvent, FleetWindow
 
 
@@ -66,3 +75,50 @@ def test_sweep_matches_brute_force(seed: int) -> None:
     got = down_seconds(events, w)
     assert got == {c: float(s) for c, s in sorted(expected.items())}
     assert nodes_down(events, w).max == max(expected)
+
+
+def test_steps_and_series_hand_example() -> None:
+    w = FleetWindow(0.0, 100.0, fleet_size=4)
+    events = [ev("a", 10.0, 50.0), ev("a", 20.0, 60.0),  # one outage 10..60
+              ev("b", 40.0, 70.0), ev("c", 45.0, None),  # c open to 100
+              ev("d", 80.0, 80.0)]  # zero length: changes nothing
+    steps = down_steps(events, w)
+    assert steps == [(0.0, 0), (10.0, 1), (40.0, 2), (45.0, 3), (60.0, 2), (70.0, 1)]
+    series = down_series(steps, w, 30.0)
+    # 0-30: 0 for 10 s then 1 for 20 s; 30-60: 1 x10, 2 x5, 3 x15; 60-90: 2 x10, 1 x20;
+    # 90-100 (shorter): 1.
+    assert [(b.start, b.end, b.max) for b in series] == [
+        (0.0, 30.0, 1), (30.0, 60.0, 3), (60.0, 90.0, 2), (90.0, 100.0, 1)]
+    assert [b.mean for b in series] == pytest.approx([20 / 30, 65 / 30, 40 / 30, 1.0])
+    assert mean_down(down_seconds(events, w)) == pytest.approx((60 + 30 + 45) / 100)
+    assert isinstance(series[0], DownBucket)
+
+
+def test_steps_merge_a_start_at_the_window_start_and_simultaneous_changes() -> None:
+    w = FleetWindow(0.0, 10.0, fleet_size=3)
+    events = [ev("a", -5.0, 4.0), ev("b", 4.0, 6.0), ev("c", 0.0, 2.0)]
+    # a ends as b starts: the level stays 1 at t=4 (no step)
+    assert down_steps(events, w) == [(0.0, 2), (2.0, 1), (6.0, 0)]
+    assert mean_down({}) == 0.0
+    with pytest.raises(FleetError):
+        down_series(down_steps(events, w), w, 0.0)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_series_matches_brute_force(seed: int) -> None:
+    rng = random.Random(seed)
+    w = FleetWindow(0.0, 300.0, fleet_size=6)
+    events = [ev(f"n{rng.randrange(6)}", float(s), None if rng.random() < 0.1
+                 else float(s + rng.randrange(0, 60)))
+              for s in (rng.randrange(-20, 300) for _ in range(25))]
+    bucket = 7.0
+    series = down_series(down_steps(events, w), w, bucket)
+    assert len(series) == 43  # ceil(300 / 7), the last one 6 s long
+    for b in series:
+        levels = []
+        for t in range(int(b.start), int(b.end)):  # bucket edges are whole seconds
+            mid = t + 0.5
+            levels.append(len({e.node for e in events
+                               if e.start <= mid < (w.end if e.end is None else e.end)}))
+        assert b.max == max(levels)
+        assert b.mean == pytest.approx(sum(levels) / len(levels))

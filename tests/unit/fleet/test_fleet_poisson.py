@@ -14,7 +14,9 @@ from trainguard.fleet.poisson import (
     gamma_q,
     gamma_quantile,
     garwood_interval,
+    poisson_pmf,
     poisson_sf_at_least,
+    poisson_top_k_mean,
 )
 
 
@@ -90,3 +92,51 @@ def test_bad_arguments_raise() -> None:
         gamma_p(0.0, 1.0)
     with pytest.raises(FleetError):
         chi2_sf(1.0, 0)
+
+
+def test_poisson_pmf_closed_form() -> None:
+    assert poisson_pmf(0, 2.0) == pytest.approx(math.exp(-2.0), rel=1e-14)
+    assert poisson_pmf(3, 2.0) == pytest.approx(8 / 6 * math.exp(-2.0), rel=1e-14)
+    assert (poisson_pmf(0, 0.0), poisson_pmf(2, 0.0)) == (1.0, 0.0)
+    assert math.fsum(poisson_pmf(k, 7.5) for k in range(80)) == pytest.approx(1.0, rel=1e-13)
+    with pytest.raises(FleetError):
+        poisson_pmf(-1, 1.0)
+
+
+def top_k_by_enumeration(n: int, mu: float, k: int, cut: int = 30) -> float:
+    """E[sum of the k largest] over every outcome of n counts in 0..cut-1 (the rest is below
+    double precision for the means used here)."""
+    import itertools
+
+    pmf = [math.exp(x * math.log(mu) - mu - math.lgamma(x + 1)) for x in range(cut)]
+    total = 0.0
+    for xs in itertools.product(range(cut), repeat=n):
+        p = math.prod(pmf[x] for x in xs)
+        total += p * sum(sorted(xs, reverse=True)[:k])
+    return total
+
+
+@pytest.mark.parametrize(("n", "mu", "k"), [(2, 1.0, 1), (3, 0.4, 1), (3, 2.5, 2), (4, 1.0, 3)])
+def test_poisson_top_k_mean_matches_enumeration(n: int, mu: float, k: int) -> None:
+    cut = 30 if n <= 3 else 18
+    assert poisson_top_k_mean(n, mu, k) == pytest.approx(top_k_by_enumeration(n, mu, k, cut),
+                                                         rel=1e-10)
+
+
+def test_poisson_top_k_mean_edges() -> None:
+    # The expected maximum of two Poisson(1): 1 + sum_x Pr(X >= x)^2 ... checked by its pieces:
+    # E[max] = sum_{x >= 1} (1 - Pr(X < x)^2).
+    cdf = 0.0
+    expected = 0.0
+    for x in range(1, 60):
+        cdf += math.exp(-1.0) / math.factorial(x - 1)
+        expected += 1.0 - cdf**2
+    assert poisson_top_k_mean(2, 1.0, 1) == pytest.approx(expected, rel=1e-12)
+    assert poisson_top_k_mean(5, 3.0, 5) == 15.0  # all nodes: the whole expected total
+    assert poisson_top_k_mean(5, 3.0, 9) == 15.0
+    assert poisson_top_k_mean(5, 0.0, 2) == 0.0
+    assert poisson_top_k_mean(1, 4.0, 1) == 4.0
+    with pytest.raises(FleetError):
+        poisson_top_k_mean(0, 1.0, 1)
+    with pytest.raises(FleetError):
+        poisson_top_k_mean(3, 1.0, 0)
