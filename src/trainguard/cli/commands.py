@@ -72,6 +72,15 @@ COMMANDS: tuple[Entry, ...] = (
           "suspicions (a failure's evidence pointed at the node), lemon scores. Without a "
           "sub-command: list the nodes."),
     Entry("slurm", "trainguard.cli.slurm:app", "Slurm: import job history."),
+    Entry("history", "trainguard.cli.history:app",
+          "Fault histories: import a cluster's fault record (node fault events from tickets, "
+          "repair logs or public traces) or its Slurm job history; list what was imported."),
+    Entry("fleet", "trainguard.cli.fleet:fleet",
+          "Fleet figures from an imported fault history: faults per node-day by type (with "
+          "confidence intervals), MTBF per node and per job size, repair times and their tail, "
+          "nodes down over time, lemon nodes (tested against the fleet's rate), and the "
+          "planning answers: spares, checkpoint interval and expected ETTR, model vs a replay "
+          "of the real faults."),
     Entry("advise", "trainguard.cli.advise:app", "Advice from the store's history."),
     Entry("ckpt", "trainguard.cli.ckpt:app",
           "Checkpoint path: profile the writer, find saves in telemetry."),

@@ -55,8 +55,10 @@ def _repairs(r: RepairStats) -> dict[str, Any]:
     out: dict[str, Any] = {"count": r.count, "open": r.open}
     for name, v in (("median", r.median_s), ("p90", r.p90_s), ("mean", r.mean_s),
                     ("max", r.max_s), ("total", r.total_s)):
-        out[f"{name}_s"], out[f"{name}_days"] = v, v / DAY_S
-    out["tail_share"] = r.tail_share
+        # No closed repair: no figure (null), not a repair time of zero.
+        none = r.count == 0 and name != "total"
+        out[f"{name}_s"], out[f"{name}_days"] = (None, None) if none else (v, v / DAY_S)
+    out["tail_share"] = r.tail_share if r.count else None
     return out
 
 
@@ -146,7 +148,8 @@ def summary_rows(s: FleetSummary) -> list[tuple[str, str]]:
         ("repair time", f"median {format_duration(s.repairs.overall.median_s)}, p90 "
                         f"{format_duration(s.repairs.overall.p90_s)}, longest "
                         f"{s.repairs.overall.tail_fraction:.0%} hold "
-                        f"{s.repairs.overall.tail_share:.0%} of repair time"),
+                        f"{s.repairs.overall.tail_share:.0%} of repair time"
+         if s.repairs.overall.count else "no fault was repaired in the window"),
         ("nodes down", f"mean {down.mean:.2f}, p99 {down.distribution.p99}, max "
                        f"{down.distribution.max}; any down "
                        f"{down.distribution.fraction_at_least(1):.1%} of the time"),
@@ -203,8 +206,9 @@ def print_summary(console: Console, s: FleetSummary) -> None:
                  "mean", "max", tail)
     for k, st in [("all", s.repairs.overall), *s.repairs.by_category.items()]:
         rep.add_row(Text(terminal_safe(k)), str(st.count), str(st.open),
-                    *(format_duration(v) for v in (st.median_s, st.p90_s, st.mean_s, st.max_s)),
-                    f"{st.tail_share:.0%}")
+                    *(format_duration(v) if st.count else "–"
+                      for v in (st.median_s, st.p90_s, st.mean_s, st.max_s)),
+                    f"{st.tail_share:.0%}" if st.count else "–")
     longest = _table("longest repairs", "node", "kind", "started (day)", "repair time", text=2)
     for x in s.longest:
         longest.add_row(Text(terminal_safe(x.node)), Text(terminal_safe(x.kind)),

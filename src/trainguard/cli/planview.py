@@ -166,10 +166,10 @@ def print_planning(console: Console, r: PlanningReport) -> None:
 def ettr_curve_figure(go: Any, r: PlanningReport) -> Any:
     """ETTR against the checkpoint interval (hours, log axis), a line per job size: the model
     solid, the replay dotted."""
-    from trainguard.report.html import _empty
+    from trainguard.report.page import empty_figure
 
     if not r.sizes:
-        return _empty(go, "ETTR vs checkpoint interval", "no job size fits the fleet")
+        return empty_figure(go, "ETTR vs checkpoint interval", "no job size fits the fleet")
     fig = go.Figure()
     for i, p in enumerate(r.sizes):
         color = f"hsl({(i * 57) % 360}, 65%, 42%)"
@@ -189,10 +189,10 @@ def ettr_curve_figure(go: Any, r: PlanningReport) -> Any:
 
 def compare_figure(go: Any, r: PlanningReport) -> Any:
     """Model and replay ETTR per job size as bars, the replay's spread as error bars."""
-    from trainguard.report.html import _empty
+    from trainguard.report.page import empty_figure
 
     if not r.sizes:
-        return _empty(go, "Model vs replay", "no job size fits the fleet")
+        return empty_figure(go, "Model vs replay", "no job size fits the fleet")
     x = [f"N={p.nodes}" for p in r.sizes]
     fig = go.Figure([
         go.Bar(x=x, y=[100.0 * p.model_ettr for p in r.sizes], name="model"),
@@ -218,21 +218,16 @@ def planning_html(r: PlanningReport) -> str:
     """An HTML section: the header lines, the answers and model-vs-replay tables, the ETTR
     curves and the model-vs-replay bars. Needs plotly.js loaded once by the page (the report's
     ``render_html`` inlines it)."""
-    from trainguard.report.html import _plotly
+    from trainguard.report.page import figure_div, plotly_go
 
-    go = _plotly()
+    go = plotly_go()
     parts = ["<section id='tg-planning'><h2>Planning answers</h2>"]
     parts += [f"<p>{html.escape(line)}</p>" for line in _header(r)]
     parts += [_html_table(answers_table(r)), _html_table(compare_table(r))]
     parts += [f"<p>skipped N={s.nodes}: {html.escape(s.reason)}</p>" for s in r.skipped]
     for name, build in (("planning-curve", ettr_curve_figure),
                         ("planning-compare", compare_figure)):
-        fig = build(go, r)
-        fig.update_layout(height=max(420, fig.layout.height or 0), margin={"t": 60})
-        parts.append(f"<div class='plot' data-figure='{name}'>"
-                     + fig.to_html(full_html=False, include_plotlyjs=False,
-                                   div_id=f"fig-{name}", config={"displaylogo": False})
-                     + "</div>")
+        parts.append(figure_div(build(go, r), name))
     parts.append("<h3>Assumptions</h3><ul>"
                  + "".join(f"<li>{html.escape(a)}</li>" for a in r.assumptions) + "</ul>")
     parts.append("</section>")

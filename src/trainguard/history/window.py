@@ -1,0 +1,49 @@
+"""The span an imported history covers.
+
+A fault record says when faults happened, not how long it was kept: the window is the span the
+rates are divided by. Defaults (stated in the docs): the window starts at the relative origin
+(time 0) when times are relative, else at the first event; it ends at the last event. An
+operator who knows the record's true span passes ``--window-start``/``--window-end`` in the
+file's own time convention (with relative times, a number in their unit: ``348`` days).
+"""
+
+from __future__ import annotations
+
+from trainguard.errors import HistoryError
+from trainguard.fleet.events import FleetWindow
+from trainguard.history.times import TimeSpec, TimeValueError
+
+__all__ = ["history_window", "window_bound"]
+
+
+def window_bound(value: str, times: TimeSpec, option: str) -> float:
+    """Unix seconds of a window bound given in the file's time convention."""
+    try:
+        return times.seconds(value)
+    except TimeValueError as exc:
+        raise HistoryError(f"{option} {value!r}: {exc} (the same convention as the file's "
+                           "times)") from None
+
+
+def history_window(first: float | None, last: float | None, times: TimeSpec, *,
+                   fleet_size: int, start: str | None = None,
+                   end: str | None = None) -> FleetWindow:
+    """The window of an import (module docstring for the defaults); every event of the file
+    must lie inside it."""
+    if first is None or last is None:
+        raise HistoryError("the file has no usable fault: nothing to import")
+    if start is not None:
+        lo = window_bound(start, times, "--window-start")
+    else:
+        lo = (times.origin or 0.0) if times.relative else first
+    hi = last if end is None else window_bound(end, times, "--window-end")
+    if first < lo:
+        raise HistoryError("the window starts after the first event; give an earlier "
+                           "--window-start (the window is the span the whole record covers)")
+    if last > hi:
+        raise HistoryError("the window ends before the last event; give a later --window-end "
+                           "(the window is the span the whole record covers)")
+    if not hi > lo:
+        raise HistoryError("the window is empty (it ends where it starts): give --window-end, "
+                           "the end of the span the record covers")
+    return FleetWindow(lo, hi, fleet_size)
