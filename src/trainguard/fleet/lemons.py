@@ -12,7 +12,7 @@ exposure; the fleet has ``fleet_size`` nodes, those without faults counting as 0
    variance) and its test ``(n - 1) D ~ chi2(n - 1)`` under a homogeneous Poisson fleet
    (upper tail: more spread than Poisson);
 5. concentration: the share of all faults on the top-``k`` nodes (and Gini), from
-   :func:`trainguard.nodehealth.concentration`; the report's observation "3 of 63 nodes caused
+   :func:`trainguard.concentration.concentration`; the report's observation "3 of 63 nodes caused
    more than 50 % of exclusions" holds for this fleet when the top-3 share exceeds 0.5.
 
     >>> w = FleetWindow(0.0, 86400.0, fleet_size=4)
@@ -27,10 +27,10 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from trainguard.concentration import Concentration, concentration
 from trainguard.errors import FleetError
 from trainguard.fleet.events import FaultEvent, FleetWindow, counted_faults
 from trainguard.fleet.poisson import chi2_sf, poisson_sf_at_least
-from trainguard.nodehealth.health import Concentration, concentration
 
 DEFAULT_FDR = 0.05
 REPORT_TOP_K = 3

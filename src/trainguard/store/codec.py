@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from trainguard.errors import FleetError, StoreError
 from trainguard.evidence.events import EvidenceLine, FailureEvent, TimeKind
+from trainguard.fleet.events import FaultEvent
 from trainguard.store.jsoncell import UNREADABLE
 from trainguard.store.records import (
     AlertRecord,
@@ -32,9 +33,6 @@ from trainguard.store.records import (
     SessionRecord,
 )
 from trainguard.taxonomy import Action, Category, Severity
-
-if TYPE_CHECKING:
-    from trainguard.fleet.events import FaultEvent
 
 log = logging.getLogger(__name__)
 
@@ -327,15 +325,12 @@ def history_fault_to_row(history_id: int, ev: FaultEvent, line: int | None) -> d
     }
 
 
-def history_fault_from_row(r: Any, fault_type: type[FaultEvent]) -> tuple[FaultEvent, int | None]:
+def history_fault_from_row(r: Any) -> tuple[FaultEvent, int | None]:
     """The fault of a ``history_faults`` row and its source line; :class:`BadRow` for one that
     is not a valid fault (no node, an end before its start: not something trainguard wrote).
-
-    ``fault_type`` is :class:`trainguard.fleet.FaultEvent`, passed in: the store cannot import
-    :mod:`trainguard.fleet` when it loads (that package imports the store).
     """
     try:
-        return fault_type(node=r.node, start=r.started, end=r.ended, kind=r.kind,
+        return FaultEvent(node=r.node, start=r.started, end=r.ended, kind=r.kind,
                           category=r.category), r.line
     except FleetError as exc:
         raise BadRow(str(exc)) from exc

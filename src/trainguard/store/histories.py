@@ -14,14 +14,14 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping, Sequence
-from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from trainguard.errors import FleetError, StoreError
+from trainguard.fleet.events import FaultEvent, FleetWindow, check_fleet_size
 from trainguard.store import schema
 from trainguard.store.codec import (
     decode_rows,
@@ -31,9 +31,6 @@ from trainguard.store.codec import (
 )
 from trainguard.store.core import StoreCore, insert_id, json_obj
 from trainguard.store.records import FaultHistoryRecord
-
-if TYPE_CHECKING:
-    from trainguard.fleet.events import FaultEvent
 
 _NAMES_SHOWN = 20
 """How many history names an "unknown history" error lists."""
@@ -51,8 +48,6 @@ def check_history(name: str, *, fleet_size: int, window_start: float, window_end
                   origin: float | None, nodes: Sequence[str]) -> None:
     """Raise `FleetError` (bad window, fleet size or origin) or `StoreError` (no name) for a
     history the store must not hold; more nodes with faults than the fleet has is refused."""
-    # Imported here: trainguard.fleet imports the store (via nodehealth).
-    from trainguard.fleet.events import FleetWindow, check_fleet_size
 
     if not name.strip():
         raise StoreError("a fault history needs a name")
@@ -168,9 +163,6 @@ class HistoriesMixin(StoreCore):
         `UnknownHistory` for an id that is not in the store. A row that is not a valid fault
         is skipped with one warning (as every store reader does).
         """
-        # Imported here: trainguard.fleet imports the store (via nodehealth).
-        from trainguard.fleet.events import FaultEvent
-
         f = schema.history_faults
         query = sa.select(f).where(f.c.history_id == history_id) \
             .order_by(f.c.node, f.c.started, f.c.id)
@@ -178,7 +170,7 @@ class HistoriesMixin(StoreCore):
             self._find_id(conn, history_id)
             rows = conn.execute(query).all()
         return decode_rows("history_faults", rows,
-                           partial(history_fault_from_row, fault_type=FaultEvent), self._warned)
+                           history_fault_from_row, self._warned)
 
     def delete_fault_history(self, name: str) -> int:
         """Delete a history (by name, else for a number by id) and its faults; returns how many
