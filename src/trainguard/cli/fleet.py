@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.markup import escape
 
 from trainguard.cli.console import err, fail, out
 from trainguard.cli.options import duration_option
@@ -110,7 +109,7 @@ def fleet(
             "seconds": round(elapsed, 3)}
         out.out(json.dumps(doc), highlight=False)
         return
-    out.out(f"history {escape(record.name)!r}: {record.fleet_size} nodes, "
+    out.out(f"history {record.name!r}: {record.fleet_size} nodes, "
             f"{window.days:.1f} days ({window.length_s / DAY_S * record.fleet_size:.0f} "
             f"node-days)", highlight=False)
     print_summary(out, summary)

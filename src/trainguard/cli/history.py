@@ -4,6 +4,7 @@ and its Slurm job history into the event store, kept apart from what trainguard 
 from __future__ import annotations
 
 import json
+import shlex
 import time
 from pathlib import Path
 from typing import Annotated
@@ -16,7 +17,7 @@ from trainguard.cli.console import fail, out, stderr_is_tty, warn
 from trainguard.cli.slurm import import_history_cmd
 from trainguard.cli.storeopen import open_store
 from trainguard.errors import TrainguardError
-from trainguard.fleet.events import DAY_S
+from trainguard.fleet.events import DAY_S, FleetWindow
 from trainguard.history import (
     FieldSpec,
     ImportResult,
@@ -25,7 +26,8 @@ from trainguard.history import (
     parse_origin,
     read_history,
 )
-from trainguard.history.window import history_window
+from trainguard.history.window import history_window, starting_at_end
+from trainguard.store.histories import check_history
 
 app = typer.Typer(
     help="Fault histories: import a cluster's fault record (node fault events from tickets, "
@@ -133,6 +135,7 @@ def import_cmd(
     except TrainguardError as exc:
         fail(str(exc))
     stored_name = name or (path.name if str(path) != "-" else "stdin")
+    _check_storable(result, stored_name, fleet_size, window, times)
     refused = bool(result.refused)
     history_id: int | None = None
     url: str | None = None
@@ -157,11 +160,33 @@ def import_cmd(
             "refused": [{"line": r.line, "reason": r.reason} for r in result.refused],
             "seconds": round(elapsed, 3)}), highlight=False)
     else:
-        _print_import(result, stored_name, url, window.days, fleet_size, elapsed)
+        _print_import(result, stored_name, url, window.days, fleet_size, elapsed, mapping)
+    uncounted = starting_at_end((f.event.start for f in result.faults), window)
+    if uncounted:
+        where = "" if window_end is not None else " (the last event of the file)"
+        warn(f"{uncounted} fault{' starts' if uncounted == 1 else 's start'} at the window's "
+             f"end{where} and so no figure of the window counts "
+             f"{'it' if uncounted == 1 else 'them'} (a fault counts when it starts before the "
+             "window's end): give --window-end, the end of the span the record covers")
     if strict and refused:
         if not json_out:
             warn(f"--strict: {len(result.refused)} record(s) refused, nothing stored")
         raise typer.Exit(1)
+
+
+def _check_storable(result: ImportResult, name: str, fleet_size: int, window: FleetWindow,
+                    times: TimeSpec) -> None:
+    """What the store would refuse, refused before it is opened (also for --dry-run): more
+    nodes with faults than the fleet has, an empty name."""
+    nodes = {f.event.node for f in result.faults}
+    if len(nodes) > fleet_size:
+        fail(f"{len(nodes)} nodes have faults but --fleet-size is {fleet_size}: the fleet size "
+             "counts every node, those with faults included")
+    try:
+        check_history(name, fleet_size=fleet_size, window_start=window.start,
+                      window_end=window.end, origin=times.origin, nodes=sorted(nodes))
+    except TrainguardError as exc:
+        fail(str(exc))
 
 
 def _read_source(path: Path) -> tuple[str, str]:
@@ -198,21 +223,25 @@ def _meta(result: ImportResult, times: TimeSpec, mapping: Path | None) -> dict[s
 
 
 def _print_import(result: ImportResult, name: str, url: str | None, days: float,
-                  fleet_size: int, elapsed: float) -> None:
+                  fleet_size: int, elapsed: float, mapping: Path | None) -> None:
     c = result.counts
     nodes = len({f.event.node for f in result.faults})
-    out.out(f"{escape(name)}: read {c.records} records ({result.fmt}) -> {c.faults} faults on "
+    out.out(f"{name}: read {c.records} records ({result.fmt}) -> {c.faults} faults on "
             f"{nodes} of {fleet_size} nodes over {days:.1f} days; merged {c.duplicates_merged} "
             f"duplicate(s), {c.overlaps_merged} fault(s) overlap another of their node (one "
             f"outage); {c.open_faults} still open; refused {c.refused}", highlight=False)
+    if mapping is not None:
+        mapped = sum(1 for f in result.faults if f.mapped)
+        out.out(f"  {mapped} of {c.faults} faults mapped by {mapping.name} onto the "
+                "taxonomy; the others keep their type's top level", highlight=False)
     for refusal in result.refused[:_SHOWN_REFUSALS]:
-        out.out(f"  refused line {refusal.line}: {escape(refusal.reason)}", highlight=False)
+        out.out(f"  refused line {refusal.line}: {refusal.reason}", highlight=False)
     if len(result.refused) > _SHOWN_REFUSALS:
         out.out(f"  ... and {len(result.refused) - _SHOWN_REFUSALS} more (--json lists all)",
                 highlight=False)
     where = f"stored in {url}" if url else "not stored"
-    out.out(f"{where} ({elapsed:.2f} s)" + (f"; next: trainguard fleet --history {name!r}"
-                                            if url else ""), highlight=False)
+    then = f"; next: trainguard fleet --history {shlex.quote(name)}" if url else ""
+    out.out(f"{where} ({elapsed:.2f} s){then}", highlight=False)
     if stderr_is_tty() and result.refused and url:
         warn("refused records are not in the store; fix them and import again with --replace")
 
@@ -257,11 +286,14 @@ def delete_cmd(
 ) -> None:
     """Delete one imported fault history and its faults."""
     try:
+        with open_store(db, readonly=True) as store:  # a missing store is not created
+            store.fault_history(name)
         with open_store(db) as store:
-            store.delete_fault_history(name)
+            faults = store.delete_fault_history(name)
     except TrainguardError as exc:
         fail(str(exc))
-    out.out(f"deleted history {escape(name)}", highlight=False)
+    out.out(f"deleted history {name} ({faults} fault{'' if faults == 1 else 's'})",
+            highlight=False)
 
 
 app.command("import-slurm")(import_history_cmd)

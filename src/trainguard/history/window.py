@@ -5,15 +5,22 @@ rates are divided by. Defaults (stated in the docs): the window starts at the re
 (time 0) when times are relative, else at the first event; it ends at the last event. An
 operator who knows the record's true span passes ``--window-start``/``--window-end`` in the
 file's own time convention (with relative times, a number in their unit: ``348`` days).
+
+The window is half-open, as every fleet figure takes it: a fault counts when it starts before the
+window's end. A fault that starts exactly at the end (with the default end: one still open at the
+last event of the file) is stored but counted by no analysis of the window;
+:func:`starting_at_end` finds them so that the import can say so.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from trainguard.errors import HistoryError
 from trainguard.fleet.events import FleetWindow
 from trainguard.history.times import TimeSpec, TimeValueError
 
-__all__ = ["history_window", "window_bound"]
+__all__ = ["history_window", "starting_at_end", "window_bound"]
 
 
 def window_bound(value: str, times: TimeSpec, option: str) -> float:
@@ -47,3 +54,13 @@ def history_window(first: float | None, last: float | None, times: TimeSpec, *,
         raise HistoryError("the window is empty (it ends where it starts): give --window-end, "
                            "the end of the span the record covers")
     return FleetWindow(lo, hi, fleet_size)
+
+
+def starting_at_end(starts: Iterable[float], window: FleetWindow) -> int:
+    """How many of the faults starting at ``starts`` begin at (or after) the window's end, so
+    that no figure of the window counts them.
+
+    >>> starting_at_end([0.0, 5.0, 10.0], FleetWindow(0.0, 10.0, 3))
+    1
+    """
+    return sum(1 for start in starts if start >= window.end)
