@@ -12,7 +12,7 @@ and a fault's start as days since the window's start.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -128,6 +128,29 @@ def _top_text(t: TopShare) -> str:
     return f"top {t.nodes} hold {t.share:.0%} of faults (a Poisson fleet: {t.poisson_share:.0%})"
 
 
+def down_bins(seconds_at: Mapping[int, float], rows: int = 12) -> list[tuple[str, float]]:
+    """The nodes-down distribution as at most about ``rows`` table rows: one per count while
+    they fit, else ranges of equal width (``0``, ``1-4``, ``5-8``...; 0 always alone).
+
+    >>> down_bins({0: 5.0, 1: 2.0, 2: 1.0})
+    [('0', 5.0), ('1', 2.0), ('2', 1.0)]
+    >>> down_bins({0: 1.0, 3: 1.0, 9: 2.0}, rows=3)
+    [('0', 1.0), ('1-5', 1.0), ('6-10', 2.0)]
+    """
+    if not seconds_at:
+        return []
+    top = max(seconds_at)
+    if top < rows:
+        return [(str(c), seconds_at[c]) for c in sorted(seconds_at)]
+    width = -(-top // (rows - 1))
+    binned: list[tuple[str, float]] = [("0", seconds_at.get(0, 0.0))]
+    for lo in range(1, top + 1, width):
+        hi = lo + width - 1
+        total = sum(v for c, v in seconds_at.items() if lo <= c <= hi)
+        binned.append((f"{lo}-{hi}", total))
+    return binned
+
+
 def summary_rows(s: FleetSummary) -> list[tuple[str, str]]:
     """The headline figures as ``(name, value)`` rows (terminal and HTML)."""
     w, o, lem = s.window, s.rates.overall, s.lemons
@@ -214,8 +237,8 @@ def print_summary(console: Console, s: FleetSummary) -> None:
         longest.add_row(Text(terminal_safe(x.node)), Text(terminal_safe(x.kind)),
                         f"{(x.start - s.window.start) / DAY_S:.2f}", format_duration(x.duration_s))
     down = _table("nodes down at once", "nodes down", "share of time", "time")
-    for c, sec in s.down.distribution.seconds_at.items():
-        down.add_row(str(c), f"{sec / s.window.length_s:.2%}", format_duration(sec))
+    for label, sec in down_bins(s.down.distribution.seconds_at):
+        down.add_row(label, f"{sec / s.window.length_s:.2%}", format_duration(sec))
     nodes = _table(f"nodes with the most faults (lemon: BH q <= {s.lemons.q:g})", "node",
                    "faults", "expected", "p", "q", "lemon")
     for n in _shown_nodes(s):

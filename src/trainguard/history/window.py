@@ -14,11 +14,12 @@ last event of the file) is stored but counted by no analysis of the window;
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterable
 
 from trainguard.errors import HistoryError
 from trainguard.fleet.events import FleetWindow
-from trainguard.history.times import TimeSpec, TimeValueError
+from trainguard.history.times import TimeSpec, TimeValueError, unit_seconds
 
 __all__ = ["history_window", "starting_at_end", "window_bound"]
 
@@ -45,15 +46,29 @@ def history_window(first: float | None, last: float | None, times: TimeSpec, *,
         lo = (times.origin or 0.0) if times.relative else first
     hi = last if end is None else window_bound(end, times, "--window-end")
     if first < lo:
-        raise HistoryError("the window starts after the first event; give an earlier "
-                           "--window-start (the window is the span the whole record covers)")
+        raise HistoryError(f"the window starts after the first event (at {_as_given(first, times)})"
+                           "; give an earlier --window-start (the window is the span the whole "
+                           "record covers)")
     if last > hi:
-        raise HistoryError("the window ends before the last event; give a later --window-end "
-                           "(the window is the span the whole record covers)")
+        raise HistoryError(f"the window ends before the last event (at {_as_given(last, times)}); "
+                           "give a later --window-end (the window is the span the whole record "
+                           "covers)")
     if not hi > lo:
         raise HistoryError("the window is empty (it ends where it starts): give --window-end, "
                            "the end of the span the record covers")
     return FleetWindow(lo, hi, fleet_size)
+
+
+def _as_given(t: float, times: TimeSpec) -> str:
+    """An instant in the file's own convention, for a message: ``348.98 days`` or ISO 8601.
+
+    >>> _as_given(86400.0 * 1.5, TimeSpec(unit="days"))
+    '1.5 days'
+    """
+    if times.relative and times.unit is not None:
+        value = (t - (times.origin or 0.0)) / unit_seconds(times.unit)
+        return f"{value:.6g} {times.unit}"
+    return dt.datetime.fromtimestamp(t, dt.UTC).isoformat().replace("+00:00", "Z")
 
 
 def starting_at_end(starts: Iterable[float], window: FleetWindow) -> int:

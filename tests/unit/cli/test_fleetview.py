@@ -141,3 +141,16 @@ def test_terminal_fits_narrow_consoles(width: int) -> None:
     text = render(lemon_fleet(), width)
     assert max(len(line) for line in text.splitlines()) <= width
     assert "bad1" in text
+
+
+def test_nodes_down_rows_are_binned_when_there_are_many_counts() -> None:
+    import doctest
+
+    from trainguard.cli import fleetview
+
+    result = doctest.testmod(fleetview)
+    assert result.attempted >= 2 and result.failed == 0
+    seconds = {c: 1.0 for c in range(36)}
+    rows = fleetview.down_bins(seconds)
+    assert rows[0] == ("0", 1.0) and len(rows) <= 13
+    assert sum(v for _, v in rows) == 36.0  # every second is in exactly one row

@@ -7,7 +7,7 @@ import importlib
 
 import pytest
 
-MODULES = ["sources", "fields", "kinds", "times", "mapping", "pairing", "overlaps", "read"]
+MODULES = ["sources", "fields", "kinds", "times", "mapping", "pairing", "overlaps", "read", "window"]
 
 
 @pytest.mark.parametrize("name", MODULES)
