@@ -10,7 +10,8 @@ Targets (issue #29):
 
 Cases: synthetic years from benchmarks/fleet_synth.py (independent nodes; with lemon nodes; with
 bursts of correlated faults), and the real InfiniteHBD trace when ``TRAINGUARD_FLEET_TRACE``
-names a local copy of its fault_trace.json (400 nodes, relative days, 348 days).
+names a local copy of its fault_trace.json (400 nodes, relative days; its last event is at day
+348.98, so the window ends at 349).
 
     python benchmarks/bench_fleet.py [--nodes 400] [--days 365] [--replays 8]
 """
@@ -164,7 +165,7 @@ def cases(work: Path, nodes: int, days: int) -> list[Case]:
     if real:
         found.append(Case("real", Path(real), 400,
                           ("--time-unit", "days", "--origin", "2024-03-30", "--window-end",
-                           "348", "--map", str(MAPPING))))
+                           "349", "--map", str(MAPPING))))
     return found
 
 

@@ -18,6 +18,7 @@ from benchmarks import (
     bench_controller_scale,
     bench_detect,
     bench_fast_recovery,
+    bench_fleet,
     bench_openmetrics,
     bench_recovery,
     bench_snapshot,
@@ -59,5 +60,7 @@ if __name__ == "__main__":
     bench_fast_recovery.main([])
     print("\n== the controller with 1,024 simulated agents, steady and flooded (issue #26) ==")
     bench_controller_scale.main([])
+    print("\n== fleet history: import + analysis, planning model vs replay (issue 29) ==")
+    bench_fleet.main([])
     print("\n== host checks on a namespaced 8-host cluster (issue #19) ==")
     bench_check.main([])

@@ -181,10 +181,10 @@ def test_fleet_smaller_than_the_nodes_in_the_file_is_refused(
     assert "below the 4 nodes" in capsys.readouterr().err
 
 
-REAL = os.environ.get("TRAINGUARD_INFINITEHBD_TRACE")
+REAL = os.environ.get("TRAINGUARD_FLEET_TRACE")
 
 
-@pytest.mark.skipif(not REAL, reason="set TRAINGUARD_INFINITEHBD_TRACE to a local "
+@pytest.mark.skipif(not REAL, reason="set TRAINGUARD_FLEET_TRACE to a local "
                     "fault_trace.json (InfiniteHBD-Trace has no licence, so it is not stored)")
 def test_real_infinitehbd_trace_matches_its_published_statistics() -> None:
     assert REAL is not None

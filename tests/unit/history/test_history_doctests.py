@@ -7,7 +7,8 @@ import importlib
 
 import pytest
 
-MODULES = ["sources", "fields", "kinds", "times", "mapping", "pairing", "overlaps", "read", "window"]
+MODULES = ["sources", "fields", "kinds", "times", "mapping", "pairing", "overlaps", "read",
+           "window"]
 
 
 @pytest.mark.parametrize("name", MODULES)
