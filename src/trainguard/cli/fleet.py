@@ -14,14 +14,17 @@ import typer
 from trainguard.cli.console import err, fail, out
 from trainguard.cli.options import duration_option
 from trainguard.cli.storeopen import open_store
+from trainguard.durations import format_duration
 from trainguard.errors import ConfigError, TrainguardError
 from trainguard.fleet.events import DAY_S, FleetWindow
 from trainguard.history.times import parse_origin
+from trainguard.planning.costs import DEFAULT_RESTART_S, DEFAULT_SAVE_S, Cost, choose_cost
 from trainguard.timeparse import parse_duration
 
 if TYPE_CHECKING:
     from trainguard.fleet.summary import FleetSummary
     from trainguard.planning.answers import PlanningReport
+    from trainguard.store import Store
 
 _DEFAULT_SIZES = "8,16,32,64,128,256"
 
@@ -41,11 +44,13 @@ def fleet(
     = _DEFAULT_SIZES,
     top_k: Annotated[int, typer.Option(
         min=1, help="How many of the worst nodes the concentration figure uses.")] = 3,
-    save_s: Annotated[float, duration_option(
-        "--save-s", min=0.001, help="Time one checkpoint save stops training.")] = 60.0,
-    restart_s: Annotated[float, duration_option(
+    save_s: Annotated[float | None, duration_option(
+        "--save-s", min=0.001, help="Time one checkpoint save stops training (default: "
+        "measured from the store's runs, else 60 s, said as assumed).")] = None,
+    restart_s: Annotated[float | None, duration_option(
         "--restart-s", min=0.0, help="Time from a failure to training again (detect, "
-        "relaunch, load), excluding the lost work.")] = 300.0,
+        "relaunch, load), excluding the lost work (default: measured from the store's runs, "
+        "else 5 min, said as assumed).")] = None,
     spares: Annotated[int | None, typer.Option(
         min=0, help="Hot spares the job has (default: as many as the wait target needs).")]
     = None,
@@ -83,6 +88,7 @@ def fleet(
         try:
             record = store.fault_history(history)
             events = store.history_events(record.id)
+            save, restart = _costs(store, save_s, restart_s, no_plan)
         except TrainguardError as exc:
             fail(str(exc))
     try:
@@ -90,7 +96,8 @@ def fleet(
                                              record.fleet_size), since=since, until=until)
         summary = fleet_summary(events, window, job_sizes=(1, *sizes), top_k=top_k)
         plan = None if no_plan else planning_report(
-            events, window, job_sizes=sizes, save_cost_s=save_s, restart_cost_s=restart_s,
+            events, window, job_sizes=sizes, save_cost_s=save.seconds,
+            restart_cost_s=restart.seconds,
             spares=spares, max_wait_fraction=max_wait / 100.0, interval_s=interval_s,
             replays=replays, seed=0)
     except TrainguardError as exc:
@@ -105,7 +112,9 @@ def fleet(
             "window": {"start": window.start, "end": window.end, "days": window.days,
                        "node_days": window.node_days},
             "fleet": summary_json(summary),
-            "planning": None if plan is None else planning_json(plan),
+            "planning": None if plan is None else {
+                **planning_json(plan), "costs": {"save": save.to_dict(),
+                                                 "restart": restart.to_dict()}},
             "seconds": round(elapsed, 3)}
         out.out(json.dumps(doc), highlight=False)
         return
@@ -114,8 +123,28 @@ def fleet(
             f"node-days)", highlight=False)
     print_summary(out, summary)
     if plan is not None:
+        out.out(f"costs: save {format_duration(save.seconds)} ({save.source}), restart "
+                f"{format_duration(restart.seconds)} ({restart.source})", highlight=False)
         print_planning(out, plan)
     err.print(f"[dim]{elapsed:.2f} s[/]")
+
+
+def _costs(store: Store, save_s: float | None, restart_s: float | None,
+           no_plan: bool) -> tuple[Cost, Cost]:
+    """The save and restart costs: given, else measured from the store's own runs, else the
+    stated defaults (:mod:`trainguard.planning.costs`)."""
+    measured_save = measured_restart = None
+    if not no_plan and (save_s is None or restart_s is None):
+        from trainguard.analytics.failures import failure_stats
+        from trainguard.analytics.model import measured_inputs
+        from trainguard.analytics.runs import load_runs
+
+        runs = load_runs(store)
+        if runs:
+            measured = measured_inputs(runs, failure_stats(runs))
+            measured_save, measured_restart = measured.write_s, measured.restart_s
+    return (choose_cost(save_s, measured_save, DEFAULT_SAVE_S, "--save-s"),
+            choose_cost(restart_s, measured_restart, DEFAULT_RESTART_S, "--restart-s"))
 
 
 def job_sizes_option(text: str) -> tuple[int, ...]:

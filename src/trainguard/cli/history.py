@@ -88,7 +88,7 @@ def import_cmd(
         help="The type fields are one column per category (LANL's Hardware / Software / "
         "Network...): each non-empty one adds 'column / value' to the type.")] = False,
     duration_unit: Annotated[str, typer.Option(
-        help="Unit of --duration-field: seconds, minutes, hours or days.")] = "seconds",
+        help="Unit of --duration-field: s, min, h or d (or the words).")] = "seconds",
     mapping: Annotated[Path | None, typer.Option(
         "--map", help="TOML file mapping the source's types onto trainguard's failure "
         "taxonomy; unmapped types keep their own top level.", dir_okay=False)] = None,
