@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from headless import chromium
 
 pytest.importorskip("plotly", reason="the HTML report needs plotly (trainguard[report])")
 pytest.importorskip("torch", reason="the example needs torch")
@@ -20,15 +19,6 @@ pytestmark = pytest.mark.integration
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_gpt.py"
 TG = [sys.executable, "-m", "trainguard.cli.main"]
-
-
-def chromium() -> str:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        if path := shutil.which(name):
-            return path
-    if os.environ.get("CI"):
-        pytest.fail("chromium is not installed (scripts/sysdeps.sh)")
-    pytest.skip("chromium is not installed (scripts/sysdeps.sh)")
 
 
 # The XID drill is delivered over the network (controller -> agent -> kernel log -> agent ->
