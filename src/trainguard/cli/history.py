@@ -28,6 +28,7 @@ from trainguard.history import (
 )
 from trainguard.history.window import history_window, starting_at_end
 from trainguard.store.histories import check_history
+from trainguard.textsafe import terminal_safe
 
 app = typer.Typer(
     help="Fault histories: import a cluster's fault record (node fault events from tickets, "
@@ -54,8 +55,10 @@ def import_cmd(
         help="Name to store the history under (default: the file's name).")] = None,
     fmt: Annotated[str, typer.Option(
         "--format", help="auto, json (an array), jsonl or csv.")] = "auto",
-    node_field: Annotated[str | None, typer.Option(
-        help="Field naming the node (default: node, node_id, host, hostname...).")] = None,
+    node_field: Annotated[list[str] | None, typer.Option(
+        help="Field naming the node (default: node, node_id, host, hostname, server...); "
+        "repeat it when several fields name a node together, joined with '/' (LANL: "
+        "--node-field System --node-field 'node number' gives 20/15).")] = None,
     time_field: Annotated[str | None, typer.Option(
         help="Field with an event's time, for start/end event streams.")] = None,
     start_field: Annotated[str | None, typer.Option(
@@ -81,14 +84,19 @@ def import_cmd(
         "Without it relative time 0 is the unix epoch and no calendar date is implied.")] = None,
     time_format: Annotated[str | None, typer.Option(
         help="strptime format of absolute times, e.g. '%m/%d/%Y %H:%M'.")] = None,
+    epoch_unit: Annotated[str, typer.Option(
+        help="What absolute numeric times count since the unix epoch: s, ms, us or ns "
+        "(13-digit numbers are milliseconds: --epoch-unit ms).")] = "s",
     tz: Annotated[str | None, typer.Option(
         "--tz", help="Time zone of absolute times written without one (IANA name, e.g. "
         "America/Denver; default UTC).")] = None,
     type_labels: Annotated[bool, typer.Option(
         help="The type fields are one column per category (LANL's Hardware / Software / "
         "Network...): each non-empty one adds 'column / value' to the type.")] = False,
-    duration_unit: Annotated[str, typer.Option(
-        help="Unit of --duration-field: s, min, h or d (or the words).")] = "seconds",
+    duration_unit: Annotated[str | None, typer.Option(
+        help="Unit of the duration field: s, min, h or d (or the words). Required unless the "
+        "field's name says it (duration_min, 'Down Time (minutes)'); a name that says "
+        "another unit stops the import.", show_default=False)] = None,
     mapping: Annotated[Path | None, typer.Option(
         "--map", help="TOML file mapping the source's types onto trainguard's failure "
         "taxonomy; unmapped types keep their own top level.", dir_okay=False)] = None,
@@ -121,14 +129,19 @@ def import_cmd(
     try:
         mapped = load_mapping(mapping) if mapping is not None else None
         times = TimeSpec(unit=time_unit, origin=parse_origin(origin, tz) if origin else None,
-                         time_format=time_format, duration_unit=duration_unit, tz=tz)
-        fields = FieldSpec(node=node_field, time=time_field, start=start_field, end=end_field,
-                           duration=duration_field, event=event_field,
+                         time_format=time_format, duration_unit=duration_unit, tz=tz,
+                         epoch_unit=epoch_unit)
+        fields = FieldSpec(node=tuple(node_field or ()), time=time_field, start=start_field,
+                           end=end_field, duration=duration_field, event=event_field,
                            start_values=tuple(start_value or ()),
                            end_values=tuple(end_value or ()),
                            type_fields=tuple(type_field or ()), type_labels=type_labels)
         result = read_history(text, fmt=fmt, fields=fields, times=times, mapping=mapped,
                               source=source)
+        if not result.faults and result.refused:
+            first = result.refused[0]
+            fail(f"{source}: no usable fault: all {len(result.refused)} record(s) refused; the "
+                 f"first, line {first.line}: {first.reason}")
         window = history_window(result.first_time, result.last_time, times,
                                 fleet_size=fleet_size,
                                 start=window_start, end=window_end)
@@ -156,7 +169,7 @@ def import_cmd(
             "name": stored_name, "source": source, "format": result.fmt, "stored": url is not None,
             "history_id": history_id, "store": url, "fleet_size": fleet_size,
             "window": {"start": window.start, "end": window.end, "days": window.days},
-            "counts": _counts(result),
+            "counts": _counts(result), "fields": _fields(result),
             "refused": [{"line": r.line, "reason": r.reason} for r in result.refused],
             "seconds": round(elapsed, 3)}), highlight=False)
     else:
@@ -212,12 +225,31 @@ def _counts(result: ImportResult) -> dict[str, int]:
             "mapped": sum(1 for f in result.faults if f.mapped)}
 
 
-def _meta(result: ImportResult, times: TimeSpec, mapping: Path | None) -> dict[str, object]:
+def _fields(result: ImportResult) -> dict[str, object]:
+    """The fields the import read (given or found), and the unit of its duration field."""
     f = result.fields
-    return {"fields": {"node": f.node, "time": f.time, "start": f.start, "end": f.end,
-                       "duration": f.duration, "event": f.event,
-                       "type_fields": list(f.type_fields)},
+    return {"node": list(f.node), "time": f.time, "start": f.start, "end": f.end,
+            "duration": f.duration, "duration_unit": result.duration_unit, "event": f.event,
+            "type_fields": list(f.type_fields)}
+
+
+def _fields_line(result: ImportResult) -> str:
+    """The fields read, in one line: ``node 'host', start 'opened_at', ...``."""
+    f = result.fields
+    parts = ["node " + " + ".join(repr(n) for n in f.node)]
+    for what, name in (("time", f.time), ("event", f.event), ("start", f.start),
+                       ("end", f.end), ("duration", f.duration)):
+        if name is not None:
+            unit = f" in {result.duration_unit}" if what == "duration" else ""
+            parts.append(f"{what} {name!r}{unit}")
+    parts.append("type " + (" / ".join(repr(t) for t in f.type_fields) or "none (unknown)"))
+    return "  fields: " + ", ".join(parts)
+
+
+def _meta(result: ImportResult, times: TimeSpec, mapping: Path | None) -> dict[str, object]:
+    return {"fields": _fields(result),
             "time_unit": times.unit, "time_format": times.time_format, "tz": times.tz,
+            "epoch_unit": times.epoch_unit, "duration_unit": result.duration_unit,
             "mapping": str(mapping) if mapping else None,
             "first_time": result.first_time, "last_time": result.last_time}
 
@@ -230,6 +262,7 @@ def _print_import(result: ImportResult, name: str, url: str | None, days: float,
             f"{nodes} of {fleet_size} nodes over {days:.1f} days; merged {c.duplicates_merged} "
             f"duplicate(s), {c.overlaps_merged} fault(s) overlap another of their node (one "
             f"outage); {c.open_faults} still open; refused {c.refused}", highlight=False)
+    out.out(terminal_safe(_fields_line(result)), highlight=False)
     if mapping is not None:
         mapped = sum(1 for f in result.faults if f.mapped)
         out.out(f"  {mapped} of {c.faults} faults mapped by {mapping.name} onto the "

@@ -2,6 +2,7 @@
 in, faults out; no store, no CLI).
 
 - :mod:`.sources`: JSON array, JSON lines or CSV records, each with its 1-based line;
+- :mod:`.names`: how field names compare, the names each meaning is found under, units in names;
 - :mod:`.fields`: which field means what (given, or found by the usual names);
 - :mod:`.times`: absolute (ISO 8601, unix seconds, a strptime format) and relative times;
 - :mod:`.kinds`: a fault's kind from its (possibly hierarchical) type;
@@ -23,10 +24,12 @@ from trainguard.history.fields import (
 )
 from trainguard.history.kinds import UNKNOWN_KIND, kind_of, top_level
 from trainguard.history.mapping import TAXONOMY, TypeMapping, load_mapping, parse_mapping
+from trainguard.history.names import duration_unit_for, name_unit, normal_name
 from trainguard.history.read import read_history
 from trainguard.history.result import ImportCounts, ImportedFault, ImportResult, Refusal
 from trainguard.history.sources import FORMATS, Record, RecordTable, detect_format, read_records
 from trainguard.history.times import (
+    EPOCH_UNITS,
     TimeSpec,
     TimeValueError,
     parse_origin,
@@ -37,6 +40,7 @@ from trainguard.history.times import (
 __all__ = [
     "DEFAULT_END_VALUES",
     "DEFAULT_START_VALUES",
+    "EPOCH_UNITS",
     "FORMATS",
     "TAXONOMY",
     "UNKNOWN_KIND",
@@ -51,8 +55,11 @@ __all__ = [
     "TimeValueError",
     "TypeMapping",
     "detect_format",
+    "duration_unit_for",
     "kind_of",
     "load_mapping",
+    "name_unit",
+    "normal_name",
     "parse_mapping",
     "parse_origin",
     "parse_zone",

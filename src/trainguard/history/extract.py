@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from trainguard.history.fields import FieldSpec
+from trainguard.history.fields import NODE_JOIN, FieldSpec
 from trainguard.history.kinds import UNKNOWN_KIND, kind_of
 from trainguard.history.result import Refusal
 from trainguard.history.sources import Record
@@ -52,7 +52,7 @@ class Span:
     end: float | None
 
 
-def _node(values: Mapping[str, object], field: str) -> str | None:
+def _node_part(values: Mapping[str, object], field: str) -> str | None:
     value = values.get(field)
     if isinstance(value, str):
         return value.strip() or None
@@ -61,6 +61,24 @@ def _node(values: Mapping[str, object], field: str) -> str | None:
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     return None
+
+
+def node_of(values: Mapping[str, object], fields: tuple[str, ...]) -> str | Refusal:
+    """The node a record names: its node fields' values joined with "/", or (as a Refusal
+    without a line) the reason it names none.
+
+    >>> node_of({"System": "20", "node number": 15}, ("System", "node number"))
+    '20/15'
+    """
+    parts: list[str] = []
+    for field in fields:
+        part = _node_part(values, field)
+        if part is None:
+            return Refusal(0, f"no node (field {field!r})")
+        parts.append(part)
+    if not parts:
+        raise ValueError("node_of needs at least one node field")
+    return NODE_JOIN.join(parts)
 
 
 def _missing(value: object) -> bool:
@@ -89,9 +107,9 @@ def read_event(record: Record, spec: FieldSpec, times: TimeSpec,
     if spec.time is None or spec.event is None:
         raise ValueError("read_event needs a resolved event-stream FieldSpec")
     data, line = record.values, record.line
-    node = _node(data, spec.node or "")
-    if node is None:
-        return Refusal(line, f"no node (field {spec.node!r})")
+    node = node_of(data, spec.node)
+    if isinstance(node, Refusal):
+        return Refusal(line, node.reason)
     raw_event = data.get(spec.event)
     if _missing(raw_event):
         return Refusal(line, f"no event (field {spec.event!r})")
@@ -126,9 +144,9 @@ def read_interval(record: Record, spec: FieldSpec, times: TimeSpec) -> Span | Re
     if spec.start is None:
         raise ValueError("read_interval needs a resolved interval FieldSpec")
     data, line = record.values, record.line
-    node = _node(data, spec.node or "")
-    if node is None:
-        return Refusal(line, f"no node (field {spec.node!r})")
+    node = node_of(data, spec.node)
+    if isinstance(node, Refusal):
+        return Refusal(line, node.reason)
     start = _time(data, spec.start, times, "start")
     if isinstance(start, str):
         return Refusal(line, start)
@@ -143,4 +161,4 @@ def read_interval(record: Record, spec: FieldSpec, times: TimeSpec) -> Span | Re
     return Span(line, node, kind, start, end)
 
 
-__all__ = ["Occurrence", "Span", "read_event", "read_interval", "shown"]
+__all__ = ["Occurrence", "Span", "node_of", "read_event", "read_interval", "shown"]

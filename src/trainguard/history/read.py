@@ -21,12 +21,15 @@ the mapping (:mod:`.mapping`), else the top level of its type.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from trainguard.errors import HistoryError
 from trainguard.fleet.events import FaultEvent
 from trainguard.history.extract import Occurrence, Span, read_event, read_interval
 from trainguard.history.fields import FieldSpec, resolve_fields
 from trainguard.history.kinds import UNKNOWN_KIND, top_level
 from trainguard.history.mapping import TypeMapping
+from trainguard.history.names import duration_unit_for
 from trainguard.history.overlaps import accept_spans, count_overlapping
 from trainguard.history.pairing import pair_events
 from trainguard.history.result import ImportCounts, ImportedFault, ImportResult, Refusal
@@ -86,12 +89,21 @@ def read_history(text: str, *, fmt: str = "auto", fields: FieldSpec = _DEFAULT_F
                  source: str = "<input>") -> ImportResult:
     """The faults of a fault-history ``text``; bad records are refused (with their line), the
     rest imported. A :class:`HistoryError` when the file as a whole cannot be read (not that
-    format, no node or time field found: it names the option to pass)."""
+    format, no node or time field found, several fields that could be one, a duration field
+    whose unit is not said or disagrees with ``times.duration_unit``: it names the option to
+    pass)."""
     table = read_records(text, fmt, source)
     if not table.records:
         first = f" ({table.refused[0]})" if table.refused else ""
         raise HistoryError(f"{source}: no records to import{first}")
     spec = resolve_fields(fields, table.keys, source)
+    duration_unit: str | None = None
+    if spec.duration is not None:
+        try:
+            duration_unit = duration_unit_for(spec.duration, times.duration_unit)
+        except HistoryError as exc:
+            raise HistoryError(f"{source}: {exc}") from None
+        times = replace(times, duration_unit=duration_unit)
     refused = list(table.refused)
     if spec.mode == "events":
         spans = _event_spans(table, spec, times, refused)
@@ -109,7 +121,7 @@ def read_history(text: str, *, fmt: str = "auto", fields: FieldSpec = _DEFAULT_F
     last_time = max((f.event.start if f.event.end is None else f.event.end for f in faults),
                     default=None)
     return ImportResult(tuple(faults), tuple(refused), counts, first_time, last_time, table.fmt,
-                        spec)
+                        spec, duration_unit)
 
 
 __all__ = ["read_history"]

@@ -54,7 +54,8 @@ class ImportCounts:
 class ImportResult:
     """The faults (sorted by start, then line), the refusals (by line), the counts, the span of
     the imported times (``first_time``: the earliest start; ``last_time``: the latest end, or
-    start of a fault still open; None without faults), the layout read and the fields used."""
+    start of a fault still open; None without faults), the layout read, the fields used and
+    the unit the duration field was read in (None: no duration field)."""
 
     faults: tuple[ImportedFault, ...]
     refused: tuple[Refusal, ...]
@@ -63,6 +64,7 @@ class ImportResult:
     last_time: float | None
     fmt: str
     fields: FieldSpec
+    duration_unit: str | None = None
 
     @property
     def events(self) -> list[FaultEvent]:

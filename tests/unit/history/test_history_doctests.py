@@ -7,8 +7,8 @@ import importlib
 
 import pytest
 
-MODULES = ["sources", "fields", "kinds", "times", "mapping", "pairing", "overlaps", "read",
-           "window"]
+MODULES = ["sources", "names", "fields", "extract", "kinds", "times", "mapping", "pairing",
+           "overlaps", "read", "window"]
 
 
 @pytest.mark.parametrize("name", MODULES)

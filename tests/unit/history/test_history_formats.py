@@ -21,7 +21,7 @@ def test_infinitehbd_layout_needs_only_the_time_unit() -> None:
     assert result.fmt == "json"
     spec = result.fields
     assert (spec.mode, spec.node, spec.time, spec.event, spec.type_fields) == (
-        "events", "node_id", "event_time", "event_type", ("fault_type",))
+        "events", ("node_id",), "event_time", "event_type", ("fault_type",))
     assert result.refused == ()
     faults = {(f.line, f.event.node[-2:]): f.event for f in result.faults}
     assert sorted(faults) == [(2, "01"), (6, "02"), (8, "03"), (10, "02"), (18, "04"), (22, "04"),
@@ -55,7 +55,7 @@ def test_infinitehbd_layout_with_an_origin_and_a_mapping() -> None:
 
 def test_lanl_like_csv_with_explicit_fields() -> None:
     text = (FIXTURES / "lanl_like.csv").read_text()
-    fields = FieldSpec(node="nodenum", start="Problem Started", end="Problem Fixed",
+    fields = FieldSpec(node=("nodenum",), start="Problem Started", end="Problem Fixed",
                        type_fields=("Facilities", "Hardware", "Human Error", "Network",
                                     "Undetermined", "Software"), type_labels=True)
     result = read_history(text, fields=fields, times=TimeSpec(time_format="%m/%d/%Y %H:%M"),
@@ -74,7 +74,7 @@ def test_lanl_like_csv_with_explicit_fields() -> None:
         (5, "31", _utc(2004, 6, 12, 9), _utc(2004, 6, 12, 16), "Undetermined", "Undetermined"),
     ]
     # the same rows through their "Down Time" minutes instead of the fixed time
-    by_duration = read_history(text, fields=FieldSpec(node="nodenum", start="Problem Started",
+    by_duration = read_history(text, fields=FieldSpec(node=("nodenum",), start="Problem Started",
                                                       duration="Down Time"),
                                times=TimeSpec(time_format="%m/%d/%Y %H:%M",
                                               duration_unit="minutes"))
@@ -87,7 +87,7 @@ def test_generic_jsonl_with_iso_times_and_minutes() -> None:
     assert result.fmt == "jsonl"
     spec = result.fields
     assert (spec.mode, spec.node, spec.start, spec.end, spec.duration, spec.type_fields) == (
-        "intervals", "host", "start", None, "duration", ("kind",))
+        "intervals", ("host",), "start", None, "duration", ("kind",))
     got = [(f.line, f.event.node, f.event.start, f.event.end, f.event.kind)
            for f in result.faults]
     start_a02 = _utc(2025, 1, 6, 10, 30)

@@ -188,18 +188,29 @@ def test_exact_duplicates_are_merged_not_refused() -> None:
 ])
 def test_intervals_going_backwards_or_unreadable_are_refused(row: dict[str, object],
                                                               reason: str) -> None:
-    result = _read({"node": "a", "start": 0, "end": 1, "duration": None, "type": "t"}, row)
+    result = _read({"node": "a", "start": 0, "end": 1, "duration": None, "type": "t"}, row,
+                   fields=FieldSpec(duration="duration"), times=TimeSpec(duration_unit="seconds"))
     assert _reasons(result) == [reason]
     assert len(result.faults) == 1
 
 
-def test_end_wins_over_duration_and_an_empty_end_falls_back_to_it() -> None:
+def test_end_wins_over_a_given_duration_and_an_empty_end_falls_back_to_it() -> None:
     rows = [{"node": "x", "start": 0, "end": 5, "duration": 100},
             {"node": "y", "start": 0, "end": None, "duration": 100},
             {"node": "z", "start": 0, "end": "", "duration": ""}]
-    result = _read(*rows)
+    result = _read(*rows, fields=FieldSpec(duration="duration"), times=TimeSpec(duration_unit="s"))
     assert [(f.event.node, f.event.end) for f in result.faults] == [("x", 5.0), ("y", 100.0),
                                                                     ("z", None)]
+    assert result.duration_unit == "s"
+
+
+def test_a_duration_field_is_not_found_where_an_end_field_is() -> None:
+    rows = [{"node": "x", "start": 0, "end": 5, "duration": 100},
+            {"node": "y", "start": 0, "end": None, "duration": 100}]
+    result = _read(*rows)
+    assert (result.fields.end, result.fields.duration, result.duration_unit) == ("end", None,
+                                                                                 None)
+    assert [(f.event.node, f.event.end) for f in result.faults] == [("x", 5.0), ("y", None)]
 
 
 def test_counts_account_for_every_record() -> None:
@@ -228,7 +239,7 @@ def test_without_a_mapping_the_category_is_the_top_level_as_given() -> None:
 @pytest.mark.parametrize(("text", "kwargs", "message"), [
     ("[]", {}, "h.jsonl: no records to import"),
     ("[1, 2]", {}, r"h.jsonl: no records to import \(line 1: record is a JSON int"),
-    ('[{"server": "a", "time": 1, "event": "fault_start"}]', {}, "pass --node-field"),
+    ('[{"rack": "a", "time": 1, "event": "fault_start"}]', {}, "pass --node-field"),
     ('[{"node": "a", "when": 1}]', {}, "pass --time-field"),
     ("[]", {"fmt": "yaml"}, "unknown format 'yaml'"),
     ('[{"node": "a"', {}, "h.jsonl is not valid JSON"),
@@ -242,3 +253,38 @@ def test_whole_file_problems_are_history_errors(text: str, kwargs: dict[str, obj
 def test_an_unknown_time_unit_is_a_history_error_before_reading() -> None:
     with pytest.raises(HistoryError, match="unknown time unit 'weeks'"):
         _read(_ev("a", 0), times=TimeSpec(unit="weeks"))
+
+
+# --- node identity, units --------------------------------------------------------------------
+
+def test_several_node_fields_name_a_node_together() -> None:
+    rows: list[dict[str, object]] = [
+        {"System": "20", "node number": 15, "start": 0, "end": 5, "type": "t"},
+        {"System": "2", "node number": 15, "start": 1, "end": 6, "type": "t"},
+        {"System": "2", "node number": None, "start": 1, "end": 6, "type": "t"},
+        {"System": "", "node number": 3, "start": 1, "end": 6, "type": "t"}]
+    result = _read(*rows, fields=FieldSpec(node=("System", "node number")))
+    assert [(f.line, f.event.node) for f in result.faults] == [(1, "20/15"), (2, "2/15")]
+    assert _reasons(result) == ["line 3: no node (field 'node number')",
+                                "line 4: no node (field 'System')"]
+    assert result.fields.node == ("System", "node number")
+
+
+def test_a_duration_field_reads_in_the_unit_its_name_states() -> None:
+    result = _read({"node": "a", "start": 0, "duration_h": 2})
+    assert (result.duration_unit, result.faults[0].event.end) == ("h", 7200.0)
+    with pytest.raises(HistoryError, match=r"h\.jsonl: the duration field 'duration_h' says h but "
+                                           r"--duration-unit is minutes"):
+        _read({"node": "a", "start": 0, "duration_h": 2},
+              times=TimeSpec(duration_unit="minutes"))
+    with pytest.raises(HistoryError, match=r"h\.jsonl: the duration field 'ttr' does not say"):
+        _read({"node": "a", "start": 0, "ttr": 2})
+
+
+def test_epoch_milliseconds_are_refused_unless_said() -> None:
+    row = {"node": "a", "start": 1717400000000, "end": 1717400060000}
+    assert _reasons(_read(row)) == [
+        "line 1: start (field 'start'): 1717400000000 is too large for unix seconds (the year "
+        "5138 or later): pass --epoch-unit ms"]
+    fault = _read(row, times=TimeSpec(epoch_unit="ms")).faults[0].event
+    assert (fault.start, fault.end) == (1717400000.0, 1717400060.0)

@@ -78,11 +78,12 @@ def test_unparseable_times_raise_time_value_error(spec: TimeSpec, value: object,
 
 
 def test_durations() -> None:
-    assert TimeSpec().duration(30) == 30.0
+    assert TimeSpec(duration_unit="s").duration(30) == 30.0
+    assert TimeSpec(duration_unit="ms").duration(1500) == 1.5
     assert TimeSpec(duration_unit="minutes").duration("1.5") == 90.0
     assert TimeSpec(duration_unit="h").duration(0) == 0.0
     with pytest.raises(TimeValueError, match="negative duration -5"):
-        TimeSpec().duration(-5)
+        TimeSpec(duration_unit="s").duration(-5)
     with pytest.raises(TimeValueError, match="duration 'soon' is not a number of minutes"):
         TimeSpec(duration_unit="minutes").duration("soon")
 
@@ -94,3 +95,41 @@ def test_parse_origin_and_unit_seconds() -> None:
     with pytest.raises(HistoryError, match="--origin 'soon'"):
         parse_origin("soon")
     assert unit_seconds(" Hours ") == 3600.0
+
+
+MS = 1717400000123
+
+
+@pytest.mark.parametrize(("epoch", "value", "seconds"), [
+    ("s", 1717400000, 1717400000.0), ("ms", MS, MS / 1000), ("ms", str(MS), MS / 1000),
+    ("us", MS * 1000, MS / 1000), ("ns", MS * 10**6, MS / 1000), ("MS", MS, MS / 1000),
+    ("ms", "2024-06-03T07:33:20Z", 1717400000.0),
+])
+def test_epoch_units(epoch: str, value: object, seconds: float) -> None:
+    assert TimeSpec(epoch_unit=epoch).seconds(value) == pytest.approx(seconds, abs=1e-6)
+
+
+@pytest.mark.parametrize(("epoch", "value", "hint"), [
+    ("s", MS, "pass --epoch-unit ms"), ("s", str(MS), "pass --epoch-unit ms"),
+    ("s", MS * 1000, "pass --epoch-unit us"), ("s", -MS, "pass --epoch-unit ms"),
+    ("ms", MS * 1000, "pass --epoch-unit us"), ("ns", 10**30, "not a time"),
+])
+def test_numbers_too_large_for_the_epoch_unit_are_refused_naming_the_unit(
+        epoch: str, value: object, hint: str) -> None:
+    with pytest.raises(TimeValueError, match=f"too large for unix .*: {hint}"):
+        TimeSpec(epoch_unit=epoch).seconds(value)
+
+
+def test_epoch_unit_errors() -> None:
+    with pytest.raises(HistoryError, match=r"unknown epoch unit 'minutes' \(--epoch-unit\)"):
+        TimeSpec(epoch_unit="minutes")
+    with pytest.raises(HistoryError, match="--time-unit relative ones: pass one or the other"):
+        TimeSpec(epoch_unit="ms", unit="days")
+    with pytest.raises(HistoryError, match="--time-format formatted ones"):
+        TimeSpec(epoch_unit="ms", time_format="%Y")
+    assert TimeSpec(epoch_unit="ms").describe() == "ISO 8601 or unix time in ms"
+
+
+def test_a_duration_needs_its_unit() -> None:
+    with pytest.raises(ValueError, match="needs a duration_unit"):
+        TimeSpec().duration(5)
