@@ -86,7 +86,7 @@ def import_cmd(
         help="strptime format of absolute times, e.g. '%m/%d/%Y %H:%M'.")] = None,
     epoch_unit: Annotated[str, typer.Option(
         help="What absolute numeric times count since the unix epoch: s, ms, us or ns "
-        "(13-digit numbers are milliseconds: --epoch-unit ms).")] = "s",
+        "(a 13-digit number is in ms: pass --epoch-unit ms).")] = "s",
     tz: Annotated[str | None, typer.Option(
         "--tz", help="Time zone of absolute times written without one (IANA name, e.g. "
         "America/Denver; default UTC).")] = None,
