@@ -150,9 +150,9 @@ def tune_warnings(res: TuneResult) -> list[str]:
     if res.hard_over_budget:
         found.append(
             f"hard-evidence alerts alone gave {res.replayed_tune.hard_fp_per_day:.2f} false "
-            f"alarms/day per {res.budget.per_nodes} nodes on the tuning part, over the budget "
-            "(thresholds do not change them; backtest --alerts-out lists them): predictive "
-            "alerts were tuned to raise none")
+            f"alarms/day per {res.budget.per_nodes} nodes on the tuning part, over the budget: "
+            "predictive alerts were tuned to raise none; the findings below say which metrics")
+        found += [f.text(res.budget.per_nodes, "tuning part") for f in res.replayed_tune.hard]
     if res.heldout.fp_per_day > res.budget.fp_per_day:
         found.append(
             f"the held-out part has {res.heldout.fp_per_day:.2f} false alarms/day per "

@@ -38,6 +38,7 @@ from trainguard.detect.config import DetectorConfig
 from trainguard.detect.detector import detect
 from trainguard.detect.scorecard import score
 from trainguard.detect.truth import GroundTruth, align_nodes
+from trainguard.detect.tune_findings import HardFinding, hard_findings
 from trainguard.detect.tune_trace import Trace, record, replay
 from trainguard.errors import ConfigError, TrainguardError
 from trainguard.telemetry.frame import Telemetry
@@ -104,6 +105,8 @@ class Figures:
     kinds: tuple[KindRate, ...]
     fp_per_day_upper95: float
     """One-sided 95% upper bound of `fp_per_day` (all kinds together)."""
+    hard: tuple[HardFinding, ...] = ()
+    """Hard-evidence false alarms by metric (:mod:`.tune_findings`)."""
 
     @property
     def days(self) -> float:
@@ -124,7 +127,8 @@ class Figures:
                 "by_kind": {k.kind: {"false_positives": k.false_positives,
                                      "fp_per_day": round(k.fp_per_day, 4),
                                      "fp_per_day_upper95": round(k.fp_per_day_upper95, 4)}
-                            for k in self.kinds}}
+                            for k in self.kinds},
+                "hard_findings": [f.to_dict() for f in self.hard]}
 
 
 def figures(alerts: Sequence[AlertEpisode], truth: GroundTruth, span: tuple[float, float],
@@ -137,7 +141,9 @@ def figures(alerts: Sequence[AlertEpisode], truth: GroundTruth, span: tuple[floa
     return Figures(span, card.total.n, card.total.detected, early, card.false_positives,
                    card.false_positives * scale,
                    kind_rates(card.fp_alerts, days, n_nodes, per_nodes),
-                   poisson_upper95(card.false_positives) * scale)
+                   poisson_upper95(card.false_positives) * scale,
+                   hard_findings(card.fp_alerts, days=days, n_nodes=n_nodes,
+                                 per_nodes=per_nodes))
 
 
 def split_spans(t0: float, t1: float, fraction: float

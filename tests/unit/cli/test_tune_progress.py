@@ -123,3 +123,23 @@ def test_a_budget_of_zero_can_never_be_shown() -> None:
     line = cli_tune.heldout_bound_warning(res)
     assert line is not None and "no length of history can show a budget of 0" in line
     assert res.to_dict()["heldout_bound"]["days_needed_at_zero_fp"] is None
+
+
+def test_hard_evidence_over_budget_is_said_as_findings_by_metric() -> None:
+    from dataclasses import replace
+
+    from trainguard.detect.tune_findings import HardFinding
+
+    scale = 64 / 8 / 10.0
+    finding = HardFinding("DCGM_FI_DEV_XID_ERRORS", 4, ("n3", "n5"), 4 * scale)
+    hard = Figures((0.0, 10 * 86_400.0), 3, 2, 1, 4, 4 * scale,
+                   (KindRate("hard", 4, 4 * scale, poisson_upper95(4) * scale),),
+                   poisson_upper95(4) * scale, (finding,))
+    res = replace(_result(100.0, 0.3), replayed_tune=hard)
+    assert res.hard_over_budget
+    lines = cli_tune.tune_warnings(res)
+    said = [line for line in lines if line.startswith("finding: ")]
+    assert len(said) == 1
+    assert "DCGM_FI_DEV_XID_ERRORS raised 4 false alarm(s) on 2 node(s) (n3, n5)" in said[0]
+    assert f"{4 * scale:.2f}/day per 64 nodes" in said[0]
+    assert res.to_dict()["tuned"]["replay"]["hard_findings"][0]["nodes"] == ["n3", "n5"]

@@ -141,12 +141,33 @@ def test_figures_count_early_detections_and_false_alarms_per_budget_nodes() -> N
     alerts = [_alert("n0", 20_000.0 - 120),    # early
               _alert("n1", 30_000.0 - 30),     # before the XID but < 1 min: not early
               _alert("n2", 5_000.0),           # false alarm
-              _alert("n2", 6_000.0, AlertKind.HARD)]  # false alarm
+              replace(_alert("n2", 6_000.0, AlertKind.HARD), signals=(XID,))]  # false alarm
     fig = figures(alerts, truth, (0.0, 86_400.0), 16, 64)
     assert (fig.n_failures, fig.detected, fig.early, fig.false_positives) == (3, 2, 1, 2)
     assert fig.fp_per_day == pytest.approx(2 * 64 / 16)
     by_kind = {k.kind: k.false_positives for k in fig.kinds}
     assert by_kind == {"predictive": 1, "hard": 1}
+    # the hard-evidence false alarm is a finding: which metric, on which node, how often
+    assert [(f.metric, f.false_positives, f.nodes) for f in fig.hard] == [
+        ("DCGM_FI_DEV_XID_ERRORS", 1, ("n2",))]
+    assert fig.hard[0].fp_per_day == pytest.approx(64 / 16)
+    assert fig.to_dict()["hard_findings"][0]["metric"] == "DCGM_FI_DEV_XID_ERRORS"
+
+
+def test_hard_findings_group_by_metric_most_first() -> None:
+    from trainguard.detect.tune_findings import hard_findings
+
+    row = Signal("DCGM_FI_DEV_ROW_REMAP_FAILURE", "1", 1.0)
+    alerts = [replace(_alert("n1", 100.0, AlertKind.HARD), signals=(XID,)),
+              replace(_alert("n2", 200.0, AlertKind.HARD), signals=(XID,)),
+              replace(_alert("n2", 300.0, AlertKind.HARD), signals=(row,)),
+              _alert("n0", 400.0)]  # predictive: not a hard finding
+    found = hard_findings(alerts, days=2.0, n_nodes=32, per_nodes=64)
+    assert [(f.metric, f.false_positives, f.nodes) for f in found] == [
+        ("DCGM_FI_DEV_XID_ERRORS", 2, ("n1", "n2")),
+        ("DCGM_FI_DEV_ROW_REMAP_FAILURE", 1, ("n2",))]
+    assert found[0].fp_per_day == pytest.approx(2 * 64 / 32 / 2.0)
+    assert "DCGM_FI_DEV_XID_ERRORS" in found[0].text(64, "tuning part")
 
 
 def _fig(early: int, detected: int, fp: int) -> Figures:
