@@ -8,15 +8,13 @@ rest use typer's runner on the same app."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
+from cli_run import one_error_line, tg
 from typer.testing import CliRunner, Result
 
 from trainguard.cli.main import app
@@ -78,26 +76,9 @@ def invoke(*args: str | Path, input: str | None = None) -> Result:
     return runner.invoke(app, [str(a) for a in args], input=input)
 
 
-def tg(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """The real CLI in a subprocess (``python -m trainguard.cli.main``), store from --db only."""
-    env = {k: v for k, v in os.environ.items() if k != "TRAINGUARD_DB"}
-    env["COLUMNS"] = "400"
-    return subprocess.run([sys.executable, "-m", "trainguard.cli.main", *map(str, args)],
-                          capture_output=True, text=True, timeout=120, check=False, cwd=cwd,
-                          env=env)
-
-
 def flat(text: str) -> str:
     """Output with line wraps undone (a narrow console wraps the summary line)."""
     return " ".join(text.split())
-
-
-def one_error_line(stderr: str, output: str = "") -> str:
-    assert "Traceback" not in stderr + output
-    lines = [line for line in stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, stderr
-    assert lines[0].startswith("error: "), lines[0]
-    return lines[0]
 
 
 def write(path: Path, text: str) -> Path:

@@ -9,65 +9,26 @@ figure is measured once, by hand, and no rule may be tuned against these cases.
 
 from __future__ import annotations
 
-import itertools
-import json
-import re
-from pathlib import Path
-
 import pytest
+from heldout_corpus import (
+    DATA,
+    FIELDS,
+    MAX_LINES,
+    NVRM_XID,
+    consecutive_pairs,
+    labels,
+    norm_source,
+)
 
 from trainguard.taxonomy import SUPERVISOR_CATEGORIES, Action, Category
 
-DATA = Path(__file__).resolve().parents[2] / "data"
 HELDOUT = DATA / "realworld_heldout"
 DEV = DATA / "realworld"
-FIELDS = {"file", "category", "action", "xids", "source", "diagnosis"}
 MIN_CASES = 112  # the collection's size when it was frozen; see the README
-MAX_LINES = 60
 MIN_LINES = 3
-# Lines this short, or made only of punctuation, are too common to show that text was copied.
-MIN_SHARED_CHARS = 20
-# Fixed text that PyTorch prints after every CUDA error, and the nvidia-smi table header:
-# sharing it shows no copying.
-GENERIC_LINES = {
-    "Traceback (most recent call last):",
-    "CUDA kernel errors might be asynchronously reported at some other API call, "
-    "so the stacktrace below might be incorrect.",
-    "CUDA kernel errors might be asynchronously reported at some other API call,"
-    "so the stacktrace below might be incorrect.",
-    "For debugging consider passing CUDA_LAUNCH_BLOCKING=1.",
-    "For debugging consider passing CUDA_LAUNCH_BLOCKING=1",
-    "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.",
-    # The fixed column header of every `nvidia-smi` table.
-    "| GPU  Name        Persistence-M| Bus-Id        Disp.A | Volatile Uncorr. ECC |",
-    "| Fan  Temp  Perf  Pwr:Usage/Cap|         Memory-Usage | GPU-Util  Compute M. |",
-}
-NVRM_XID = re.compile(r"NVRM: Xid \([^)]*\): (\d+)")
 
 
-def _labels(corpus: Path) -> list[dict[str, object]]:
-    lines = (corpus / "labels.jsonl").read_text(encoding="utf-8").splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
-
-
-def _norm_source(url: object) -> str:
-    return str(url).strip().split("#")[0].rstrip("/").lower()
-
-
-def _nontrivial(line: str) -> bool:
-    text = line.strip()
-    return (len(text) >= MIN_SHARED_CHARS and text not in GENERIC_LINES
-            and any(ch.isalnum() for ch in text))
-
-
-def _consecutive_pairs(text: str) -> set[tuple[str, str]]:
-    """Pairs of adjacent non-blank lines, both non-trivial, whitespace-stripped."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return {(a, b) for a, b in itertools.pairwise(lines)
-            if _nontrivial(a) and _nontrivial(b)}
-
-
-LABELS = _labels(HELDOUT)
+LABELS = labels(HELDOUT)
 
 
 def test_layout_exists() -> None:
@@ -122,31 +83,31 @@ def test_every_case_file_is_labelled_exactly_once() -> None:
 
 
 def test_one_case_per_source_thread() -> None:
-    sources = [_norm_source(lab["source"]) for lab in LABELS]
+    sources = [norm_source(lab["source"]) for lab in LABELS]
     assert len(sources) == len(set(sources))
 
 
 def test_no_source_shared_with_the_development_corpus() -> None:
-    dev = {_norm_source(lab["source"]) for lab in _labels(DEV)}
-    shared = sorted({_norm_source(lab["source"]) for lab in LABELS} & dev)
+    dev = {norm_source(lab["source"]) for lab in labels(DEV)}
+    shared = sorted({norm_source(lab["source"]) for lab in LABELS} & dev)
     assert not shared, f"sources also in tests/data/realworld: {shared}"
 
 
 def test_no_excerpt_text_shared_with_the_development_corpus() -> None:
     dev_pairs: dict[tuple[str, str], str] = {}
     for path in sorted((DEV / "cases").glob("*.log")):
-        for pair in _consecutive_pairs(path.read_text(encoding="utf-8")):
+        for pair in consecutive_pairs(path.read_text(encoding="utf-8")):
             dev_pairs.setdefault(pair, path.name)
     overlaps = []
     for lab in LABELS:
         text = (HELDOUT / str(lab["file"])).read_text(encoding="utf-8")
         overlaps += [f"{lab['file']} ~ {dev_pairs[pair]}: {pair[0][:60]!r}"
-                     for pair in _consecutive_pairs(text) if pair in dev_pairs]
+                     for pair in consecutive_pairs(text) if pair in dev_pairs]
     assert not overlaps, "\n".join(overlaps)
 
 
 def test_overlap_check_detects_copied_lines() -> None:
     copied = "a line that is long enough to count\nanother line long enough to count\n"
-    assert _consecutive_pairs(copied) == {("a line that is long enough to count",
+    assert consecutive_pairs(copied) == {("a line that is long enough to count",
                                            "another line long enough to count")}
-    assert not _consecutive_pairs("short\nlines\n...\n")
+    assert not consecutive_pairs("short\nlines\n...\n")

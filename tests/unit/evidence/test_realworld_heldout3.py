@@ -10,65 +10,29 @@ tuned against these cases.
 
 from __future__ import annotations
 
-import itertools
-import json
-import re
 from pathlib import Path
 
 import pytest
+from heldout_corpus import (
+    DATA,
+    FIELDS,
+    MAX_LINES,
+    NVRM_XID,
+    consecutive_pairs,
+    labels,
+    norm_source,
+    normalised,
+)
 
 from trainguard.taxonomy import SUPERVISOR_CATEGORIES, Action, Category
 
-DATA = Path(__file__).resolve().parents[2] / "data"
 HELDOUT3 = DATA / "realworld_heldout3"
 EARLIER = (DATA / "realworld", DATA / "realworld_heldout")
-FIELDS = {"file", "category", "action", "xids", "source", "diagnosis"}
 MIN_CASES = 41  # the collection's size when it was frozen (see the README); never lower it
 MIN_CATEGORIES = 12  # distinct log categories covered (the README lists which are thin)
-MAX_LINES = 60
 MIN_LINES = 1
-# Lines this short, or made only of punctuation, are too common to show that text was copied.
-MIN_SHARED_CHARS = 20
-# Fixed text that PyTorch prints after every CUDA error, and the nvidia-smi table header:
-# sharing it shows no copying.
-GENERIC_LINES = {
-    "Traceback (most recent call last):",
-    "CUDA kernel errors might be asynchronously reported at some other API call, "
-    "so the stacktrace below might be incorrect.",
-    "CUDA kernel errors might be asynchronously reported at some other API call,"
-    "so the stacktrace below might be incorrect.",
-    "For debugging consider passing CUDA_LAUNCH_BLOCKING=1.",
-    "For debugging consider passing CUDA_LAUNCH_BLOCKING=1",
-    "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.",
-    "| GPU  Name        Persistence-M| Bus-Id        Disp.A | Volatile Uncorr. ECC |",
-    "| Fan  Temp  Perf  Pwr:Usage/Cap|         Memory-Usage | GPU-Util  Compute M. |",
-}
-NVRM_XID = re.compile(r"NVRM: Xid \([^)]*\): (\d+)")
 
-
-def _labels(corpus: Path) -> list[dict[str, object]]:
-    lines = (corpus / "labels.jsonl").read_text(encoding="utf-8").splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
-
-
-def _norm_source(url: object) -> str:
-    return str(url).strip().split("#")[0].rstrip("/").lower()
-
-
-def _nontrivial(line: str) -> bool:
-    text = line.strip()
-    return (len(text) >= MIN_SHARED_CHARS and text not in GENERIC_LINES
-            and any(ch.isalnum() for ch in text))
-
-
-def _consecutive_pairs(text: str) -> set[tuple[str, str]]:
-    """Pairs of adjacent non-blank lines, both non-trivial, whitespace-stripped."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return {(a, b) for a, b in itertools.pairwise(lines)
-            if _nontrivial(a) and _nontrivial(b)}
-
-
-LABELS = _labels(HELDOUT3)
+LABELS = labels(HELDOUT3)
 
 
 def test_layout_exists() -> None:
@@ -121,14 +85,14 @@ def test_every_case_file_is_labelled_exactly_once() -> None:
 
 
 def test_one_case_per_source() -> None:
-    sources = [_norm_source(lab["source"]) for lab in LABELS]
+    sources = [norm_source(lab["source"]) for lab in LABELS]
     assert len(sources) == len(set(sources))
 
 
 @pytest.mark.parametrize("earlier", EARLIER, ids=lambda p: p.name)
 def test_no_source_shared_with_an_earlier_corpus(earlier: Path) -> None:
-    seen = {_norm_source(lab["source"]) for lab in _labels(earlier)}
-    shared = sorted({_norm_source(lab["source"]) for lab in LABELS} & seen)
+    seen = {norm_source(lab["source"]) for lab in labels(earlier)}
+    shared = sorted({norm_source(lab["source"]) for lab in LABELS} & seen)
     assert not shared, f"sources also in {earlier.name}: {shared}"
 
 
@@ -136,36 +100,32 @@ def test_no_source_shared_with_an_earlier_corpus(earlier: Path) -> None:
 def test_no_excerpt_text_shared_with_an_earlier_corpus(earlier: Path) -> None:
     seen: dict[tuple[str, str], str] = {}
     for path in sorted((earlier / "cases").glob("*.log")):
-        for pair in _consecutive_pairs(path.read_text(encoding="utf-8")):
+        for pair in consecutive_pairs(path.read_text(encoding="utf-8")):
             seen.setdefault(pair, path.name)
     overlaps = []
     for lab in LABELS:
         text = (HELDOUT3 / str(lab["file"])).read_text(encoding="utf-8")
         overlaps += [f"{lab['file']} ~ {earlier.name}/{seen[pair]}: {pair[0][:60]!r}"
-                     for pair in _consecutive_pairs(text) if pair in seen]
+                     for pair in consecutive_pairs(text) if pair in seen]
     assert not overlaps, "\n".join(overlaps)
-
-
-def _normalised(text: str) -> str:
-    return "\n".join(line.strip() for line in text.splitlines() if line.strip())
 
 
 def test_no_excerpt_is_contained_in_an_earlier_case() -> None:
     # Short excerpts have few or no line pairs, so also refuse an excerpt whose whole text
     # already appears, verbatim, inside a case of an earlier corpus: the classifier would see
     # the same input twice.
-    earlier = [(f"{corpus.name}/{path.name}", _normalised(path.read_text(encoding="utf-8")))
+    earlier = [(f"{corpus.name}/{path.name}", normalised(path.read_text(encoding="utf-8")))
                for corpus in EARLIER for path in sorted((corpus / "cases").glob("*.log"))]
     contained = []
     for lab in LABELS:
-        text = _normalised((HELDOUT3 / str(lab["file"])).read_text(encoding="utf-8"))
+        text = normalised((HELDOUT3 / str(lab["file"])).read_text(encoding="utf-8"))
         contained += [f"{lab['file']} is inside {name}" for name, other in earlier if text in other]
     assert not contained, "\n".join(contained)
 
 
 def test_overlap_check_detects_copied_lines() -> None:
     copied = "a line that is long enough to count\nanother line long enough to count\n"
-    assert _consecutive_pairs(copied) == {("a line that is long enough to count",
+    assert consecutive_pairs(copied) == {("a line that is long enough to count",
                                            "another line long enough to count")}
-    assert not _consecutive_pairs("short\nlines\n...\n")
-    assert _normalised("  a\n\n b \n") == "a\nb"
+    assert not consecutive_pairs("short\nlines\n...\n")
+    assert normalised("  a\n\n b \n") == "a\nb"
