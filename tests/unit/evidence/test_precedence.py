@@ -173,3 +173,24 @@ def test_uncorrectable_ecc_counters(tmp_path: Path, line: str, after: list[str])
 def test_zero_ecc_counters_are_no_evidence(line: str, after: list[str]) -> None:
     m = load_rules().match(line, after)
     assert m is None or m.rule.category is not Category.GPU_MEMORY_ECC
+
+
+def test_a_socket_failure_at_run_time_is_a_symptom_not_an_interface_setting(
+        tmp_path: Path) -> None:
+    got = first(tmp_path, [
+        f"{ts(T0)} node7:77:90 [2] NCCL WARN NET/Socket : Call to recv from "
+        "10.2.0.4<50322> failed : Connection reset by peer",
+        watchdog(T0 + timedelta(seconds=30))])
+    assert got is Category.NCCL_TIMEOUT_HANG
+
+
+def test_a_device_side_assert_is_bad_input_to_a_kernel(tmp_path: Path) -> None:
+    got = first(tmp_path, [f"{ts(T0)} RuntimeError: CUDA error: device-side assert triggered"])
+    assert got is Category.USER_CODE_ERROR
+
+
+def test_a_kernel_fault_next_to_a_device_side_assert_stays_a_cuda_fault(tmp_path: Path) -> None:
+    got = first(tmp_path, [
+        f"{ts(T0)} RuntimeError: CUDA error: an illegal memory access was encountered",
+        f"{ts(T0)} RuntimeError: CUDA error: device-side assert triggered"])
+    assert got is Category.CUDA_SOFTWARE_BUG
