@@ -23,7 +23,8 @@ Outline:
    summaries), then severity, confidence, and the earliest time (the first rank to fail);
    its host, rank and GPU come from the root event, else from events reporting the same cause,
    and only then from a launcher's summary; the incident starts at its first causal event;
-5. incidents are ordered most important first.
+5. incidents are ordered most important first (a GPU hardware incident that cannot be ordered
+   in time against a leading CUDA software error goes before it: ``precedence.py``).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from trainguard.evidence.alternatives import Alternative, alternatives
 from trainguard.evidence.clocks import WALL_CLOCK, anchor_times, wall_time
 from trainguard.evidence.collectives import collective_mismatch
 from trainguard.evidence.events import EvidenceLine, FailureEvent, TimeKind
-from trainguard.evidence.precedence import adjusted_priorities
+from trainguard.evidence.precedence import adjusted_priorities, hardware_first
 from trainguard.evidence.rules import RuleSet
 from trainguard.evidence.suspicion import SIGNATURE as SUSPICION_SIGNATURE
 from trainguard.evidence.xid import is_consequence
@@ -381,7 +382,7 @@ def correlate(events: Iterable[FailureEvent], rules: RuleSet | None = None,
     if not include_info:
         incidents = [i for i in incidents if i.severity is not Severity.INFO or i.suspicious]
     incidents.sort(key=lambda i: _incident_key(i, rules), reverse=True)
-    return incidents
+    return hardware_first(incidents)
 
 
 __all__ = ["DEFAULT_WINDOW_S", "Incident", "correlate", "deduplicate", "event_priority"]

@@ -19,6 +19,14 @@ are symptoms *when a specific other event is present*:
    any installed package) is the cause; a native abort or a CUDA error logged with it is the
    process going down. Such an exception ranks just above CUDA software errors.
 
+4. **Hardware over the CUDA errors it causes, across clocks.** A GPU's XID, ECC or
+   fallen-off-the-bus report in ``dmesg`` (seconds since boot) or in an untimed tool output
+   cannot be placed next to the application's CUDA error on its wall clock, so the two may stay
+   separate incidents; a non-fatal report (XID 94, a contained ECC error) would then rank
+   below the fatal CUDA error it caused. When the most important incident is a CUDA software
+   error and an incident that cannot be ordered against it in time names GPU hardware or GPU
+   memory on the same host (or no host), the hardware incident comes first.
+
 All functions are pure; :func:`adjusted_priorities` returns, per event id, the priority it
 gets in its cluster.
 """
@@ -26,6 +34,7 @@ gets in its cluster.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Protocol, TypeVar
 
 from trainguard.evidence.events import FailureEvent, TimeKind
 from trainguard.taxonomy import CATEGORY_PRIORITY, Category, Severity
@@ -87,6 +96,41 @@ def adjusted_priorities(cluster: Sequence[FailureEvent],
     return out
 
 
+class IncidentLike(Protocol):
+    """What :func:`hardware_first` reads of an incident."""
+
+    @property
+    def category(self) -> Category: ...
+
+    @property
+    def severity(self) -> Severity: ...
+
+    @property
+    def host(self) -> str | None: ...
+
+    @property
+    def start(self) -> float | None: ...
+
+
+_I = TypeVar("_I", bound=IncidentLike)
+HARDWARE_CATEGORIES = frozenset({Category.GPU_HARDWARE, Category.GPU_MEMORY_ECC})
+
+
+def hardware_first(incidents: Sequence[_I]) -> list[_I]:
+    """``incidents`` (most important first) with rule 4 above applied."""
+    out = list(incidents)
+    if not out or out[0].category is not Category.CUDA_SOFTWARE_BUG:
+        return out
+    cuda = out[0]
+    for i, inc in enumerate(out[1:], start=1):
+        unordered = inc.start is None or cuda.start is None
+        same_host = inc.host is None or cuda.host is None or inc.host == cuda.host
+        if inc.category in HARDWARE_CATEGORIES and inc.severity is not Severity.INFO \
+                and unordered and same_host:
+            return [inc, *out[:i], *out[i + 1:]]
+    return out
+
+
 def _network_symptoms(cluster: Sequence[FailureEvent]) -> frozenset[int]:
     """Network errors that are the hang's symptoms: generic ones anywhere next to a hang, and
     any logged after the first hang report (by absolute time, else by line order in a file)."""
@@ -113,5 +157,6 @@ def _network_symptoms(cluster: Sequence[FailureEvent]) -> frozenset[int]:
         e.signature in SYMPTOM_NETWORK_SIGNATURES or after(e)))
 
 
-__all__ = ["LATE_NETWORK_PRIORITY", "PLAIN_PYTHON_ERRORS", "SYMPTOM_NETWORK_SIGNATURES",
-           "USER_CODE_PRIORITY", "adjusted_priorities", "is_user_code_error", "is_user_frame"]
+__all__ = ["HARDWARE_CATEGORIES", "LATE_NETWORK_PRIORITY", "PLAIN_PYTHON_ERRORS",
+           "SYMPTOM_NETWORK_SIGNATURES", "USER_CODE_PRIORITY", "IncidentLike",
+           "adjusted_priorities", "hardware_first", "is_user_code_error", "is_user_frame"]

@@ -194,3 +194,34 @@ def test_a_kernel_fault_next_to_a_device_side_assert_stays_a_cuda_fault(tmp_path
         f"{ts(T0)} RuntimeError: CUDA error: an illegal memory access was encountered",
         f"{ts(T0)} RuntimeError: CUDA error: device-side assert triggered"])
     assert got is Category.CUDA_SOFTWARE_BUG
+
+
+def test_a_boot_clock_gpu_memory_report_goes_before_the_cuda_error(tmp_path: Path) -> None:
+    node = tmp_path / "node7"
+    node.mkdir()
+    (node / "dmesg.log").write_text(
+        "[ 8812.123456] NVRM: Xid (PCI:0000:3b:00): 94, pid=4411, name=python3, Contained: "
+        "CE User Channel (0x9). RST: No, D-RST: No\n", encoding="utf-8")
+    (node / "train.log").write_text("".join(
+        f"{ts(t)} RuntimeError: CUDA error: an illegal memory access was encountered\n"
+        for t in (T0, T0 + timedelta(hours=3))), encoding="utf-8")
+    rules = load_rules()
+    events, _ = scan_paths([str(node)], rules, OPTIONS)
+    incidents = correlate(events, rules)
+    assert len(incidents) == 3
+    assert incidents[0].category is Category.GPU_MEMORY_ECC
+    assert incidents[0].xid == 94
+
+
+def test_a_gpu_report_on_the_same_clock_hours_apart_does_not_jump_ahead(tmp_path: Path) -> None:
+    node = tmp_path / "node7"
+    node.mkdir()
+    (node / "train.log").write_text(
+        f"{ts(T0)} node7 kernel: NVRM: Xid (PCI:0000:3b:00): 94, pid=4411, name=python3, "
+        "Contained: CE User Channel (0x9). RST: No, D-RST: No\n"
+        f"{ts(T0 + timedelta(hours=5))} RuntimeError: CUDA error: an illegal memory access was "
+        "encountered\n", encoding="utf-8")
+    rules = load_rules()
+    events, _ = scan_paths([str(node)], rules, OPTIONS)
+    incidents = correlate(events, rules)
+    assert incidents[0].category is Category.CUDA_SOFTWARE_BUG
