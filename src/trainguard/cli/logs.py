@@ -34,6 +34,7 @@ app = typer.Typer(help="Classify failure evidence in logs.", no_args_is_help=Tru
 
 _PROGRESS_MIN_BYTES = 64 << 20
 _SHOWN_SUSPICIOUS = 4
+_SHOWN_ALTERNATIVE_LINES = 2
 
 
 @app.command("classify")
@@ -174,6 +175,10 @@ def _print_table(incidents: list[Incident], limit: int) -> None:
                 root += f"\n[dim]... {len(inc.suspicious_lines) - _SHOWN_SUSPICIOUS} more[/]"
         elif ev is not None:
             root += f"\n[dim]{_safe(ev.path)}:{ev.line_no}[/]"
+        for alt in inc.alternatives:
+            root += f"\n[bold]likely {alt.category.value} {alt.confidence:.2f}[/]" + "".join(
+                f"\n  [dim]{_safe(e.path)}:{e.line_no}:[/] {_safe(e.text[:160])}"
+                for e in alt.lines[:_SHOWN_ALTERNATIVE_LINES])
         table.add_row(str(n), inc.category.value, inc.action.value,
                       f"{inc.severity.value}\n{inc.root_cause.confidence:.2f}", _safe(where), root,
                       f"{inc.related_count:,} events, {len(inc.hosts)} hosts, "

@@ -2,7 +2,10 @@
 
 A rule sees one line; some evidence only means something next to its neighbours:
 
-1. **Checkpoint I/O.** A storage error (ENOSPC, EIO, a failing write) raised inside
+1. **Checkpoint I/O.** An exception whose innermost frame is a library's checkpoint code
+   (``torch/serialization.py``, ``torch/distributed/checkpoint/``, safetensors, orbax, a
+   ``save_checkpoint``/``load_state_dict`` in an installed package) is a checkpoint failure. A
+   storage error (ENOSPC, EIO, a failing write) raised inside
    ``torch.save`` / ``save_checkpoint``, or a file error naming a checkpoint path, is a
    checkpoint failure: the run lost (or cannot restore) its checkpoint. The traceback's frames,
    or a "saving checkpoint ..." line shortly before it in the same file, say so.
@@ -48,6 +51,10 @@ _CKPT_CODE: Pattern = compile_re2(
     r"(?i)torch/serialization\.py\S*(?:\", line \d+, in |:\d+ in )_?save\b|"
     r"\b(?:save|load|resume)\w*(?:checkpoint|ckpt)\w*|\btorch\.save\(|\bdcp\.save\b|"
     r"\bsave_pretrained\b|\bsave_file\(|checkpoint_engine\S*\b")
+_CKPT_LIBRARY_FRAME: Pattern = compile_re2(
+    r"(?i)(?:site|dist)-packages/\S*(?:serialization|checkpoint|ckpt|safetensors|orbax)\S*:\d+ in |"
+    r"(?:site|dist)-packages/\S*:\d+ in _?(?:save|load|restore)\w*(?:checkpoint|ckpt|state_dict|"
+    r"pretrained|file)\b")
 _CKPT_PATH: Pattern = compile_re2(
     r"(?i)checkpoint|\bckpt|global_step\d+|\biter_\d{4,}|\.safetensors\b|\.pth?\b|\.distcp\b")
 _FILE_ERRORS = frozenset({"FileNotFoundError", "IsADirectoryError", "NotADirectoryError",
@@ -66,6 +73,8 @@ def checkpoint_io(ev: FailureEvent, frames: Sequence[str] = (), text: str = "") 
     """
     if ev.category is Category.CHECKPOINT:
         return ev
+    if ev.signature == "python_exception" and in_checkpoint_library(ev.field_value("last_frame")):
+        return as_checkpoint(ev, "raised inside checkpoint save/load code")
     exc = (ev.field_value("exc_type") or "").rsplit(".", 1)[-1]
     file_error = ev.category is Category.USER_CODE_ERROR and exc in _FILE_ERRORS
     if ev.category is not Category.STORAGE_IO and not file_error:
@@ -75,6 +84,11 @@ def checkpoint_io(ev: FailureEvent, frames: Sequence[str] = (), text: str = "") 
     if not in_code and not (file_error and names_ckpt):
         return ev
     return as_checkpoint(ev, "during checkpoint save/load")
+
+
+def in_checkpoint_library(frame: str | None) -> bool:
+    """``frame`` (``file:line in func``) is inside a library's checkpoint save/load code."""
+    return frame is not None and _CKPT_LIBRARY_FRAME.search(frame) is not None
 
 
 def as_checkpoint(ev: FailureEvent, why: str) -> FailureEvent:
@@ -148,4 +162,5 @@ def _number(m: PatternMatch | None) -> float | None:
 
 
 __all__ = ["LOSS_SCALE_RUN_MAX_SCALE", "LOSS_SCALE_RUN_MIN", "LOSS_SCALE_RUN_SIGNATURE",
-           "SAVE_WINDOW_LINES", "FileContext", "as_checkpoint", "checkpoint_io"]
+           "SAVE_WINDOW_LINES", "FileContext", "as_checkpoint", "checkpoint_io",
+           "in_checkpoint_library"]

@@ -23,7 +23,8 @@ Outline:
    summaries), then severity, confidence, and the earliest time (the first rank to fail);
    its host, rank and GPU come from the root event, else from events reporting the same cause,
    and only then from a launcher's summary; the incident starts at its first causal event;
-5. incidents are ordered most important first.
+5. incidents are ordered most important first (a GPU hardware incident that cannot be ordered
+   in time against a leading CUDA software error goes before it: ``precedence.py``).
 """
 
 from __future__ import annotations
@@ -34,9 +35,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from trainguard.evidence.aggregate import last_time, repeats
+from trainguard.evidence.alternatives import Alternative, alternatives
 from trainguard.evidence.clocks import WALL_CLOCK, anchor_times, wall_time
 from trainguard.evidence.collectives import collective_mismatch
 from trainguard.evidence.events import EvidenceLine, FailureEvent, TimeKind
+from trainguard.evidence.precedence import adjusted_priorities, hardware_first
 from trainguard.evidence.rules import RuleSet
 from trainguard.evidence.suspicion import SIGNATURE as SUSPICION_SIGNATURE
 from trainguard.evidence.xid import is_consequence
@@ -46,7 +49,7 @@ DEFAULT_WINDOW_S = 900.0
 _CONSEQUENCE_XID_PRIORITY = 12
 _MAX_EVIDENCE = 6
 _MAX_SUSPICIOUS_LINES = 8
-_LATE_NETWORK_PRIORITY = 39  # just below an NCCL timeout (40)
+_MAX_ALTERNATIVE_LINES = 200
 _SUSPICION_PRIORITY = 1  # above benign look-alikes, below every signature
 _LAUNCHER_SIGNATURES = frozenset({"elastic_child_failed", "slurm_task_exit"})
 
@@ -108,6 +111,15 @@ class Incident:
         return tuple(dict.fromkeys(lines))[:_MAX_SUSPICIOUS_LINES]
 
     @property
+    def alternatives(self) -> tuple[Alternative, ...]:
+        """For an ``unknown`` incident, the two most likely categories with calibrated
+        confidence and the lines behind them (``alternatives.py``); else nothing."""
+        if self.category is not Category.UNKNOWN:
+            return ()
+        lines = [line for e in (self.root_cause, *self.related) for line in e.evidence]
+        return alternatives(tuple(dict.fromkeys(lines))[:_MAX_ALTERNATIVE_LINES])
+
+    @property
     def summary(self) -> str:
         where = []
         if self.host:
@@ -145,6 +157,7 @@ class Incident:
             "event_count": self.event_count,
             "suspicious_lines": [{"path": e.path, "line": e.line_no, "text": e.text}
                                  for e in self.suspicious_lines],
+            "alternatives": [a.to_dict() for a in self.alternatives],
             "root_cause": self.root_cause.to_dict(),
             "related": [e.to_dict() for e in self.related],
         }
@@ -274,50 +287,16 @@ def _single_linkage(items: list[tuple[float, FailureEvent]], window_s: float
     return out
 
 
-def _root_key(ev: FailureEvent, rules: RuleSet | None,
-              late: frozenset[int] = frozenset()) -> tuple[object, ...]:
+def _root_key(ev: FailureEvent, priorities: dict[int, int]) -> tuple[object, ...]:
     line = ev.evidence[0].line_no if ev.evidence else 0
     t = ev.time if ev.time is not None and ev.time_kind is TimeKind.ABSOLUTE else float("inf")
-    priority = event_priority(ev, rules)
-    if id(ev) in late:
-        priority = min(priority, _LATE_NETWORK_PRIORITY)
-    return (ev.severity is not Severity.INFO, priority, SEVERITY_RANK[ev.severity],
+    return (ev.severity is not Severity.INFO, priorities[id(ev)], SEVERITY_RANK[ev.severity],
             ev.confidence, -t, -line)
 
 
-def _late_network_events(cluster: Sequence[FailureEvent]) -> frozenset[int]:
-    """Network errors logged after the first hang report: the teardown, not the cause.
-
-    When a collective times out, every rank's watchdog aborts its communicators and the TCP
-    store, and the peers log connection resets, "remote process exited" and store errors. A
-    transport error *before* the first timeout can be the cause; one after it is a consequence.
-    "After" is by absolute time, or by line order within one file for lines without a time.
-    """
-    hangs = [e for e in cluster if e.category is Category.NCCL_TIMEOUT_HANG
-             and e.severity is not Severity.INFO]
-    if not hangs:
-        return frozenset()
-    first_t = min((e.time for e in hangs if e.time is not None
-                   and e.time_kind is TimeKind.ABSOLUTE), default=None)
-    first_line: dict[str, int] = {}
-    for e in hangs:
-        if e.evidence:
-            path, no = e.evidence[0].path, e.evidence[0].line_no
-            first_line[path] = min(no, first_line.get(path, no))
-
-    def after(e: FailureEvent) -> bool:
-        if e.time is not None and e.time_kind is TimeKind.ABSOLUTE and first_t is not None:
-            return e.time >= first_t
-        if e.evidence and e.evidence[0].path in first_line:
-            return e.evidence[0].line_no > first_line[e.evidence[0].path]
-        return False
-
-    return frozenset(id(e) for e in cluster if e.category is Category.NETWORK_IB and after(e))
-
-
 def _build(cluster: list[FailureEvent], rules: RuleSet | None) -> Incident:
-    late = _late_network_events(cluster)
-    root = max(cluster, key=lambda e: _root_key(e, rules, late))
+    prio = adjusted_priorities(cluster, lambda e: event_priority(e, rules))
+    root = max(cluster, key=lambda e: _root_key(e, prio))
     if root.category is Category.NCCL_TIMEOUT_HANG and \
             (mismatch := collective_mismatch(cluster)) is not None:
         root = mismatch
@@ -329,7 +308,7 @@ def _build(cluster: list[FailureEvent], rules: RuleSet | None) -> Incident:
                                           e.evidence[0].line_no if e.evidence else 0)))
     hosts = tuple(sorted({e.host for e in cluster if e.host}))
     ranks = tuple(sorted({e.rank for e in cluster if e.rank is not None}))
-    ranked = sorted(cluster, key=lambda e: _root_key(e, rules, late), reverse=True)
+    ranked = sorted(cluster, key=lambda e: _root_key(e, prio), reverse=True)
     host, rank, gpu, gpu_index = _culprit(root, ranked)
     if host is None and len(hosts) == 1:
         host = hosts[0]
@@ -403,7 +382,7 @@ def correlate(events: Iterable[FailureEvent], rules: RuleSet | None = None,
     if not include_info:
         incidents = [i for i in incidents if i.severity is not Severity.INFO or i.suspicious]
     incidents.sort(key=lambda i: _incident_key(i, rules), reverse=True)
-    return incidents
+    return hardware_first(incidents)
 
 
 __all__ = ["DEFAULT_WINDOW_S", "Incident", "correlate", "deduplicate", "event_priority"]

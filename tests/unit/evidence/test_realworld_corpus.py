@@ -94,3 +94,21 @@ def test_confidence_is_calibrated() -> None:
     assert right / len(confident) >= 0.95, f"{right}/{len(confident)} confident answers right"
     unknown = [conf for _, got, conf in rows if got == "unknown" and conf is not None]
     assert all(conf < 0.5 for conf in unknown)
+
+
+def test_unknown_answers_name_two_alternatives() -> None:
+    """Every case the classifier abstains on still names two likely categories, each with a
+    calibrated confidence and the lines behind it (alternatives.py)."""
+    rules = load_rules()
+    unknown = 0
+    for lab in LABELS:
+        events, _ = scan_paths([str(CORPUS / str(lab["file"]))], rules,
+                               ScanOptions(suspicious_lines=True))
+        incidents = correlate(events, rules)
+        if not incidents or incidents[0].category.value != "unknown":
+            continue
+        unknown += 1
+        alts = incidents[0].alternatives
+        assert len(alts) == 2, lab["file"]
+        assert all(0 < a.confidence < 1 and a.lines for a in alts), lab["file"]
+    assert unknown >= 1
