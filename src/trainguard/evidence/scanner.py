@@ -24,7 +24,7 @@ import gzip
 import io
 import time as _time
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -192,32 +192,34 @@ def scan_stream(stream: BinaryIO, fs: _FileScan, on_progress: Callable[[int], No
     failed = False
     while True:
         if failed:
-            data, error = b"", None
+            parts: list[bytes] = []
+            got, error = 0, None
         else:
-            data, error = _read_chunk(stream, CHUNK_BYTES)
+            parts, got, error = _read_pieces(stream, CHUNK_BYTES)
         if error is not None:
             # A truncated .gz or a failing disk: keep what was read, report the rest as lost.
             near = line_base + carry.count(b"\n")
             fs.warn(f"read error near line {near}: {error}; the rest of the file is skipped")
             failed = True
-        eof = len(data) == 0
-        stats.bytes_read += len(data)
-        if on_progress is not None and data:
-            on_progress(len(data))
-        if b"\x00" in data:
+        eof = got == 0
+        stats.bytes_read += got
+        if on_progress is not None and got:
+            on_progress(got)
+        if any(b"\x00" in p for p in parts):
             # Kernel logs written during a crash are NUL-padded: drop the bytes, keep the lines.
-            size = len(data)
-            data = data.replace(b"\x00", b"")
-            fs.nul_bytes += size - len(data)
+            parts = [p.replace(b"\x00", b"") for p in parts]
+            fs.nul_bytes += got - sum(map(len, parts))
         if skipping_long:
+            data = b"".join(parts)
             nl = data.find(b"\n")
             if nl < 0 and not eof:
                 continue
-            data = data[nl + 1:] if nl >= 0 else b""
+            parts = [data[nl + 1:]] if nl >= 0 else []
             line_base += 1
             stats.lines_read += 1
             skipping_long = False
-        buf = carry + data if carry else data
+        # One copy: the carried-over tail and the pieces just read, joined at once.
+        buf = b"".join((carry, *parts)) if carry else b"".join(parts)
         if not buf:
             if eof:
                 break
@@ -248,8 +250,7 @@ def scan_stream(stream: BinaryIO, fs: _FileScan, on_progress: Callable[[int], No
                 if cut == 0:
                     carry = buf
                     continue
-        yield from _scan_region(fs, prefilter, buf, cut, line_base)
-        n = buf.count(b"\n", 0, cut)
+        n = yield from _scan_region(fs, prefilter, buf, cut, line_base)
         stats.lines_read += n + (1 if eof and cut and not buf.endswith(b"\n") else 0)
         line_base += n
         carry = buf[cut:]
@@ -257,29 +258,35 @@ def scan_stream(stream: BinaryIO, fs: _FileScan, on_progress: Callable[[int], No
             break
 
 
-def _read_chunk(stream: BinaryIO, size: int) -> tuple[bytes, Exception | None]:
-    """Read up to ``size`` bytes in 64 KiB pieces so a failure loses at most one piece."""
+def _read_pieces(stream: BinaryIO, size: int) -> tuple[list[bytes], int, Exception | None]:
+    """Read up to ``size`` bytes in 64 KiB pieces so a failure loses at most one piece; returns
+    the pieces (joined once by the caller, with the carried-over tail) and their total size."""
     parts: list[bytes] = []
     got = 0
     while got < size:
         try:
             piece = stream.read(min(1 << 16, size - got))
         except (EOFError, OSError, zlib.error, gzip.BadGzipFile) as exc:
-            return b"".join(parts), exc
+            return parts, got, exc
         if not piece:
             break
         parts.append(piece)
         got += len(piece)
-    return b"".join(parts), None
+    return parts, got, None
 
 
 def _scan_region(fs: _FileScan, prefilter: object, buf: bytes, cut: int, line_base: int
-                 ) -> Iterator[FailureEvent]:
-    """Classify the prefilter hits in ``buf[:cut]``; ``buf[cut:]`` is look-ahead only."""
+                 ) -> Generator[FailureEvent, None, int]:
+    """Classify the prefilter hits in ``buf[:cut]``; ``buf[cut:]`` is look-ahead only.
+
+    Returns the number of line ends in ``buf[:cut]``, counted on the way to the hits: every
+    byte is counted once (counting is a good part of the time spent outside the prefilter).
+    """
     last_start = -1
     counted_to = 0
     line_no = line_base
-    region = buf if cut == len(buf) else buf[:cut]
+    # A view, not a copy; the prefilter sees exactly ``buf[:cut]`` as its whole text.
+    region = buf if cut == len(buf) else memoryview(buf)[:cut]
     for m in prefilter.finditer(region):  # type: ignore[attr-defined]
         start = buf.rfind(b"\n", 0, m.start()) + 1
         if start == last_start:
@@ -318,6 +325,7 @@ def _scan_region(fs: _FileScan, prefilter: object, buf: bytes, cut: int, line_ba
         if ev is not None:
             fs.stats.events += 1
             yield ev
+    return line_no - line_base + buf.count(b"\n", counted_to, cut)
 
 
 def scan_paths(paths: Sequence[str], rules: RuleSet, options: ScanOptions = ScanOptions(),
