@@ -105,7 +105,7 @@ def test_step_rows_is_a_step_with_no_data_elsewhere() -> None:
 
 @pytest.mark.parametrize("missing", [0.0, 0.1, 0.97])
 def test_calibrate_takes_the_sorted_quantile(missing: float) -> None:
-    from trainguard.detect.scoring import _calibrate
+    from trainguard.detect.signals.fusion import calibrate as _calibrate
 
     rng = np.random.default_rng(11)
     a = np.abs(_noisy(rng, (40, 300), missing))
