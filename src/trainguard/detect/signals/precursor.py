@@ -20,7 +20,7 @@ from trainguard.detect.config import DetectorConfig
 from trainguard.detect.episodes import LEAD_PRECURSOR
 from trainguard.telemetry.frame import FloatArray
 
-__all__ = ["PrecursorConfig", "fold"]
+__all__ = ["PrecursorConfig", "Signals", "fold"]
 
 Signals = dict[int, tuple[Signal, ...]]
 
