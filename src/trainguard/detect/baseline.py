@@ -73,10 +73,16 @@ class Baseline:
         `busy` broadcasts against `r`; `fast` marks series relearning a new regime. Values
         computed where `r` is NaN are never stored, so they are not masked first.
         """
+        s = 1 if bool(np.all(busy)) else 0 if not np.any(busy) else -1
+        uniform = s >= 0
         busy = np.broadcast_to(busy, r.shape)
-        mu = np.where(busy, self.mu[1], self.mu[0])
-        spread = np.where(busy, self.spread[1], self.spread[0])
-        n = np.where(busy, self.n[1], self.n[0])
+        if uniform:
+            # Every series in the same slot (all nodes busy, or all idle): read it in place.
+            mu, spread, n = self.mu[s], self.spread[s], self.n[s]
+        else:
+            mu = np.where(busy, self.mu[1], self.mu[0])
+            spread = np.where(busy, self.spread[1], self.spread[0])
+            n = np.where(busy, self.n[1], self.n[0])
         scale = np.maximum(1.25 * spread, floor)
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             dev = r - mu
@@ -101,7 +107,7 @@ class Baseline:
             absdev *= a
             absdev += spread
             new_spread = np.where(first, spread, absdev)
-        for slot, in_slot in ((0, sel & ~busy), (1, sel & busy)):
+        for slot, in_slot in (((s, sel),) if uniform else ((0, sel & ~busy), (1, sel & busy))):
             np.copyto(self.mu[slot], new_mu, where=in_slot)
             np.copyto(self.spread[slot], new_spread, where=in_slot)
             np.copyto(self.n[slot], n1, where=in_slot)

@@ -92,11 +92,12 @@ class Fusion:
         per-metric `soft` (0 for hard-evidence metrics) and `weights`."""
         cfg = self.cfg
         mg = z1.shape[0]
+        a1 = np.abs(z1)
         a2 = np.abs(z2)
-        self.cal1 = calibrate(self.cal1, rows(np.abs(z1)), cfg.calib_quantile)
+        self.cal1 = calibrate(self.cal1, rows(a1), cfg.calib_quantile)
         self.cal2 = calibrate(self.cal2, a2, cfg.calib_quantile)
         w = soft * weights
-        u1 = np.minimum(np.abs(z1) * (CAL_REF / np.maximum(CAL_REF, self.cal1))[:, None, None]
+        u1 = np.minimum(a1 * (CAL_REF / np.maximum(CAL_REF, self.cal1))[:, None, None]
                         * w[:mg, None, None], U_CAP)
         u2 = np.minimum(a2 * (CAL_REF / np.maximum(CAL_REF, self.cal2))[:, None] * w[:, None],
                         U_CAP)

@@ -10,6 +10,7 @@ joins) a hard episode and quiets predictive alerts on that node for a while.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
@@ -50,18 +51,18 @@ class HardEvidence:
         _mg, _mn, n, g = lay.shape
         hits: list[HardHit] = []
         for mi, name in enumerate(lay.gpu_metrics):
-            if is_xid_metric(name):
+            if _is_xid(name):
                 key = f"xid:{name}"
                 h, self.carry[key] = xid_hits(name, d.gpu[mi], self._carry_for(key, (n, g),
                                                                                  np.nan))
                 hits += h
-            elif is_hard_counter(name):
+            elif _is_hard(name):
                 key = f"hard:{name}"
                 h, self.carry[key] = counter_hits(name, d.gpu[mi],
                                                   self._carry_for(key, (n, g), np.nan), True)
                 hits += h
         for mi, name in enumerate(lay.node_metrics):
-            if is_hard_counter(name):
+            if _is_hard(name):
                 key = f"hard:{name}"
                 h, self.carry[key] = counter_hits(name, d.node[mi],
                                                   self._carry_for(key, (n,), np.nan), False)
@@ -83,6 +84,11 @@ class HardEvidence:
                 new[tuple(slice(0, k) for k in c.shape)] = c
             self.carry[key] = c = new
         return c
+
+
+_is_xid = lru_cache(maxsize=1 << 16)(is_xid_metric)
+_is_hard = lru_cache(maxsize=1 << 16)(is_hard_counter)
+"""The name tests, asked per metric and chunk (a live detector has hundreds every block)."""
 
 
 def emit(tracker: EpisodeTracker, hits: list[HardHit], times: IntArray, lay: Layout) -> None:
