@@ -73,11 +73,19 @@ class Baseline:
         `busy` broadcasts against `r`; `fast` marks series relearning a new regime. Values
         computed where `r` is NaN are never stored, so they are not masked first.
         """
+        s = 1 if bool(np.all(busy)) else 0 if not np.any(busy) else -1
+        uniform = s >= 0
         busy = np.broadcast_to(busy, r.shape)
-        mu = np.where(busy, self.mu[1], self.mu[0])
-        spread = np.where(busy, self.spread[1], self.spread[0])
-        n = np.where(busy, self.n[1], self.n[0])
-        scale = np.maximum(1.25 * spread, floor)
+        if uniform:
+            # Every series in the same slot (all nodes busy, or all idle): read it in place.
+            mu, spread, n = self.mu[s], self.spread[s], self.n[s]
+        else:
+            mu = np.where(busy, self.mu[1], self.mu[0])
+            spread = np.where(busy, self.spread[1], self.spread[0])
+            n = np.where(busy, self.n[1], self.n[0])
+        # In place where a value is not needed again: fewer large temporaries, the same bits.
+        scale = 1.25 * spread
+        np.maximum(scale, floor, out=scale)
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             dev = r - mu
             z: FloatArray = np.asarray(dev / scale, dtype=np.float64)
@@ -86,22 +94,27 @@ class Baseline:
             if not sel.any():
                 return z
             n1 = n + 1.0
-            a = np.maximum(alpha, 1.0 / n1)
+            a = 1.0 / n1
+            np.maximum(a, alpha, out=a)
             if fast is not None:
                 a = np.where(fast, np.maximum(a, 0.1), a)
-            lim = clip * scale
+            lim = scale
+            lim *= clip
             lim[n < 3] = np.inf  # too few points for a spread: do not clip yet
-            absdev = np.minimum(np.abs(dev), lim)
-            step = np.clip(dev, -lim, lim)
+            absdev = np.abs(dev)
+            np.minimum(absdev, lim, out=absdev)
+            step = np.clip(dev, -lim, lim, out=dev)
             first = n == 0
             step *= a
             step += mu
-            new_mu = np.where(first, r, step)
+            np.copyto(step, r, where=first)
+            new_mu = step
             absdev -= spread
             absdev *= a
             absdev += spread
-            new_spread = np.where(first, spread, absdev)
-        for slot, in_slot in ((0, sel & ~busy), (1, sel & busy)):
+            np.copyto(absdev, spread, where=first)
+            new_spread = absdev
+        for slot, in_slot in (((s, sel),) if uniform else ((0, sel & ~busy), (1, sel & busy))):
             np.copyto(self.mu[slot], new_mu, where=in_slot)
             np.copyto(self.spread[slot], new_spread, where=in_slot)
             np.copyto(self.n[slot], n1, where=in_slot)

@@ -27,14 +27,13 @@ import itertools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
 
 import numpy as np
 
-from trainguard.detect.alerts import AlertEpisode, Signal
+from trainguard.detect.alerts import AlertEpisode
 from trainguard.detect.config import DetectorConfig
-from trainguard.detect.episodes import LEAD_PRECURSOR, EpisodeTracker
-from trainguard.detect.hard import BoolArray, HardHit, counter_hits, vanished, xid_hits
+from trainguard.detect.episodes import EpisodeTracker
+from trainguard.detect.hard import BoolArray
 from trainguard.detect.knowledge import (
     ACTIVITY_METRICS,
     is_hard_counter,
@@ -46,6 +45,7 @@ from trainguard.detect.layout import DenseChunk, Layout
 from trainguard.detect.numeric import ffill, nanmedian_axis, previous_valid
 from trainguard.detect.precursors import PrecursorRules
 from trainguard.detect.scoring import BlockScorer
+from trainguard.detect.signals.hard_evidence import HardEvidence
 from trainguard.errors import TelemetryError
 from trainguard.telemetry.frame import FloatArray, Telemetry
 from trainguard.telemetry.limits import check_memory
@@ -82,6 +82,7 @@ class Detector:
         self.tracker = EpisodeTracker(self.cfg, self.layout.nodes)
         self.scorer = BlockScorer(self.cfg, self.layout)
         self.precursors = PrecursorRules(self.cfg)
+        self.hard = HardEvidence()
         self.step_s = 0
         self.steps_per_block = 1
         self._next_t: int | None = None
@@ -249,49 +250,23 @@ class Detector:
     def _process(self, d: DenseChunk, tel: Telemetry | None) -> None:
         lay = self.layout
         mg, _mn, n, g = lay.shape
-        hits: list[HardHit] = []
-        # Hard evidence on raw values, before any transformation.
-        for mi, name in enumerate(lay.gpu_metrics):
-            if is_xid_metric(name):
-                key = f"xid:{name}"
-                h, self._carry[key] = xid_hits(name, d.gpu[mi],
-                                                self._carry_for(key, (n, g), np.nan))
-                hits += h
-            elif is_hard_counter(name):
-                key = f"hard:{name}"
-                h, self._carry[key] = counter_hits(name, d.gpu[mi],
-                                                    self._carry_for(key, (n, g), np.nan), True)
-                hits += h
-        for mi, name in enumerate(lay.node_metrics):
-            if is_hard_counter(name):
-                key = f"hard:{name}"
-                h, self._carry[key] = counter_hits(name, d.node[mi],
-                                                    self._carry_for(key, (n,), np.nan), False)
-                hits += h
         present: BoolArray = (np.asarray((~np.isnan(d.gpu)).any(axis=0)) if mg
                               else np.zeros((n, g, d.times.size), dtype=bool))
-        seen = self._carry_for("seen", (n, g), 0.0) > 0
-        min_steps = max(2, int(np.ceil(90.0 / self.step_s)))
-        h, self._carry["vanish"] = vanished(present, self._carry_for("vanish", (n, g), 0.0),
-                                            seen, min_steps)
-        hits += h
-        self._carry["seen"] = (seen | present.any(axis=-1)).astype(np.float64)
+        # Hard evidence on raw values, before any transformation.
+        hits = self.hard.scan(d, lay, present, self.step_s)
 
         flags = self._flags()
         mg_ = len(lay.gpu_metrics)
         gpu = self._rates(d.gpu, flags.cumulative[:mg_], "rate_gpu", d.times)
         node = self._rates(d.node, flags.cumulative[mg_:], "rate_node", d.times)
         jobs = _jobs_per_block(tel, lay.nodes, d.times, self.steps_per_block) if tel else None
-        hits.sort(key=lambda x: (x.t_index, x.node))
         s = self.steps_per_block
         early = self.precursors.scan(d, lay, flags.cumulative, s)
-        tracker = self.tracker if not early else cast(EpisodeTracker, _WithPrecursors(
-            self.tracker, {float(d.times[b * s + s - 1]): h for b, h in early.items()}))
-        self.scorer.run(d.times, gpu, node, present, hits, tracker,
+        self.scorer.run(d.times, gpu, node, present, hits, self.tracker,
                         flags.soft, flags.weights, flags.activity, jobs,
                         self.steps_per_block,
                         self._unit_blocks(d.gpu, d.node, d.times.size // self.steps_per_block),
-                        flags.cumulative)
+                        flags.cumulative, early)
 
     def _rates(self, x: FloatArray, cumulative: BoolArray, key: str, times: np.ndarray
                ) -> FloatArray:
@@ -402,39 +377,6 @@ class Detector:
             activity=_activity_index(lay))
         self._flags_cache = (key, flags)
         return flags
-
-
-class _WithPrecursors:
-    """The episode tracker as the scorer sees it for one chunk: each block's early-warning
-    hits (`precursors.py`) are folded into what that block hands the tracker (the node's score
-    at least score_on, led by `LEAD_PRECURSOR`, the rule's signal first), so a tracker that
-    records its input (`trainguard tune`) sees them too."""
-
-    def __init__(self, tracker: EpisodeTracker, hits: dict[float, list[tuple[int, Signal]]]
-                 ) -> None:
-        self._tracker = tracker
-        self._hits = hits
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._tracker, name)
-
-    def soft_block(self, t: float, score: FloatArray, signals: dict[int, tuple[Signal, ...]],
-                   quiet: set[int], lead: np.ndarray | None = None) -> None:
-        got = self._hits.get(t)
-        if got:
-            score = score.copy()
-            lead = (np.zeros(score.shape[0], dtype=np.int8) if lead is None
-                    else np.array(lead, dtype=np.int8))
-            signals = dict(signals)
-            top = self._tracker.cfg.top_signals
-            for i, sig in got:
-                if i in quiet or i >= score.shape[0]:
-                    continue
-                lead[i] = LEAD_PRECURSOR
-                score[i] = max(float(np.nan_to_num(score[i], nan=0.0)),
-                               self._tracker.cfg.score_on)
-                signals[i] = (sig, *(x for x in signals.get(i, ()) if x != sig))[:top]
-        self._tracker.soft_block(t, score, signals, quiet, lead)
 
 
 @dataclass(frozen=True, eq=False)

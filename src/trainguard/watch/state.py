@@ -40,7 +40,8 @@ __all__ = ["FULL_NAME", "JSON_NAME", "STATE_VERSION", "LiveAlert", "LoadedState"
 
 log = logging.getLogger(__name__)
 
-STATE_VERSION = 1
+STATE_VERSION = 2
+"""2: the scorer's state is held by its signal units (`detect/signals/`)."""
 FULL_NAME = "state.full.json"
 JSON_NAME = "state.json"
 LEGACY_PICKLE_NAME = "state.pkl"

@@ -36,6 +36,21 @@ from trainguard.detect.episodes import EpisodeTracker, _Open
 from trainguard.detect.layout import DenseChunk, IndexArrays, Layout
 from trainguard.detect.precursors import PrecursorRules, _Host, _Jitter, _Recur
 from trainguard.detect.scoring import BlockScorer
+from trainguard.detect.signals import (
+    BaselineConfig,
+    BaselineDeviation,
+    CounterConfig,
+    CounterDeviation,
+    Fusion,
+    FusionConfig,
+    HardConfig,
+    HardEvidence,
+    PeerConfig,
+    PeerDeviation,
+    PrecursorConfig,
+    Regime,
+    RegimeConfig,
+)
 from trainguard.detect.sparse import SparseCounters
 from trainguard.errors import TrainguardError
 from trainguard.telemetry.frame import Entity, MetricKind
@@ -55,6 +70,11 @@ CLASSES: dict[str, type] = {
     "IndexArrays": IndexArrays, "MetricFlags": _MetricFlags, "DenseChunk": DenseChunk,
     "PrecursorRules": PrecursorRules, "PrecursorRecur": _Recur, "PrecursorJitter": _Jitter,
     "PrecursorHost": _Host,
+    "Regime": Regime, "RegimeConfig": RegimeConfig, "PeerDeviation": PeerDeviation,
+    "PeerConfig": PeerConfig, "BaselineDeviation": BaselineDeviation,
+    "BaselineConfig": BaselineConfig, "CounterDeviation": CounterDeviation,
+    "CounterConfig": CounterConfig, "Fusion": Fusion, "FusionConfig": FusionConfig,
+    "PrecursorConfig": PrecursorConfig, "HardEvidence": HardEvidence, "HardConfig": HardConfig,
 }
 """Every class a state file may contain, by the name the file uses for it."""
 ENUMS: dict[str, type[Enum]] = {"AlertKind": AlertKind, "MetricKind": MetricKind}

@@ -84,6 +84,49 @@ def test_score_update_is_score_then_update(with_fast: bool) -> None:
     assert np.isfinite(z).any()
 
 
+@pytest.mark.parametrize("state", ["busy", "idle", "mixed"])
+def test_score_update_of_one_slot_is_score_then_update(state: str) -> None:
+    """All nodes busy (or all idle) reads and writes that slot in place: the same numbers."""
+    rng = np.random.default_rng(5)
+    shape = (4, 6, 3)
+    base = Baseline.empty(shape)
+    floor = np.full(1, 0.5)
+    for block in range(10):
+        busy = np.full(6, state == "busy") if state != "mixed" or block < 5 \
+            else rng.random(6) < 0.5
+        r = _noisy(rng, shape, 0.1)
+        plain = copy.deepcopy(base)
+        z_plain = plain.score(r, busy[None, :, None], floor, 3.0)
+        plain.update(r, np.broadcast_to(busy[None, :, None], shape), floor, 0.05, 3.0)
+        z = base.score_update(r, busy[None, :, None], floor, 3.0, 0.05, 3.0)
+        np.testing.assert_array_equal(z, z_plain, err_msg=f"block {block}")
+        for name in ("mu", "spread", "n"):
+            np.testing.assert_array_equal(getattr(base, name), getattr(plain, name))
+    assert np.isfinite(z).any()
+
+
+@pytest.mark.parametrize("missing", [0.0, 1e-4])
+def test_block_means_without_missing_values_take_the_fast_path_to_the_same_bits(
+        missing: float) -> None:
+    rng = np.random.default_rng(9)
+    x = rng.normal(size=(5, 7, 3, 16)) * 10.0 ** rng.integers(-3, 12, size=(5, 7, 3, 1))
+    x[rng.random(x.shape) < missing] = np.nan
+    x[0, 0, 0, :4] = [-0.0, -0.0, -0.0, -0.0]
+    want = np.empty((*x.shape[:-1], 4))
+    for b in range(4):
+        cols = x[..., 4 * b: 4 * b + 4]
+        ok = ~np.isnan(cols)
+        total = np.zeros(x.shape[:-1])
+        for j in range(4):
+            total = np.where(ok[..., j], total + cols[..., j], total)
+        with np.errstate(invalid="ignore"):
+            want[..., b] = np.where(ok.any(axis=-1), total / np.maximum(ok.sum(axis=-1), 1),
+                                    np.nan)
+    got = block_means(x, 4)
+    np.testing.assert_array_equal(got, want)
+    assert np.array_equal(np.signbit(got), np.signbit(want))
+
+
 def test_step_rows_is_a_step_with_no_data_elsewhere() -> None:
     rng = np.random.default_rng(3)
     shape = (6, 4, 8)
@@ -105,7 +148,7 @@ def test_step_rows_is_a_step_with_no_data_elsewhere() -> None:
 
 @pytest.mark.parametrize("missing", [0.0, 0.1, 0.97])
 def test_calibrate_takes_the_sorted_quantile(missing: float) -> None:
-    from trainguard.detect.scoring import _calibrate
+    from trainguard.detect.signals.fusion import calibrate as _calibrate
 
     rng = np.random.default_rng(11)
     a = np.abs(_noisy(rng, (40, 300), missing))

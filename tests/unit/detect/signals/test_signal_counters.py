@@ -1,0 +1,63 @@
+"""The counter-deviation unit (detect/signals/counters.py): recurrence of rare error counts."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trainguard.detect.config import DetectorConfig
+from trainguard.detect.signals.counters import CounterConfig, CounterDeviation
+
+N, G = 10, 8
+CFG = CounterConfig.of(DetectorConfig(warmup_s=600.0))  # warm after 5 blocks
+
+
+def _unit() -> CounterDeviation:
+    c = CounterDeviation(CFG)
+    c.grow(2, 0, N, G)
+    return c
+
+
+def _run(c: CounterDeviation, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One block: metric 0 a gauge, metric 1 a counter (rates, one event per block = 1.0)."""
+    z1 = np.full((2, N, G), 0.25)
+    z2 = np.full((2, N), 0.25)
+    led = c.step(x, np.zeros((0, N)), np.array([1.0, 1.0]), np.array([False, True]), z1, z2)
+    return z1, led
+
+
+def test_a_rare_counter_recurring_on_one_gpu_scores_more_block_after_block() -> None:
+    c = _unit()
+    quiet = np.zeros((2, N, G))
+    for _ in range(8):
+        _run(c, quiet)
+    scores = []
+    for _ in range(4):
+        x = quiet.copy()
+        x[1, 4, 6] = 2.0
+        z1, led = _run(c, x)
+        scores.append(z1[1, 4, 6])
+    assert scores == sorted(scores) and scores[0] > 2.5 and scores[-1] >= 10
+    assert (z1[0] == 0.25).all()  # the gauge keeps its baseline deviation
+    assert z1[1, 0, 0] == 0.0  # a quiet sparse series scores 0, not its baseline deviation
+    assert led[1, 4] and led.sum() == N  # the counter row: every node's series is sparse
+
+
+def test_a_counter_with_events_everywhere_is_not_error_like() -> None:
+    c = _unit()
+    busy = np.zeros((2, N, G))
+    busy[1] = 3.0  # bytes or time: counts on every series
+    for _ in range(10):
+        z1, led = _run(c, busy)
+    assert (z1 == 0.25).all() and not led.any()
+    assert c.busy_frac[1] == 1.0 and np.isnan(c.busy_frac[0])
+
+
+def test_reset_forgets_a_metric() -> None:
+    c = _unit()
+    x = np.zeros((2, N, G))
+    x[1, 0, 0] = 1.0
+    for _ in range(6):
+        _run(c, x)
+    assert c.sparse1.n[1].all() and c.sparse1.mask[1, 0, 0]
+    c.reset_metric(1)
+    assert not c.sparse1.n[1].any() and not c.sparse1.mask[1].any() and np.isnan(c.busy_frac[1])
