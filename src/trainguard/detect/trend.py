@@ -14,7 +14,8 @@ the last `trend_window_s`:
   `trend_confidence`. A series that has always counted like this has no quiet history.
 
 It fires once per degradation, again only when the count has doubled. The finding says how long
-the degradation has been growing (how far ahead of a failure it is seen) and how sure it is.
+the degradation has been seen (the alert's lead over a failure is measured afterwards, from the
+XID's time) and how sure it is that this is more than the series' usual rate.
 """
 
 from __future__ import annotations
@@ -112,9 +113,9 @@ class TrendRule:
                 continue
             st.fired[ni, gi] = c
             out.append((int(ni), int(gi), float(c),
-                f"degradation seen {span_s / 3600:.1f} h ahead: {c} blocks with new errors over "
-                f"the last {span_s / 3600:.1f} h (usually {rate * w:.1f} per "
-                f"{cfg.trend_window_s / 3600:.0f} h), confidence {conf:.3f}"))
+                f"degradation seen for {span_s / 3600:.1f} h: {c} blocks with new errors "
+                f"(usually {rate * w:.1f} per {cfg.trend_window_s / 3600:.0f} h), confidence "
+                f"{conf:.3f}; wear like this precedes an uncorrectable error by hours to days"))
         st.events = st.events + e
         st.blocks = st.blocks + seen
         return out

@@ -60,7 +60,7 @@ def test_remapped_rows_growing_for_hours_after_a_quiet_history_alert_with_lead_a
     found = [d for d in _details(detect(_cluster(_remaps(8, 40), hours=14), CFG))
              if "degradation" in d[2]]
     assert found and found[0][:2] == ("n1", "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS")
-    assert "h ahead" in found[0][2] and "confidence 0.99" in found[0][2]
+    assert "degradation seen for 2." in found[0][2] and "confidence 0.99" in found[0][2]
 
 
 def test_a_gpu_that_always_remapped_at_that_rate_is_no_degradation() -> None:
