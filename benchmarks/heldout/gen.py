@@ -25,9 +25,23 @@ from typing import Any
 
 import numpy as np
 
+
+def _load_gen_d() -> Any:
+    """gen_d.py next to this file, however this file was loaded (package, script, by path)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("heldout_gen_d", Path(__file__).with_name(
+        "gen_d.py"))
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+gen_d = _load_gen_d()
+
 BASE_T0 = 1731888000  # 2024-11-18 00:00:00 UTC (2h aligned)
 WINDOW_S = 7200
-STYLES = ("a", "b", "c")
+STYLES = ("a", "b", "c", "d")
 MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 PCI_BUS = ("18", "2a", "3a", "5d", "9a", "ab", "ba", "db", "1b", "2c", "3c", "5f", "9c", "ad",
            "bc", "dd")
@@ -177,6 +191,11 @@ STYLE_PARAMS: dict[str, dict[str, Any]] = {
     "c": {"sizes": (1, 2, 8, 16, 24), "size_p": (0.2, 0.2, 0.3, 0.2, 0.1), "dur_h": 7.0,
           "kinds": ("train", "infer", "debug"), "kind_p": (0.65, 0.2, 0.15), "ckpt_min": (15, 90),
           "load": 0.68},
+    # d: intermittent and slow precursors and their look-alikes (gen_d.py); more failures and
+    # single-node reboots so that a 16-node, 2-day cluster holds a few of each
+    "d": {"sizes": (2, 4, 8, 16), "size_p": (0.25, 0.3, 0.3, 0.15), "dur_h": 6.0,
+          "kinds": ("train", "infer", "debug"), "kind_p": (0.7, 0.15, 0.15), "ckpt_min": (20, 60),
+          "load": 0.75, "failure_rate": 8.0, "maint_mult": 4.0},
 }
 
 
@@ -199,7 +218,7 @@ def _uuid(rng: np.random.Generator) -> str:
 
 
 def simulate(nodes: int, gpus: int, days: float, seed: int, interval: int, style: str,
-             failure_rate: float = 1.5) -> Sim:
+             failure_rate: float | None = None) -> Sim:
     style_i = STYLES.index(style)
     rng = np.random.default_rng([seed, style_i, 7741])
     steps = round(days * 86400 / interval)
@@ -221,7 +240,7 @@ def simulate(nodes: int, gpus: int, days: float, seed: int, interval: int, style
         for i, n in enumerate(batch):
             s = k0 + int(i * rng.integers(20, 50) * per_min)
             maint.append((int(n), s, s + int(rng.integers(20, 120) * per_min)))
-    for _ in range(rng.poisson(0.5 * days * nodes / 64)):
+    for _ in range(rng.poisson(0.5 * days * nodes / 64 * sp.get("maint_mult", 1.0))):
         s = int(rng.integers(0, steps))
         maint.append((int(rng.integers(nodes)), s, s + int(rng.integers(15, 180) * per_min)))
     maint_start: dict[int, list[int]] = {}
@@ -240,6 +259,8 @@ def simulate(nodes: int, gpus: int, days: float, seed: int, interval: int, style
                            "end": BASE_T0 + e * interval, "reason": "planned"})
 
     # ---- hardware failure times -----------------------------------------------------------
+    if failure_rate is None:
+        failure_rate = float(sp.get("failure_rate", 1.5))
     n_fail = rng.poisson(failure_rate * days * nodes / 64)
     fail_at: dict[int, int] = {}
     for k in np.sort(rng.integers(int(1.5 * 3600 / interval), steps - 1, size=n_fail)):
@@ -369,7 +390,10 @@ def _hw_failure(sim: Sim, k: int, n: int, node_job: np.ndarray, down: np.ndarray
     t = sim.ts(k)
     lead = int(np.exp(rng.uniform(np.log(10), np.log(180))) * per_min)
     shapes: list[str] = []
-    if rng.random() >= 0.3:
+    extra: dict[str, Any] = {}
+    if sim.style == "d":
+        shapes, lead, extra = gen_d.draw_failure(rng, xid, per_min)
+    elif rng.random() >= 0.3:
         cand = PRECURSORS[xid]
         m = 1 if (len(cand) == 1 or rng.random() < 0.6) else 2
         shapes = [str(s) for s in rng.choice(cand, size=m, replace=False)]
@@ -415,7 +439,7 @@ def _hw_failure(sim: Sim, k: int, n: int, node_job: np.ndarray, down: np.ndarray
     sim.labels.append(rec)
     sim.failures.append({"k": k, "node": n, "gpu": g, "row": row, "xid": xid, "shapes": shapes,
                          "lead": lead, "death": death, "rep_s": rep_s, "rep_e": rep_e,
-                         "jid": jid, "t": t})
+                         "jid": jid, "t": t, **extra})
 
 
 # --------------------------------------------------------------------------------------------
@@ -648,6 +672,11 @@ def build_telemetry(sim: Sim) -> Telemetry:
         throttle[r, sl] |= np.where(m, 4, 0).astype(np.int32)
         sm_clock[r, sl] = np.where(m, 1755.0 + 15 * rng.integers(0, 12, m.size), sm_clock[r, sl])
 
+    fan_off = np.zeros((1, 1), dtype=f32)
+    d_arr = {"util": util, "power": power, "sm": sm, "sm_clock": sm_clock, "replay_inc": replay_inc,
+             "remap_c_inc": remap_c_inc, "sbe_inc": sbe_inc, "temp_add": temp_add}
+    if sim.style == "d":
+        fan_off = gen_d.apply_benign(sim, d_arr, rng, xid)
     # ---- failures: precursors and aftermath ------------------------------------------------
     for f in sim.failures:
         r, k, n = f["row"], f["k"], f["node"]
@@ -655,7 +684,9 @@ def build_telemetry(sim: Sim) -> Telemetry:
         L = k - a
         jid_at = sim.job_of[n, a:k]
         for shape in f["shapes"]:
-            if shape == "sbe_exp":
+            if sim.style == "d":
+                gen_d.apply_failure(shape, f, d_arr, sim, rng)
+            elif shape == "sbe_exp":
                 tot = rng.uniform(15, 400)
                 tau = rng.uniform(0.12, 0.35) * L
                 lamb = np.exp((np.arange(L) - L) / tau)
@@ -792,6 +823,7 @@ def build_telemetry(sim: Sim) -> Telemetry:
         "nvl_tx": np.rint(nvl), "nvl_rx": np.rint(nvl * (1 + 0.01 * noise[::-1])),
         "crc": cumsum_resets(crc_inc, reset, np.zeros(NG)),
         # vendor (style c)
+        "fan_pct": np.clip(np.rint(30 + 1.2 * np.clip(temp - 30, 0, None) + fan_off), 10, 100),
         "fan": np.rint(2900 + 95 * np.clip(temp - 30, 0, None) + 40 * noise),
         "ecc_corr": cumsum_resets(sbe_inc, reset, rng.integers(0, 50, NG).astype(float)),
         "link_w": link_w,
@@ -947,6 +979,8 @@ def families_for(style: str) -> list[Family]:
         fams.append(Family(name, mt, hlp, key, "gpu", dec))
     if style == "c":
         fams += [Family(n, t, h, k, "vendor", d) for n, t, k, h, d in VENDOR_C]
+    if style == "d":
+        fams.append(Family("DCGM_FI_DEV_FAN_SPEED", "gauge", "Fan speed (in %).", "fan_pct", "gpu"))
     fams.append(Family("up", "gauge", "", "up", "up", 0))
     variants = {"ib_rx": [("ib_rx", ',device="ibp0"'), ("eth_rx", ',device="eth0"')],
                 "ib_tx": [("ib_tx", ',device="ibp0"')],
@@ -1224,11 +1258,11 @@ def _write_window(w: int) -> tuple[int, int]:
 
 def generate(out: Path, nodes: int = 64, gpus: int = 8, days: float = 7.0, seed: int = 0,
              interval_s: int = 30, style: str = "a", workers: int | None = None,
-             gzip_metrics: bool = False, failure_rate: float = 1.5) -> dict[str, Any]:
+             gzip_metrics: bool = False, failure_rate: float | None = None) -> dict[str, Any]:
     """Generate a held-out dataset into `out`. Returns a summary dict (also in summary.json).
 
     gzip_metrics writes metrics/<t0>.om.gz instead of .om (about 20x smaller); failure_rate is
-    hardware failures per day per 64 nodes."""
+    hardware failures per day per 64 nodes (default 1.5; 8 for style d)."""
     if style not in STYLES:
         raise ValueError(f"style must be one of {STYLES}")
     if WINDOW_S % interval_s:
@@ -1308,7 +1342,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--style", choices=STYLES, default="a")
     ap.add_argument("--workers", type=int, default=None, help="writer processes (default: cpus)")
     ap.add_argument("--gzip", action="store_true", help="write metrics/*.om.gz")
-    ap.add_argument("--failure-rate", type=float, default=1.5, help="per day per 64 nodes")
+    ap.add_argument("--failure-rate", type=float, default=None,
+                    help="per day per 64 nodes (default 1.5; style d: 8)")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args(argv)
     s = generate(a.out, a.nodes, a.gpus, a.days, a.seed, a.interval, a.style, a.workers,

@@ -151,3 +151,27 @@ def test_promtool_accepts(datasets: dict[str, Path], tmp_path: Path) -> None:
         r = subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(f),
                             str(tmp_path / style)], capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_style_d_shapes_and_look_alikes(gen: ModuleType, tmp_path: Path) -> None:
+    """Style d: intermittent/slow precursors (remap ramps hours ahead) and benign storms."""
+    d = tmp_path / "d"
+    gen.generate(d, seed=5, style="d", **{**SMALL, "days": 1.0})
+    labels = [json.loads(x) for x in (d / "labels.jsonl").read_text().splitlines()]
+    failures = [x for x in labels if x["type"] == "failure"]
+    assert failures
+    known = {"clock_jitter", "replay_bursts", "proc_stalls", "remap_ramp"}
+    assert all(set(f["precursors"]) <= known for f in failures)
+    for f in failures:
+        if "remap_ramp" in f["precursors"]:
+            assert f["lead_s"] >= 3 * 3600
+        elif f["precursors"]:
+            assert 0 < f["lead_s"] <= 3 * 3600
+    storms = [x for x in labels if x["type"] == "app_xid" and x.get("storm")]
+    assert len(storms) >= 3, "an application-XID storm repeats its XID"
+    fams = _parse(sorted((d / "metrics").glob("*.om"))[2])
+    assert "DCGM_FI_DEV_FAN_SPEED" in fams and 'device="nvidia' in " ".join(
+        fams["DCGM_FI_DEV_GPU_TEMP"])
+    again = tmp_path / "again"
+    gen.generate(again, seed=5, style="d", **{**SMALL, "days": 1.0})
+    assert _digest(again) == _digest(d)

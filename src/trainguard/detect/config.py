@@ -111,6 +111,21 @@ class DetectorConfig:
     """Contributing signals reported per alert."""
     max_memory_bytes: int = DEFAULT_MAX_MEMORY_BYTES
     """Refuse input whose dense per-chunk arrays would need more than this (0 = no limit)."""
+    precursor_app_xid_quiet_s: float = 1800.0
+    """Early warnings: a GPU's stalls and jitter on a node that began showing an application
+    XID within this long are the application's (crashes, restarts), not precursors."""
+    trend_window_s: float = 24 * 3600.0
+    """Slow degradation (`trend.py`): blocks with new errors are counted over this long ..."""
+    trend_min_events: int = 4
+    """... at least this many of them ..."""
+    trend_min_span_s: float = 2 * 3600.0
+    """... spread over at least this long ..."""
+    trend_floor_s: float = 24 * 3600.0
+    """... against the series' own usual rate, taken as at least one event per this long ..."""
+    trend_confidence: float = 0.99
+    """... and at least this sure (Poisson) that it is more than usual."""
+    trend_warmup_s: float = 6 * 3600.0
+    """Observed history a series needs before a degradation begins (its usual rate)."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -131,6 +146,12 @@ class DetectorConfig:
                 or self.host_collapse_blocks < 1:
             raise ConfigError("detect.precursor_min_events, detect.stall_min_events, "
                               "detect.jitter_blocks and detect.host_collapse_blocks must be >= 1")
+        if not 0 < self.trend_confidence < 1 or self.trend_min_events < 2:
+            raise ConfigError("detect.trend_confidence must be in (0, 1) and "
+                              "detect.trend_min_events >= 2")
+        if self.trend_floor_s <= 0 or self.trend_window_s < self.block_s:
+            raise ConfigError("detect.trend_floor_s must be > 0 and detect.trend_window_s >= "
+                              "detect.block_s")
         if self.min_gpus < 2 or self.min_peers < 2:
             raise ConfigError("detect.min_gpus and detect.min_peers must be >= 2")
         if self.peer_window_blocks > MAX_PEER_WINDOW_BLOCKS:

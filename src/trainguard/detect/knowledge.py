@@ -19,6 +19,7 @@ __all__ = [
     "is_hard_counter",
     "is_hardware_xid",
     "is_known_precursor",
+    "is_wear_counter",
     "is_workload_shaped",
     "is_xid_metric",
 ]
@@ -44,6 +45,10 @@ _PRECURSOR = re.compile(
     r"PCIE_REPLAY|ECC_SBE|SBE_VOL|SBE_AGG|CORRECTABLE_REMAPPED_ROWS|RETIRED_SBE|NVLINK_CRC|"
     r"NVLINK_.*ERROR|REPLAY_ERROR|RECOVERY_ERROR|THROTTLE|MEMORY_TEMP|GPU_TEMP",
     re.IGNORECASE)
+# Correctable memory errors and the rows remapped for them: HBM wear, which grows slowly over
+# hours to days before an uncorrectable error (the trend test watches these).
+_WEAR = re.compile(r"ECC_SBE|SBE_VOL|SBE_AGG|CORRECTABLE_REMAPPED_ROWS|RETIRED_SBE|ECC_CORR|"
+                   r"HBM_ECC_CORRECTED", re.IGNORECASE)
 # Fields the job sets, not the hardware: memory allocated, bytes moved. A deviation there is
 # mostly a different workload on that GPU, so they count half.
 _WORKLOAD = re.compile(r"FB_USED|FB_FREE|FB_RESERVED|_BYTES|BANDWIDTH", re.IGNORECASE)
@@ -66,6 +71,11 @@ def is_hard_counter(name: str) -> bool:
 
 def is_known_precursor(name: str) -> bool:
     return bool(_PRECURSOR.search(_base(name))) and not is_hard_counter(name)
+
+
+def is_wear_counter(name: str) -> bool:
+    """A correctable memory-error or row-remap counter (not an uncorrectable one)."""
+    return bool(_WEAR.search(_base(name))) and not is_hard_counter(name)
 
 
 def is_workload_shaped(name: str) -> bool:

@@ -38,9 +38,11 @@ import numpy as np
 
 from trainguard.detect.alerts import Signal
 from trainguard.detect.config import DetectorConfig
-from trainguard.detect.knowledge import ACTIVITY_METRICS, is_hard_counter
+from trainguard.detect.explained import ExplainedActivity
+from trainguard.detect.knowledge import ACTIVITY_METRICS, is_hard_counter, is_wear_counter
 from trainguard.detect.layout import DenseChunk, Layout
 from trainguard.detect.numeric import block_means, nanmedian_axis, previous_valid
+from trainguard.detect.trend import TrendRule
 from trainguard.telemetry.frame import FloatArray
 
 __all__ = ["PrecursorHits", "PrecursorRules"]
@@ -110,6 +112,14 @@ class PrecursorRules:
     stall_back: dict[str, np.ndarray] = field(default_factory=dict)
     """Per activity metric: blocks (bit mask) in which a stalled GPU came back."""
     level: float = float("nan")
+    explained: ExplainedActivity = field(init=False)
+    trend: TrendRule = field(init=False)
+    clock: float = 0.0
+    """Blocks scanned so far (the trend test's time axis)."""
+
+    def __post_init__(self) -> None:
+        self.explained = ExplainedActivity(self.cfg)
+        self.trend = TrendRule(self.cfg)
 
     def scan(self, d: DenseChunk, lay: Layout, cumulative: np.ndarray, s: int) -> PrecursorHits:
         """Hits per block of chunk `d` (whole blocks of `s` samples)."""
@@ -119,6 +129,7 @@ class PrecursorRules:
             return hits
         mg = len(lay.gpu_metrics)
         busy = self._busy(d, lay, s, nb)
+        free = self.explained.scan(d, lay, s, nb, busy)
         warm = self.cfg.precursor_warmup_s / self.cfg.block_s
         for mi, name in enumerate(lay.gpu_metrics):
             counter = bool(cumulative[mi]) and is_error_counter(name)
@@ -126,16 +137,17 @@ class PrecursorRules:
                 self._recurring(name, d.gpu[mi], s, nb, counter, warm, hits,
                                 lambda ni, gi: lay.gpu_label(ni, gi))
             elif _JITTER.search(_base(name)) and not cumulative[mi]:
-                self._jittery(name, d.gpu[mi], s, nb, busy, warm, hits, lay)
+                self._jittery(name, d.gpu[mi], s, nb, busy & free, warm, hits, lay)
         act = _activity_metric(lay)
         if act is not None:
-            self._stalls(lay.gpu_metrics[act], d.gpu[act], s, nb, busy, warm, hits, lay)
+            self._stalls(lay.gpu_metrics[act], d.gpu[act], s, nb, busy & free, warm, hits, lay)
         for k, name in enumerate(lay.node_metrics):
             x = d.node[k][:, None, :]
             if bool(cumulative[mg + k]) and is_error_counter(name):
                 self._recurring(name, x, s, nb, True, warm, hits, lambda _ni, _gi: None)
             elif _HOST.search(_base(name)):
                 self._collapse(name, d.node[k], s, nb, bool(cumulative[mg + k]), busy, hits)
+        self.clock += nb
         return hits
 
     # -- activity ---------------------------------------------------------------------------
@@ -203,6 +215,9 @@ class PrecursorRules:
                 st.mask[ni, gi] = 0  # one hit per burst; the episode carries it on
             st.rate = np.where(ok, st.rate + alpha * (e - st.rate), st.rate)
             st.blocks = st.blocks + ok
+            if counter and is_wear_counter(name):
+                for ni, gi, c, detail in self.trend.step(name, self.clock + b, e & ok, ok):
+                    hits.setdefault(b, []).append((ni, Signal(name, label(ni, gi), c, detail)))
 
     # -- rule 3: stalls ----------------------------------------------------------------------
     def _stalls(self, name: str, x: FloatArray, s: int, nb: int, busy: np.ndarray,
@@ -271,7 +286,7 @@ class PrecursorRules:
             lr = np.log(np.clip(np.nan_to_num(ratio, nan=1.0), 1e-3, 1e3))
             st.short = np.where(ok, st.short + a_s * (lr - st.short), st.short)
             high = ok & (st.short >= bar)
-            st.run = np.where(high, st.run + 1, np.where(ok, 0, st.run))
+            st.run = np.where(high, st.run + 1, np.where(ok | ~busy[:, b][:, None], 0, st.run))
             fire = (st.run == cfg.jitter_blocks) & (st.blocks >= warm) & (st.long < bar / 2)
             for ni, gi in zip(*np.nonzero(fire), strict=True):
                 hits.setdefault(b, []).append((int(ni), Signal(

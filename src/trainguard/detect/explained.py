@@ -1,0 +1,83 @@
+"""When a GPU's activity drop is explained: an application error, or a node still settling.
+
+The stall and jitter rules (`precursors.py`) look for a GPU that behaves unlike its siblings.
+Two ordinary things do that too:
+
+* **Application XIDs.** When a job's processes crash or restart (XID 13, 31, 43, 45... on some
+  or all of a node's GPUs, often again and again: a storm), the GPUs that crashed idle for a
+  moment while the others do not. A drop in activity on a node that has begun showing an
+  application XID within the last `precursor_app_xid_quiet_s` is the application's, not a
+  precursor of a hardware failure. Only the onset of an XID counts (a gauge that keeps showing
+  the last XID does not explain later drops).
+* **Settling.** For `settle_s` after a node becomes busy (a job starts), clocks, power and
+  utilisation are ragged on every GPU in turn.
+
+`ExplainedActivity.scan` gives, per node and block, whether the stall/jitter rules may count it.
+State is carried across chunks; results do not depend on how the input was chunked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from trainguard.detect.config import DetectorConfig
+from trainguard.detect.knowledge import is_hardware_xid, is_xid_metric
+from trainguard.detect.layout import DenseChunk, Layout
+
+__all__ = ["ExplainedActivity", "application_xid_mask"]
+
+
+def application_xid_mask(values: np.ndarray) -> np.ndarray:
+    """True where an XID gauge shows an application (not hardware) XID."""
+    v = np.nan_to_num(values, nan=0.0).astype(np.int64)
+    out = np.zeros(v.shape, dtype=bool)
+    for x in np.unique(v).tolist():
+        if x > 0 and not is_hardware_xid(int(x)):
+            out |= v == x
+    return out
+
+
+@dataclass
+class ExplainedActivity:
+    """Per node: blocks since an application XID began, busy blocks in a row."""
+
+    cfg: DetectorConfig
+    since: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    busy_run: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    showing: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=bool))
+
+    def _grow(self, n: int, g: int) -> None:
+        if self.since.shape != (n,):
+            since = np.full(n, np.inf)
+            run = np.zeros(n)
+            m = min(n, self.since.size)
+            since[:m], run[:m] = self.since[:m], self.busy_run[:m]
+            self.since, self.busy_run = since, run
+        if self.showing.shape != (n, g):
+            showing = np.zeros((n, g), dtype=bool)
+            a, b = min(n, self.showing.shape[0]), min(g, self.showing.shape[1])
+            showing[:a, :b] = self.showing[:a, :b]
+            self.showing = showing
+
+    def scan(self, d: DenseChunk, lay: Layout, s: int, nb: int, busy: np.ndarray) -> np.ndarray:
+        """[node, block]: True where the node's activity may count as a precursor."""
+        n = len(lay.nodes)
+        xi = next((i for i, m in enumerate(lay.gpu_metrics) if is_xid_metric(m)), None)
+        g = d.gpu[xi].shape[1] if xi is not None else 1
+        self._grow(n, g)
+        app_b = np.zeros((n, g, nb), dtype=bool)
+        if xi is not None:
+            app = application_xid_mask(d.gpu[xi][..., : nb * s])
+            app_b = np.asarray(app.reshape(n, g, nb, s).any(axis=-1), dtype=bool)
+        quiet = self.cfg.precursor_app_xid_quiet_s / self.cfg.block_s
+        settle = self.cfg.settle_s / self.cfg.block_s
+        out = np.zeros((n, nb), dtype=bool)
+        for b in range(nb):
+            onset = (app_b[..., b] & ~self.showing).any(axis=1)
+            self.showing = app_b[..., b]
+            self.since = np.where(onset, 0.0, self.since + 1)
+            self.busy_run = np.where(busy[:, b], self.busy_run + 1, 0.0)
+            out[:, b] = (self.since > quiet) & (self.busy_run > settle)
+        return out
