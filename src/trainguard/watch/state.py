@@ -40,7 +40,7 @@ __all__ = ["FULL_NAME", "JSON_NAME", "STATE_VERSION", "LiveAlert", "LoadedState"
 
 log = logging.getLogger(__name__)
 
-STATE_VERSION = 2
+STATE_VERSION = 3
 """2: the scorer's state is held by its signal units (`detect/signals/`)."""
 FULL_NAME = "state.full.json"
 JSON_NAME = "state.json"

@@ -33,6 +33,7 @@ from trainguard.detect.baseline import Baseline
 from trainguard.detect.config import DetectorConfig
 from trainguard.detect.detector import Detector, _MetricFlags
 from trainguard.detect.episodes import EpisodeTracker, _Open
+from trainguard.detect.explained import ExplainedActivity
 from trainguard.detect.layout import DenseChunk, IndexArrays, Layout
 from trainguard.detect.precursors import PrecursorRules, _Host, _Jitter, _Recur
 from trainguard.detect.scoring import BlockScorer
@@ -52,6 +53,7 @@ from trainguard.detect.signals import (
     RegimeConfig,
 )
 from trainguard.detect.sparse import SparseCounters
+from trainguard.detect.trend import TrendRule, _Series
 from trainguard.errors import TrainguardError
 from trainguard.telemetry.frame import Entity, MetricKind
 
@@ -75,6 +77,7 @@ CLASSES: dict[str, type] = {
     "BaselineConfig": BaselineConfig, "CounterDeviation": CounterDeviation,
     "CounterConfig": CounterConfig, "Fusion": Fusion, "FusionConfig": FusionConfig,
     "PrecursorConfig": PrecursorConfig, "HardEvidence": HardEvidence, "HardConfig": HardConfig,
+    "TrendRule": TrendRule, "TrendSeries": _Series, "ExplainedActivity": ExplainedActivity,
 }
 """Every class a state file may contain, by the name the file uses for it."""
 ENUMS: dict[str, type[Enum]] = {"AlertKind": AlertKind, "MetricKind": MetricKind}
