@@ -16,7 +16,7 @@ from trainguard.cli.options import duration_option
 from trainguard.cli.storeopen import open_store
 from trainguard.durations import format_duration
 from trainguard.errors import ConfigError, TrainguardError
-from trainguard.fleet.events import DAY_S, FleetWindow
+from trainguard.fleet.events import FleetWindow
 from trainguard.history.times import parse_origin
 from trainguard.planning.costs import DEFAULT_RESTART_S, DEFAULT_SAVE_S, Cost, choose_cost
 from trainguard.timeparse import parse_duration
@@ -119,8 +119,7 @@ def fleet(
         out.out(json.dumps(doc), highlight=False)
         return
     out.out(f"history {record.name!r}: {record.fleet_size} nodes, "
-            f"{window.days:.1f} days ({window.length_s / DAY_S * record.fleet_size:.0f} "
-            f"node-days)", highlight=False)
+            f"{window.days:.1f} days ({window.node_days:.0f} node-days)", highlight=False)
     print_summary(out, summary)
     if plan is not None:
         out.out(f"costs: save {format_duration(save.seconds)} ({save.source}), restart "
