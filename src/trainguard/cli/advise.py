@@ -25,6 +25,7 @@ from trainguard.cli.options import duration_option
 from trainguard.cli.storeopen import open_store
 from trainguard.durations import format_duration as _duration
 from trainguard.errors import TrainguardError
+from trainguard.store import Store
 
 app = typer.Typer(help="Advice from the store's history.", no_args_is_help=True)
 
@@ -41,10 +42,15 @@ def _advise() -> None:
     """Advice from the store's history."""
 
 
+def measure_store(store: Store) -> MeasuredInputs:
+    """The ETTR model's inputs measured from the runs in ``store`` (all None without runs)."""
+    runs = load_runs(store)
+    return measured_inputs(runs, failure_stats(runs))
+
+
 def _measure(db: str | None) -> MeasuredInputs:
     with open_store(db, readonly=True) as store:
-        runs = load_runs(store)
-    return measured_inputs(runs, failure_stats(runs))
+        return measure_store(store)
 
 
 @app.command("checkpoint-interval")

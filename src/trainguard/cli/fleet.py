@@ -134,14 +134,10 @@ def _costs(store: Store, save_s: float | None, restart_s: float | None,
     stated defaults (:mod:`trainguard.planning.costs`)."""
     measured_save = measured_restart = None
     if not no_plan and (save_s is None or restart_s is None):
-        from trainguard.analytics.failures import failure_stats
-        from trainguard.analytics.model import measured_inputs
-        from trainguard.analytics.runs import load_runs
+        from trainguard.cli.advise import measure_store
 
-        runs = load_runs(store)
-        if runs:
-            measured = measured_inputs(runs, failure_stats(runs))
-            measured_save, measured_restart = measured.write_s, measured.restart_s
+        measured = measure_store(store)
+        measured_save, measured_restart = measured.write_s, measured.restart_s
     return (choose_cost(save_s, measured_save, DEFAULT_SAVE_S, "--save-s"),
             choose_cost(restart_s, measured_restart, DEFAULT_RESTART_S, "--restart-s"))
 
