@@ -1,5 +1,5 @@
-"""Structure of the held-out real-world corpora (tests/data/realworld_heldout/ and
-tests/data/realworld_heldout3/).
+"""Structure of the held-out real-world corpora (tests/data/realworld_heldout/,
+tests/data/realworld_heldout3/ and tests/data/realworld_heldout4/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -45,9 +45,16 @@ class Corpus:
     third's README lists which are thin)."""
 
 
+HELDOUT4_CASES = 12
+HELDOUT4_CATEGORIES = 6
+"""The fourth corpus (forums, Q&A, vendor and HPC-centre pages rather than GitHub threads): its
+size and category coverage when it was frozen (see its README)."""
+
 CORPORA = (
     Corpus(DATA / "realworld_heldout", 112, 3, (DEV,), len(LOG_CATEGORIES)),
     Corpus(DATA / "realworld_heldout3", 41, 1, (DEV, DATA / "realworld_heldout"), 12),
+    Corpus(DATA / "realworld_heldout4", HELDOUT4_CASES, 1,
+           (DEV, DATA / "realworld_heldout", DATA / "realworld_heldout3"), HELDOUT4_CATEGORIES),
 )
 CASES = [(c, lab) for c in CORPORA for lab in labels(c.path)]
 
