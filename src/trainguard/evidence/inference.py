@@ -6,8 +6,11 @@ Two decisions, both pure functions of an incident's lines and the fitted models:
    (``alternatives.py``) ranks its likely categories with a calibrated confidence. When the top
    one reaches the *answer threshold*, the incident takes that category (and the category's
    default action), marked as inferred; both alternatives stay listed. The threshold was chosen
-   by cross-validation on the labelled corpora (``actfit.py``): the highest one that answers
-   the most unknowns rightly, net of the wrong answers.
+   by cross-validation on the labelled corpora (``actfit.py``): from 0.5 up (never an answer
+   the model itself calls less likely right than wrong), the highest one that answers the most
+   unknowns rightly, net of the wrong answers. Only incidents that stand on failure words are
+   answered: a rule that says ``unknown`` (a benign look-alike, a launcher's bare exit
+   summary) has read its line already.
 2. **A setting as the fix.** When the rule's action is not already ``fix_config``, the config
    model (``actions.py``) may say the lines read like a setting to change; above its threshold
    the action becomes ``fix_config``, marked as inferred, with the cues behind it.
