@@ -179,7 +179,13 @@ def _print_table(incidents: list[Incident], limit: int) -> None:
             root += f"\n[bold]likely {alt.category.value} {alt.confidence:.2f}[/]" + "".join(
                 f"\n  [dim]{_safe(e.path)}:{e.line_no}:[/] {_safe(e.text[:160])}"
                 for e in alt.lines[:_SHOWN_ALTERNATIVE_LINES])
-        table.add_row(str(n), inc.category.value, inc.action.value,
+        category, action = inc.category.value, inc.action.value
+        if (guess := inc.inference.category) is not None:
+            category += f"\n[dim]inferred {guess.confidence:.2f}\n(rules: unknown)[/]"
+        if (how := inc.inference.action) is not None:
+            action += (f"\n[dim]inferred {how.confidence:.2f}\n(rules: {how.rule_action.value};"
+                       f" {', '.join(how.cues) or 'no cue'})[/]")
+        table.add_row(str(n), category, action,
                       f"{inc.severity.value}\n{inc.root_cause.confidence:.2f}", _safe(where), root,
                       f"{inc.related_count:,} events, {len(inc.hosts)} hosts, "
                       f"{len(inc.ranks)} ranks")

@@ -39,6 +39,7 @@ from trainguard.evidence.alternatives import Alternative, alternatives
 from trainguard.evidence.clocks import WALL_CLOCK, anchor_times, wall_time
 from trainguard.evidence.collectives import collective_mismatch
 from trainguard.evidence.events import EvidenceLine, FailureEvent, TimeKind
+from trainguard.evidence.inference import Inference, infer
 from trainguard.evidence.precedence import adjusted_priorities, hardware_first
 from trainguard.evidence.rules import RuleSet
 from trainguard.evidence.suspicion import SIGNATURE as SUSPICION_SIGNATURE
@@ -51,6 +52,7 @@ _MAX_EVIDENCE = 6
 _MAX_SUSPICIOUS_LINES = 8
 _MAX_ALTERNATIVE_LINES = 200
 _SUSPICION_PRIORITY = 1  # above benign look-alikes, below every signature
+_NO_INFERENCE = Inference()
 _LAUNCHER_SIGNATURES = frozenset({"elastic_child_failed", "slurm_task_exit"})
 
 
@@ -68,14 +70,23 @@ class Incident:
     gpu: str | None
     gpu_index: int | None
     rank: int | None
+    inference: Inference = _NO_INFERENCE
+    """What the learned models changed (``inference.py``): a category answered for an
+    ``unknown``, ``fix_config`` where the lines read like a setting to change."""
 
     @property
     def category(self) -> Category:
-        return self.root_cause.category
+        """The rules' category, or the one the cue model answered for an ``unknown``."""
+        return self.inference.applied(self.root_cause.category, self.root_cause.action)[0]
 
     @property
     def action(self) -> Action:
-        return self.root_cause.action
+        return self.inference.applied(self.root_cause.category, self.root_cause.action)[1]
+
+    @property
+    def inferred(self) -> bool:
+        """The category is a model's guess: no signature explains the incident."""
+        return self.inference.category is not None
 
     @property
     def severity(self) -> Severity:
@@ -103,7 +114,7 @@ class Incident:
     @property
     def suspicious_lines(self) -> tuple[EvidenceLine, ...]:
         """For an ``unknown`` incident, the lines whose failure words made it suspicious."""
-        if self.category is not Category.UNKNOWN:
+        if self.root_cause.category is not Category.UNKNOWN:
             return ()
         lines = [line for e in (self.root_cause, *self.related)
                  if e.signature == SUSPICION_SIGNATURE for line in e.evidence]
@@ -114,10 +125,15 @@ class Incident:
     def alternatives(self) -> tuple[Alternative, ...]:
         """For an ``unknown`` incident, the two most likely categories with calibrated
         confidence and the lines behind them (``alternatives.py``); else nothing."""
-        if self.category is not Category.UNKNOWN:
+        if self.root_cause.category is not Category.UNKNOWN:
             return ()
+        return alternatives(self.lines)
+
+    @property
+    def lines(self) -> tuple[EvidenceLine, ...]:
+        """Every evidence line of the incident once, the root cause's first (at most 200)."""
         lines = [line for e in (self.root_cause, *self.related) for line in e.evidence]
-        return alternatives(tuple(dict.fromkeys(lines))[:_MAX_ALTERNATIVE_LINES])
+        return tuple(dict.fromkeys(lines))[:_MAX_ALTERNATIVE_LINES]
 
     @property
     def summary(self) -> str:
@@ -158,6 +174,11 @@ class Incident:
             "suspicious_lines": [{"path": e.path, "line": e.line_no, "text": e.text}
                                  for e in self.suspicious_lines],
             "alternatives": [a.to_dict() for a in self.alternatives],
+            "inferred": self.inferred,
+            "inferred_category": (self.inference.category.to_dict()
+                                  if self.inference.category is not None else None),
+            "inferred_action": (self.inference.action.to_dict()
+                                if self.inference.action is not None else None),
             "root_cause": self.root_cause.to_dict(),
             "related": [e.to_dict() for e in self.related],
         }
@@ -369,8 +390,12 @@ def _incident_key(inc: Incident, rules: RuleSet | None) -> tuple[object, ...]:
 
 
 def correlate(events: Iterable[FailureEvent], rules: RuleSet | None = None,
-              window_s: float = DEFAULT_WINDOW_S, include_info: bool = False) -> list[Incident]:
+              window_s: float = DEFAULT_WINDOW_S, include_info: bool = False,
+              learned: bool = True) -> list[Incident]:
     """Group events into incidents, most important first.
+
+    With ``learned`` (the default) the learned models may answer an ``unknown`` incident's
+    category and turn an action into ``fix_config`` (``inference.py``), marked as inferred.
 
     Incidents made only of informational events (a benign loss-scale overflow, an NFS server
     coming back) are dropped unless ``include_info``; those that stand on failure words no
@@ -382,7 +407,18 @@ def correlate(events: Iterable[FailureEvent], rules: RuleSet | None = None,
     if not include_info:
         incidents = [i for i in incidents if i.severity is not Severity.INFO or i.suspicious]
     incidents.sort(key=lambda i: _incident_key(i, rules), reverse=True)
-    return hardware_first(incidents)
+    return [with_inference(i) if learned else i for i in hardware_first(incidents)]
 
 
-__all__ = ["DEFAULT_WINDOW_S", "Incident", "correlate", "deduplicate", "event_priority"]
+def with_inference(inc: Incident) -> Incident:
+    """The incident with the learned models' decisions (``inference.py``)."""
+    root = inc.root_cause
+    # Only what no signature explains is guessed at: a rule that says ``unknown`` (a benign
+    # look-alike, a launcher's bare exit summary) has read the line already.
+    alts = inc.alternatives if inc.suspicious else ()
+    return replace(inc, inference=infer(root.category, root.action,
+                                        [e.text for e in root.evidence], alts))
+
+
+__all__ = ["DEFAULT_WINDOW_S", "Incident", "correlate", "deduplicate", "event_priority",
+           "with_inference"]

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from trainguard.evidence import ScanOptions, correlate, load_rules, scan_paths
+from trainguard.evidence.actions import builtin_model
 from trainguard.evidence.alternatives import (
     BIN_EDGES,
     builtin_calibration,
@@ -105,8 +106,12 @@ def _incidents(tmp_path: Path, lines: list[str]) -> list[Incident]:
 
 def test_an_unknown_incident_gives_two_alternatives_with_their_lines(tmp_path: Path) -> None:
     (inc,) = _incidents(tmp_path, UNKNOWN_LOG)
-    assert inc.category is Category.UNKNOWN
+    assert inc.root_cause.category is Category.UNKNOWN  # no signature explains it
     alts = inc.alternatives
+    # The top alternative answers only when confident enough (inference.py); both stay listed.
+    answered = alts[0].confidence >= builtin_model()[1]
+    assert inc.inferred is answered
+    assert inc.category is (alts[0].category if answered else Category.UNKNOWN)
     assert len(alts) == 2
     assert alts[0].confidence >= alts[1].confidence
     assert {a.category for a in alts}.isdisjoint({Category.UNKNOWN})

@@ -71,7 +71,8 @@ def test_a_log_no_signature_explains_is_an_unknown_incident_with_its_lines(
 
     assert len(incidents) == 1
     inc = incidents[0]
-    assert inc.category is Category.UNKNOWN
+    assert inc.root_cause.category is Category.UNKNOWN and inc.suspicious
+    assert inc.category is Category.UNKNOWN or inc.inferred  # a model's answer is marked
     assert inc.root_cause.confidence == STRONG_CONFIDENCE
     assert [e.line_no for e in inc.suspicious_lines] == [2, 4]
     assert inc.to_dict()["suspicious_lines"][1]["text"].endswith("parameter service")
@@ -124,6 +125,8 @@ def test_cli_shows_unknown_with_confidence_and_the_suspicious_line(tmp_path: Pat
     assert f"{STRONG_CONFIDENCE:.2f}" in table.output
     assert "parameter service" in table.output
     row = json.loads(as_json.stdout.splitlines()[0])
-    assert row["category"] == "unknown"
+    assert row["root_cause"]["category"] == "unknown"
+    guess = row["inferred_category"]
+    assert row["category"] == (guess["category"] if row["inferred"] else "unknown")
     assert row["confidence"] == STRONG_CONFIDENCE
     assert row["suspicious_lines"][0]["line"] == 1

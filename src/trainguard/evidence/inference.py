@@ -1,0 +1,88 @@
+"""What the models add to an incident: a category for an ``unknown``, a setting as the fix.
+
+Two decisions, both pure functions of an incident's lines and the fitted models:
+
+1. **Answering an unknown.** No signature explains the incident, but the cue model
+   (``alternatives.py``) ranks its likely categories with a calibrated confidence. When the top
+   one reaches the *answer threshold*, the incident takes that category (and the category's
+   default action), marked as inferred; both alternatives stay listed. The threshold was chosen
+   by cross-validation on the labelled corpora (``actfit.py``): from 0.5 up (never an answer
+   the model itself calls less likely right than wrong), the highest one that answers the most
+   unknowns rightly, net of the wrong answers. Only incidents that stand on failure words are
+   answered: a rule that says ``unknown`` (a benign look-alike, a launcher's bare exit
+   summary) has read its line already.
+2. **A setting as the fix.** When the rule's action is not already ``fix_config``, the config
+   model (``actions.py``) may say the lines read like a setting to change; above its threshold
+   the action becomes ``fix_config``, marked as inferred, with the cues behind it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from trainguard.evidence.actions import ConfigModel, InferredAction, builtin_model, infer_action
+from trainguard.evidence.alternatives import Alternative
+from trainguard.taxonomy import DEFAULT_ACTION, Action, Category
+
+
+@dataclass(frozen=True, slots=True)
+class InferredCategory:
+    """The category the cue model answered for an ``unknown`` incident."""
+
+    alternative: Alternative
+    threshold: float
+
+    @property
+    def category(self) -> Category:
+        return self.alternative.category
+
+    @property
+    def confidence(self) -> float:
+        return self.alternative.confidence
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"category": self.category.value, "rule_category": Category.UNKNOWN.value,
+                "confidence": round(self.confidence, 3), "threshold": self.threshold,
+                "lines": self.alternative.to_dict()["lines"]}
+
+
+@dataclass(frozen=True, slots=True)
+class Inference:
+    """What the models changed, if anything (``None`` parts: the rules' answer stands)."""
+
+    category: InferredCategory | None = None
+    action: InferredAction | None = None
+
+    def applied(self, category: Category, action: Action) -> tuple[Category, Action]:
+        """The rules' (category, action) with these decisions made."""
+        if self.category is not None:
+            category, action = self.category.category, DEFAULT_ACTION[self.category.category]
+        if self.action is not None:
+            action = self.action.action
+        return category, action
+
+
+def answer(alternatives: Sequence[Alternative], threshold: float) -> InferredCategory | None:
+    """The top alternative when its calibrated confidence reaches ``threshold``."""
+    if not alternatives or alternatives[0].confidence < threshold:
+        return None
+    return InferredCategory(alternatives[0], threshold)
+
+
+def infer(category: Category, action: Action, root_lines: Sequence[str],
+          alternatives: Sequence[Alternative],
+          models: tuple[ConfigModel, float] | None = None) -> Inference:
+    """The models' decisions for an incident of this category and action whose root cause
+    has these lines (``alternatives``: those of an ``unknown`` incident)."""
+    model, answer_threshold = models or builtin_model()
+    guess = answer(alternatives, answer_threshold) if category is Category.UNKNOWN else None
+    if guess is not None:
+        category, action = guess.category, DEFAULT_ACTION[guess.category]
+    if category is Category.UNKNOWN:
+        return Inference()
+    return Inference(guess, infer_action(model, category.value, action, root_lines))
+
+
+__all__ = ["Inference", "InferredCategory", "answer", "infer"]
