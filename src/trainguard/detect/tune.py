@@ -52,9 +52,8 @@ if TYPE_CHECKING:
 
 __all__ = ["EARLY_LEAD_S", "EARLY_RUNS", "EVIDENCE_KNOBS", "GUARD_FACTOR", "MIN_SCORED_S",
            "Budget", "BudgetUnreachable", "Candidate", "Figures", "TuneResult", "candidate_grid",
-           "figures", "guard",
-           "min_history_s", "rank", "replay_all", "select", "split_spans", "tune",
-           "within_budget"]
+           "figures", "guard", "min_history_s", "rank", "replay_all", "select", "split_spans",
+           "tune", "within_budget"]
 
 log = logging.getLogger(__name__)
 
@@ -213,6 +212,7 @@ def _distance(cfg: DetectorConfig, base: DetectorConfig) -> float:
 
 
 def rank(cfg: DetectorConfig, fig: Figures, base: DetectorConfig) -> tuple[float, ...]:
+    """Sort key of an episode setting: the best is the largest (see the module docstring)."""
     # Ties: the setting closest to the base (the data gave no reason to move further), then
     # the stricter one.
     return (fig.early, fig.detected, -fig.false_positives, -round(_distance(cfg, base), 9),
@@ -356,13 +356,13 @@ def tune(tel: Telemetry, truth: GroundTruth, budget: Budget, *, base: DetectorCo
             f"no setting keeps false alarms within {budget.fp_per_day:g}/day per "
             f"{budget.per_nodes} nodes on the tuning part, with margin: the lowest is "
             f"{lowest:.2f} (a looser copy of each setting must meet the budget too)")
-    pick, early = scored[best], None
+    winner, early = scored[best], None
     if early_runs > 0:
-        from trainguard.detect.tune_early import search
+        from trainguard.detect.tune_early import search  # it builds on this module
 
-        early, pick = search(tel, truth, tune_span, budget, base, pick, trace,
-                             max_runs=early_runs, progress=progress)
-    chosen, replayed = pick.cfg, pick.fig
+        early, winner = search(tel, truth, tune_span, budget, base, winner, trace,
+                               max_runs=early_runs, progress=progress)
+    chosen, replayed = winner.cfg, winner.fig
     log.info("chosen: score_on=%.3g persist=%d/%d", chosen.score_on, chosen.persist_blocks,
              chosen.persist_gauge_blocks)
     alerts = detect(tel, chosen, progress=prog("measuring"))
@@ -376,9 +376,10 @@ def tune(tel: Telemetry, truth: GroundTruth, budget: Budget, *, base: DetectorCo
 
 
 def replay_all(trace: Trace, cands: Sequence[DetectorConfig], truth: GroundTruth,
-                span: tuple[float, float], n_nodes: int, per_nodes: int,
-                progress: Callable[[int, int], None] | None
-                ) -> list[Candidate]:
+               span: tuple[float, float], n_nodes: int, per_nodes: int,
+               progress: Callable[[int, int], None] | None
+               ) -> list[Candidate]:
+    """Each candidate's figures on `span`, and its guard's, by replay of `trace`."""
     out = []
     for i, cfg in enumerate(cands):
         out.append(Candidate(cfg, figures(replay(trace, cfg), truth, span, n_nodes, per_nodes),

@@ -6,9 +6,10 @@ setting tried costs one detector run over the whole history. The search is there
 bounded:
 
 1. The knobs form groups (:data:`EARLY_GROUPS`: recurring error counts, stalls, jitter, slow
-   degradation, the known-precursor weight). A *level* moves every knob of one group by the
-   same number of steps from the base config, stricter (> 0) or looser (< 0), always within the
-   knob's valid range (:func:`level`).
+   degradation, the known-precursor weight, host collapse). A *level* moves every knob of one
+   group by the same number of steps from the base config, stricter (> 0) or looser (< 0),
+   always within the knob's valid range (:func:`level`). `precursor_window_blocks` is not
+   searched: the event counts are moved within it.
 2. Coordinate-wise, in :data:`EARLY_GROUPS` order: each group one level stricter, then one level
    looser, for as long as the cap on detector runs allows (:func:`plan`).
 3. Each setting runs with the episode settings chosen on the base config's trace, and is scored
@@ -56,6 +57,7 @@ EARLY_GROUPS: dict[str, tuple[str, ...]] = {
     "jitter": ("jitter_ratio", "jitter_blocks"),
     "trend": ("trend_min_events", "trend_confidence", "trend_min_span_s"),
     "known_weight": ("known_precursor_weight",),
+    "host_collapse": ("host_collapse_fraction", "host_collapse_blocks"),
 }
 """The knobs each level moves together, in the order the search tries them."""
 EARLY_KNOBS = tuple(k for knobs in EARLY_GROUPS.values() for k in knobs)
@@ -102,9 +104,14 @@ def level(base: DetectorConfig, group: str, step: int) -> dict[str, Any]:
                                                 2, SLOTS)),
                 "trend_confidence": _num(_within(1.0 - miss, b.trend_confidence, 0.5, 0.9999)),
                 "trend_min_span_s": _num(b.trend_min_span_s * 1.5 ** step)}
-    # known_weight: a bonus only (>= 1); stricter is a smaller bonus
-    return {"known_precursor_weight": _num(_within(b.known_precursor_weight - 0.25 * step,
-                                                   b.known_precursor_weight, 1.0, 10.0))}
+    if group == "known_weight":  # a bonus only (>= 1): stricter is a smaller one
+        return {"known_precursor_weight": _num(_within(b.known_precursor_weight - 0.25 * step,
+                                                       b.known_precursor_weight, 1.0, 10.0))}
+    # host_collapse: a stricter collapse is a deeper one, a lower fraction of the usual level
+    return {"host_collapse_fraction": _num(_within(b.host_collapse_fraction * 0.8 ** step,
+                                                   b.host_collapse_fraction, 0.05, 0.9)),
+            "host_collapse_blocks": int(_within(b.host_collapse_blocks + step,
+                                                b.host_collapse_blocks, 1, 1000))}
 
 
 @dataclass(frozen=True, slots=True)
