@@ -43,7 +43,14 @@ from trainguard.cli.detect import (
 from trainguard.cli.helptext import reflowed_doc
 from trainguard.detect.calibration import DetectorFile, detector_file, dumps
 from trainguard.detect.truth import GroundTruth
-from trainguard.detect.tune import Budget, BudgetUnreachable, Figures, TuneResult, tune
+from trainguard.detect.tune import (
+    EARLY_RUNS,
+    Budget,
+    BudgetUnreachable,
+    Figures,
+    TuneResult,
+    tune,
+)
 from trainguard.errors import TrainguardError
 
 __all__ = ["tune_command"]
@@ -55,8 +62,9 @@ def _fmt_t(t: float) -> str:
 
 class TuneProgress:
     """`tune`'s progress(stage, done, total) on `console`: with `bar`, a progress bar per stage
-    (scoring the history block by block, replaying each candidate setting, measuring the chosen
-    one); without, one line when a stage starts and one when it is done (logs, --json)."""
+    (scoring the history block by block, replaying each candidate setting, the early-warning
+    search's detector runs, measuring the chosen one); without, one line when a stage starts
+    and one when it is done (logs, --json)."""
 
     def __init__(self, console: Console, *, bar: bool) -> None:
         self.console = console
@@ -106,6 +114,7 @@ def _print(res: TuneResult, out_file: Path | None) -> None:
     out.print(f"chosen: score_on={c.score_on:g} score_off={c.score_off:g} "
               f"persist_blocks={c.persist_blocks} persist_gauge_blocks={c.persist_gauge_blocks} "
               f"cooldown_s={c.cooldown_s:g} ({res.candidates} settings tried)")
+    out.print(early_line(res))
     t = Table(title=f"budget {res.budget.fp_per_day:g} false alarms/day per "
               f"{res.budget.per_nodes} nodes; {res.size}; early = alerted >= 1 min "
               "before the XID", title_justify="left")
@@ -122,6 +131,20 @@ def _print(res: TuneResult, out_file: Path | None) -> None:
     out.print(f"held-out false alarms/day/{res.budget.per_nodes} by kind: {kinds}")
     if out_file is not None:
         out.print(f"wrote {out_file}")
+
+
+def early_line(res: TuneResult) -> str:
+    """What the early-warning search chose, in one line."""
+    e = res.early
+    if e is None:
+        return "early warnings: not searched (--no-early-search): the base config's thresholds"
+    tried = (f"{len(e.trials) - 1} settings tried besides the base, {e.runs} detector runs, "
+             f"--early-runs {e.max_runs}")
+    if not e.moved:
+        return f"early warnings: the base config's thresholds kept ({tried})"
+    moved = ", ".join(f"{k} {b:g} -> {c:g}" for k, b, c in e.changes())
+    way = "stricter" if e.chosen.step > 0 else "looser"
+    return f"early warnings: {e.chosen.group} one level {way}: {moved} ({tried})"
 
 
 def heldout_bound_warning(res: TuneResult) -> str | None:
@@ -225,6 +248,13 @@ def tune_command(
         "--out", help="Write the chosen config and its calibration (TOML) to this file, for "
         "`trainguard detect --config`, `trainguard backtest --config` and `trainguard watch "
         "--detector-config`.")] = None,
+    no_early_search: Annotated[bool, typer.Option(
+        "--no-early-search", help="Keep the early-warning (precursor) thresholds of the base "
+        "config: tune the episode settings only.")] = False,
+    early_runs: Annotated[int, typer.Option(
+        "--early-runs", help="At most this many detector runs over the history for the "
+        "early-warning search (each setting tried is one, a looser one's guard another).",
+        min=1)] = EARLY_RUNS,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     max_memory: MaxMemory = "8GiB",
 ) -> None:
@@ -232,6 +262,9 @@ def tune_command(
     known failures: the most failures alerted at least a minute early, within a false-alarm
     budget. Tunes on the earlier part of the history and reports the figures of the later part
     it never saw.
+
+    The early-warning (precursor) thresholds are searched too, at the cost of one detector run
+    over the history per setting tried (--early-runs, --no-early-search).
 
     Exit status: 0 when a config was chosen; 1 when no setting meets the budget on the tuning
     part; 2 when the history or the failures cannot be read, or are too few to tune on.
@@ -257,7 +290,8 @@ def tune_command(
         err.print(f"tune: {len(tel.nodes)} nodes, {days:.1f} days; {len(truth.failures)} "
                   f"failures from {truth_from}")
         with TuneProgress(err, bar=want_bar(json_out, stderr_is_tty())) as progress:
-            res = tune(tel, truth, budget, base=base, fraction=split, progress=progress)
+            res = tune(tel, truth, budget, base=base, fraction=split, progress=progress,
+                       early_runs=0 if no_early_search else early_runs)
     except BudgetUnreachable as exc:
         fail(str(exc), EXIT_FAILED)
     except TrainguardError as exc:

@@ -13,7 +13,11 @@ history, and measured on a later part of it that the choice never saw.
    A few days of one cluster hold few false alarms, and a setting that just avoids them is
    likely to meet new ones: a candidate qualifies only when its *guard*, the same setting made
    looser by GUARD_FACTOR (lower thresholds, shorter persistence), is within the budget too.
-5. Run the detector again with the chosen config over the whole history and count its alerts on
+5. Search the early-warning (precursor) thresholds, which act inside the detector and so cost
+   one detector run per setting tried, under the same budget and guard, with the episode
+   settings just chosen; when another early-warning setting wins, replay the episode settings
+   again on its trace (:mod:`.tune_early`; off with ``early_runs=0``).
+6. Run the detector again with the chosen config over the whole history and count its alerts on
    each part: the held-out figure is what the config file's calibration reports.
 """
 
@@ -23,7 +27,7 @@ import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainguard.detect.alerts import AlertEpisode, AlertKind
 from trainguard.detect.calibration import (
@@ -43,10 +47,13 @@ from trainguard.detect.tune_trace import Trace, record, replay
 from trainguard.errors import ConfigError, TrainguardError
 from trainguard.telemetry.frame import Telemetry
 
-__all__ = ["EARLY_LEAD_S", "EVIDENCE_KNOBS", "GUARD_FACTOR", "MIN_SCORED_S", "Budget",
-           "BudgetUnreachable",
-           "Candidate", "Figures", "TuneResult", "candidate_grid", "figures", "guard",
-           "min_history_s", "select", "split_spans", "tune"]
+if TYPE_CHECKING:
+    from trainguard.detect.tune_early import EarlyChoice
+
+__all__ = ["EARLY_LEAD_S", "EARLY_RUNS", "EVIDENCE_KNOBS", "GUARD_FACTOR", "MIN_SCORED_S",
+           "Budget", "BudgetUnreachable", "Candidate", "Figures", "TuneResult", "candidate_grid",
+           "figures", "guard", "min_history_s", "rank", "replay_all", "select", "split_spans",
+           "tune", "within_budget"]
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +74,8 @@ EVIDENCE_KNOBS = ("evidence_counter", "evidence_activity")
 Looked up by name, so a DetectorConfig without them is tuned without them."""
 GUARD_FACTOR = 1.25
 """A candidate's guard divides its thresholds and persistence by this (see step 4)."""
+EARLY_RUNS = 8
+"""Default cap on the early-warning search's detector runs (settings tried plus guards)."""
 
 Progress = Callable[[str, int, int], None]
 """progress(stage, done, total)."""
@@ -202,7 +211,8 @@ def _distance(cfg: DetectorConfig, base: DetectorConfig) -> float:
     return sum(abs(math.log(a / b)) for a, b in pairs if a > 0 and b > 0)
 
 
-def _rank(cfg: DetectorConfig, fig: Figures, base: DetectorConfig) -> tuple[float, ...]:
+def rank(cfg: DetectorConfig, fig: Figures, base: DetectorConfig) -> tuple[float, ...]:
+    """Sort key of an episode setting: the best is the largest (see the module docstring)."""
     # Ties: the setting closest to the base (the data gave no reason to move further), then
     # the stricter one.
     return (fig.early, fig.detected, -fig.false_positives, -round(_distance(cfg, base), 9),
@@ -221,10 +231,13 @@ class Candidate:
         """Within budget, with its guard. Hard-evidence false alarms are the same for every
         setting: the predictive ones get what they leave of the budget, and none when they
         take all of it (the strictest setting that still detects wins, see `tune`)."""
-        def ok(f: Figures) -> bool:
-            hard = f.hard_fp_per_day
-            return f.fp_per_day - hard <= max(budget.fp_per_day - hard, 0.0) + 1e-12
-        return ok(self.fig) and ok(self.guard)
+        return within_budget(self.fig, budget) and within_budget(self.guard, budget)
+
+
+def within_budget(f: Figures, budget: Budget) -> bool:
+    """`f`'s predictive false alarms fit in what its hard-evidence ones leave of `budget`."""
+    hard = f.hard_fp_per_day
+    return f.fp_per_day - hard <= max(budget.fp_per_day - hard, 0.0) + 1e-12
 
 
 def select(cands: Sequence[Candidate], budget: Budget, base: DetectorConfig) -> int | None:
@@ -232,7 +245,7 @@ def select(cands: Sequence[Candidate], budget: Budget, base: DetectorConfig) -> 
     ok = [i for i, c in enumerate(cands) if c.within(budget)]
     if not ok:
         return None
-    return max(ok, key=lambda i: _rank(cands[i].cfg, cands[i].fig, base))
+    return max(ok, key=lambda i: rank(cands[i].cfg, cands[i].fig, base))
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,6 +266,8 @@ class TuneResult:
     base_heldout: Figures
     gpus_per_node: int | None = None
     """GPUs per node of the cluster tuned on (None: no per-GPU series)."""
+    early: EarlyChoice | None = None
+    """The early-warning search (None: not run)."""
 
     @property
     def size(self) -> ClusterSize:
@@ -295,6 +310,7 @@ class TuneResult:
                 "hard_over_budget": self.hard_over_budget,
                 "tuned": {"replay": self.replayed_tune.to_dict(), "run": self.tune.to_dict()},
                 "heldout": self.heldout.to_dict(),
+                "early_warning": None if self.early is None else self.early.to_dict(self.budget),
                 "default": {"tuned": self.base_tune.to_dict(),
                             "heldout": self.base_heldout.to_dict()}}
 
@@ -310,8 +326,10 @@ def _check_history(tel: Telemetry, base: DetectorConfig, fraction: float) -> Non
 
 
 def tune(tel: Telemetry, truth: GroundTruth, budget: Budget, *, base: DetectorConfig | None = None,
-         fraction: float = 0.5, progress: Progress | None = None) -> TuneResult:
-    """Choose episode settings for `tel` under `budget` (see the module docstring)."""
+         fraction: float = 0.5, progress: Progress | None = None,
+         early_runs: int = EARLY_RUNS) -> TuneResult:
+    """Choose episode and early-warning settings for `tel` under `budget`, the latter with at
+    most `early_runs` more detector runs (0: not searched; see the module docstring)."""
     base = base or DetectorConfig()
     _check_history(tel, base, fraction)
     truth, _ = align_nodes(truth, tel.nodes)
@@ -330,7 +348,7 @@ def tune(tel: Telemetry, truth: GroundTruth, budget: Budget, *, base: DetectorCo
 
     trace, base_alerts = record(tel, base, progress=prog("scoring"))
     cands = candidate_grid(base)
-    scored = _replay_all(trace, cands, truth, tune_span, n, budget.per_nodes, prog("replaying"))
+    scored = replay_all(trace, cands, truth, tune_span, n, budget.per_nodes, prog("replaying"))
     best = select(scored, budget, base)
     if best is None:
         lowest = min(max(c.fig.fp_per_day, c.guard.fp_per_day) for c in scored)
@@ -338,7 +356,13 @@ def tune(tel: Telemetry, truth: GroundTruth, budget: Budget, *, base: DetectorCo
             f"no setting keeps false alarms within {budget.fp_per_day:g}/day per "
             f"{budget.per_nodes} nodes on the tuning part, with margin: the lowest is "
             f"{lowest:.2f} (a looser copy of each setting must meet the budget too)")
-    chosen, replayed = scored[best].cfg, scored[best].fig
+    winner, early = scored[best], None
+    if early_runs > 0:
+        from trainguard.detect.tune_early import search  # it builds on this module
+
+        early, winner = search(tel, truth, tune_span, budget, base, winner, trace,
+                               max_runs=early_runs, progress=progress)
+    chosen, replayed = winner.cfg, winner.fig
     log.info("chosen: score_on=%.3g persist=%d/%d", chosen.score_on, chosen.persist_blocks,
              chosen.persist_gauge_blocks)
     alerts = detect(tel, chosen, progress=prog("measuring"))
@@ -348,13 +372,14 @@ def tune(tel: Telemetry, truth: GroundTruth, budget: Budget, *, base: DetectorCo
 
     return TuneResult(chosen, base, budget, n, len(cands), replayed, fig(alerts, tune_span),
                       fig(alerts, held_span), fig(base_alerts, tune_span),
-                      fig(base_alerts, held_span), cluster_size(tel).gpus_per_node)
+                      fig(base_alerts, held_span), cluster_size(tel).gpus_per_node, early)
 
 
-def _replay_all(trace: Trace, cands: Sequence[DetectorConfig], truth: GroundTruth,
-                span: tuple[float, float], n_nodes: int, per_nodes: int,
-                progress: Callable[[int, int], None] | None
-                ) -> list[Candidate]:
+def replay_all(trace: Trace, cands: Sequence[DetectorConfig], truth: GroundTruth,
+               span: tuple[float, float], n_nodes: int, per_nodes: int,
+               progress: Callable[[int, int], None] | None
+               ) -> list[Candidate]:
+    """Each candidate's figures on `span`, and its guard's, by replay of `trace`."""
     out = []
     for i, cfg in enumerate(cands):
         out.append(Candidate(cfg, figures(replay(trace, cfg), truth, span, n_nodes, per_nodes),

@@ -4,6 +4,7 @@ read by `detect --config` and `backtest --config`."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,8 +13,10 @@ from typer.testing import CliRunner, Result
 
 import trainguard.cli.tune as cli_tune
 from trainguard.cli.main import app
-from trainguard.detect.calibration import days_for_bound, dumps, load
+from trainguard.detect.calibration import DetectorFile, days_for_bound, dumps, load
+from trainguard.detect.config import DetectorConfig
 from trainguard.detect.tune import BudgetUnreachable
+from trainguard.detect.tune_early import EARLY_GROUPS, EARLY_KNOBS
 
 runner = CliRunner()
 
@@ -56,7 +59,7 @@ def tuned(cluster: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(cli_tune, "TuneProgress", _Recording)
         r = invoke("tune", str(cluster / "metrics"), "--fp-per-day", "0.3", "--per-nodes", "64",
-                   "--split", "0.5", "--out", str(out), "--json")
+                   "--split", "0.5", "--out", str(out), "--early-runs", "3", "--json")
     assert r.exit_code == 0, r.output
     assert "tune: scoring" in r.stderr  # progress goes to stderr, JSON alone to stdout
     STDERR.append(r.stderr)
@@ -64,16 +67,22 @@ def tuned(cluster: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict
 
 
 def test_tune_reports_progress_through_each_long_stage(tuned: tuple[dict, Path]) -> None:
-    """Issue #28: per block while scoring and measuring, per candidate while replaying."""
+    """Issue #28: per block while scoring and measuring, per candidate while replaying; #30: per
+    block of each of the early-warning search's detector runs."""
     doc, _ = tuned
     stages = list(dict.fromkeys(p[0] for p in PROGRESS))
-    assert stages == ["scoring", "replaying", "measuring"]
+    again = ["replaying on the early choice"] if doc["early_warning"]["chosen"]["step"] else []
+    assert stages == ["scoring", "replaying", "early warnings", *again, "measuring"]
     for stage in stages:
         calls = [(d, t) for s, d, t, _ in PROGRESS if s == stage]
         assert len(calls) > 2 and calls[-1][0] == calls[-1][1]  # several steps, to the end
         assert [d for d, _ in calls] == sorted(d for d, _ in calls)
     replays = [(d, t) for s, d, t, _ in PROGRESS if s == "replaying"]
     assert {t for _, t in replays} == {doc["candidates"]}
+    samples = PROGRESS[0][2]  # the scoring stage: one detector run
+    runs = doc["early_warning"]["runs"]
+    assert 0 < runs <= 3
+    assert {t for s, _, t, _ in PROGRESS if s == "early warnings"} == {runs * samples}
     assert not any(bar for *_, bar in PROGRESS)  # --json and no terminal: no bar
 
 
@@ -123,6 +132,47 @@ def test_tune_reports_both_parts_and_writes_a_config(tuned: tuple[dict, Path]) -
         assert k.fp_per_day == pytest.approx(held["by_kind"][k.kind]["fp_per_day"], abs=1e-4)
 
 
+def test_tune_writes_and_reports_the_early_warning_choice(tuned: tuple[dict, Path]) -> None:
+    """#30: the early-warning thresholds are searched (within --early-runs) and the chosen ones
+    are in the config file and the JSON, next to the base values and what was tried."""
+    doc, path = tuned
+    early = doc["early_warning"]
+    assert set(early["knobs"]) == set(EARLY_KNOBS)
+    f = load(path)
+    defaults = DetectorConfig()
+    for knob, v in early["knobs"].items():
+        assert getattr(f.detect, knob) == pytest.approx(v["chosen"])
+        assert v["base"] == getattr(defaults, knob)
+    tried = early["tried"]
+    assert tried[0]["group"] == "base" and len(tried) >= 2
+    assert {(t["group"], t["step"]) for t in tried[1:]} <= {
+        (g, s) for g in EARLY_GROUPS for s in (1, -1)}
+    for t in tried:
+        assert t["early"] <= t["detected"] and t["false_positives"] >= 0
+        assert isinstance(t["within_budget"], bool)
+    chosen = next(t for t in tried if (t["group"], t["step"]) == (
+        early["chosen"]["group"], early["chosen"]["step"]))
+    assert chosen["within_budget"]
+    for knob, value in chosen["settings"].items():
+        assert early["knobs"][knob]["chosen"] == value
+
+
+def test_no_early_search_keeps_the_base_early_warning_knobs(cluster: Path,
+                                                            tmp_path: Path) -> None:
+    out = tmp_path / "d.toml"
+    base = tmp_path / "base.toml"
+    start = replace(DetectorConfig(), stall_fraction=0.6, trend_min_events=6)
+    base.write_text(dumps(DetectorFile(start, None)))
+    r = invoke("tune", str(cluster / "metrics"), "--config", str(base), "--no-early-search",
+               "--out", str(out))
+    assert r.exit_code == 0, r.output
+    assert "tune: early warnings" not in r.stderr
+    assert "early warnings: not searched (--no-early-search)" in r.stdout
+    f = load(out)
+    for knob in EARLY_KNOBS:
+        assert getattr(f.detect, knob) == getattr(start, knob)
+
+
 def test_detect_and_backtest_read_the_config(cluster: Path, tuned: tuple[dict, Path],
                                              tmp_path: Path) -> None:
     _, path = tuned
@@ -153,8 +203,6 @@ def test_detect_and_backtest_read_the_config(cluster: Path, tuned: tuple[dict, P
 
 def test_detect_notes_a_calibration_of_another_cluster_size(
         cluster: Path, tuned: tuple[dict, Path], tmp_path: Path) -> None:
-    from dataclasses import replace
-
     f = load(tuned[1])
     assert f.calibration is not None
     other = tmp_path / "other.toml"
@@ -212,7 +260,7 @@ def test_an_unreachable_budget_is_exit_1(cluster: Path, monkeypatch: pytest.Monk
 
 @pytest.mark.parametrize(("args", "match"), [
     (["--split", "1.5"], "--split"), (["--per-nodes", "0"], "--per-nodes"),
-    (["--fp-per-day", "-1"], "--fp-per-day")])
+    (["--fp-per-day", "-1"], "--fp-per-day"), (["--early-runs", "0"], "--early-runs")])
 def test_bad_options_are_usage_errors(cluster: Path, args: list[str], match: str) -> None:
     r = invoke("tune", str(cluster / "metrics"), *args)
     assert r.exit_code == 2

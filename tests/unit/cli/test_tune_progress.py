@@ -143,3 +143,29 @@ def test_hard_evidence_over_budget_is_said_as_findings_by_metric() -> None:
     assert "DCGM_FI_DEV_XID_ERRORS raised 4 false alarm(s) on 2 node(s) (n3, n5)" in said[0]
     assert f"{4 * scale:.2f}/day per 64 nodes" in said[0]
     assert res.to_dict()["tuned"]["replay"]["hard_findings"][0]["nodes"] == ["n3", "n5"]
+
+
+def test_the_early_warning_line_says_what_moved_and_what_it_cost() -> None:
+    """#30: the human output names the early-warning knobs the search moved, base -> chosen."""
+    from dataclasses import replace
+
+    from trainguard.detect.tune_early import EarlyChoice, Trial, level
+
+    base = DetectorConfig()
+    fig = _fig(1.0, 0)
+    looser = replace(base, **level(base, "stall", -1))
+    trials = (Trial("base", 0, base, fig, fig, fig), Trial("stall", -1, looser, fig, fig, fig))
+    moved = replace(_result(1.0, 0.3), chosen=looser,
+                    early=EarlyChoice(base, trials[1], trials, 3, 8))
+    line = cli_tune.early_line(moved)
+    assert line.startswith("early warnings: stall one level looser: ")
+    assert (f"stall_fraction {base.stall_fraction:g} -> {looser.stall_fraction:g}, "
+            f"stall_min_events {base.stall_min_events} -> {looser.stall_min_events}") in line
+    assert "1 settings tried besides the base, 3 detector runs, --early-runs 8" in line
+    doc = moved.to_dict()["early_warning"]
+    assert doc["knobs"]["stall_fraction"] == {"chosen": looser.stall_fraction,
+                                              "base": base.stall_fraction}
+    assert doc["chosen"] == {"group": "stall", "step": -1} and doc["runs"] == 3
+    kept = replace(moved, early=EarlyChoice(base, trials[0], trials, 3, 8))
+    assert "thresholds kept" in cli_tune.early_line(kept)
+    assert "not searched" in cli_tune.early_line(_result(1.0, 0.3))
