@@ -20,7 +20,7 @@ from trainguard.detect.signals.common import learning_rates, rows
 from trainguard.detect.sparse import SparseCounters, step_rows
 from trainguard.telemetry.frame import FloatArray
 
-__all__ = ["RARE_EVENT_FRACTION", "CounterConfig", "CounterDeviation"]
+__all__ = ["RARE_EVENT_FRACTION", "CounterConfig", "CounterDeviation", "events"]
 
 RARE_EVENT_FRACTION = 0.05
 """A counter is error-like when at most this fraction of its series has events in a block."""
@@ -74,9 +74,8 @@ class CounterDeviation:
         cfg = self.cfg
         mg = x.shape[0]
         cum_g, cum_n = np.flatnonzero(cumulative[:mg]), np.flatnonzero(cumulative[mg:])
-        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-            k1 = x[cum_g] / np.maximum(unit_floor[:mg][cum_g], 1e-300)[:, None, None]
-            k2 = xn[cum_n] / np.maximum(unit_floor[mg:][cum_n], 1e-300)[:, None]
+        k1 = events(x[cum_g], unit_floor[:mg][cum_g][:, None, None])
+        k2 = events(xn[cum_n], unit_floor[mg:][cum_n][:, None])
 
         f1 = np.full(mg, np.nan)
         f2 = np.full(xn.shape[0], np.nan)
@@ -98,6 +97,18 @@ class CounterDeviation:
         sparse_any[cum_g] = sp1.any(axis=2)
         sparse_any[mg + cum_n] = sp2
         return sparse_any
+
+
+def events(rate: FloatArray, unit: FloatArray) -> FloatArray:
+    """Events per block: `rate` / the counter's typical increment `unit` (broadcast). Where the
+    increment is not known yet (no increase seen in the sampled series: a counter that never
+    moved on the cluster before), each block with an increase is one event: dividing by a
+    vanishing unit would turn a healthy GPU's first, isolated burst into an astronomic
+    deviation that pages on its own."""
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        per_unit = rate / np.where(unit > 0, unit, 1.0)
+        out = np.where(unit > 0, per_unit, np.where(rate > 0, 1.0, 0.0))
+    return np.asarray(np.where(np.isnan(rate), np.nan, out), dtype=np.float64)
 
 
 def _ew_frac(cur: FloatArray, f: FloatArray) -> FloatArray:

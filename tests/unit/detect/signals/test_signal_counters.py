@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from trainguard.detect.config import DetectorConfig
-from trainguard.detect.signals.counters import CounterConfig, CounterDeviation
+from trainguard.detect.signals.counters import CounterConfig, CounterDeviation, events
 
 N, G = 10, 8
 CFG = CounterConfig.of(DetectorConfig(warmup_s=600.0))  # warm after 5 blocks
@@ -61,3 +61,27 @@ def test_reset_forgets_a_metric() -> None:
     assert c.sparse1.n[1].all() and c.sparse1.mask[1, 0, 0]
     c.reset_metric(1)
     assert not c.sparse1.n[1].any() and not c.sparse1.mask[1].any() and np.isnan(c.busy_frac[1])
+
+
+def test_events_divide_by_the_known_increment_and_count_blocks_where_it_is_unknown() -> None:
+    rate = np.array([[0.0, 3.0, np.nan], [0.0, 5e6, np.nan]])
+    unit = np.array([[1.5], [0.0]])
+    k = events(rate, unit)
+    assert k[0, 1] == 2.0 and k[0, 0] == 0.0 and np.isnan(k[0, 2])
+    # A counter whose increment was never seen: one event per block with an increase, not
+    # 5e6 / a vanishing unit.
+    assert k[1, 1] == 1.0 and k[1, 0] == 0.0 and np.isnan(k[1, 2])
+
+
+def test_a_first_isolated_burst_of_a_counter_never_seen_moving_stays_bounded() -> None:
+    c = _unit()
+    quiet = np.zeros((2, N, G))
+    unit = np.array([1.0, 0.0])  # the counter's typical increment is not known
+    for _ in range(8):
+        c.step(quiet, np.zeros((0, N)), unit, np.array([False, True]),
+               np.zeros((2, N, G)), np.zeros((2, N)))
+    x = quiet.copy()
+    x[1, 4, 6] = 1e4
+    z1 = np.zeros((2, N, G))
+    c.step(x, np.zeros((0, N)), unit, np.array([False, True]), z1, np.zeros((2, N)))
+    assert 2.5 < z1[1, 4, 6] < 5.0  # one active block: 2.5 + its one-event excess
