@@ -1,5 +1,6 @@
 """Structure of the held-out real-world corpora (tests/data/realworld_heldout/,
-tests/data/realworld_heldout3/ and tests/data/realworld_heldout4/).
+tests/data/realworld_heldout3/, tests/data/realworld_heldout4/ and
+tests/data/realworld_heldout5/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -50,11 +51,21 @@ HELDOUT4_CATEGORIES = 10
 """The fourth corpus (forums, Q&A, vendor and HPC-centre pages rather than GitHub threads): its
 size and category coverage when it was frozen (see its README)."""
 
+HELDOUT5_CASES = 39
+HELDOUT5_CATEGORIES = 13
+"""The fifth corpus (operator-side symptoms in infrastructure issue threads: kernel/Xid lines,
+fabric and IB state, scheduler and storage errors): its size and category coverage when it was
+frozen (see its README)."""
+
+EARLIER5 = (DEV, DATA / "realworld_heldout", DATA / "realworld_heldout3",
+            DATA / "realworld_heldout4")
+
 CORPORA = (
     Corpus(DATA / "realworld_heldout", 112, 3, (DEV,), len(LOG_CATEGORIES)),
     Corpus(DATA / "realworld_heldout3", 41, 1, (DEV, DATA / "realworld_heldout"), 12),
     Corpus(DATA / "realworld_heldout4", HELDOUT4_CASES, 1,
            (DEV, DATA / "realworld_heldout", DATA / "realworld_heldout3"), HELDOUT4_CATEGORIES),
+    Corpus(DATA / "realworld_heldout5", HELDOUT5_CASES, 1, EARLIER5, HELDOUT5_CATEGORIES),
 )
 CASES = [(c, lab) for c in CORPORA for lab in labels(c.path)]
 
