@@ -130,6 +130,49 @@ DOCUMENTED = [
      "dcgm_memory_health", "gpu_memory_ecc", "reset_gpu"),
     ("| Memory                    | Fail - GPU: 3                                   |",
      "dcgm_memory_health", "gpu_memory_ecc", "reset_gpu"),
+    # Container runtimes, torch.distributed init, NIC drivers, filesystems, batch accounting.
+    ("nvidia-container-cli: requirement error: unsatisfied condition: cuda>=12.4, please update "
+     "your driver to a newer version, or use an earlier cuda container: unknown.",
+     "cuda_arch_or_driver_mismatch", "cuda_software_bug", "fix_config"),
+    ("AssertionError: Found no NVIDIA driver on your system. Please check that you have an NVIDIA "
+     "GPU and installed a driver from http://www.nvidia.com/Download/index.aspx",
+     "cuda_gpu_not_available", "gpu_hardware", "reboot_node"),
+    ("RuntimeError: Timed out initializing process group in store based barrier on rank: 3, for "
+     "key: store_based_barrier_key:1 (world_size=8, worker_count=4, timeout=0:30:00)",
+     "rendezvous_timeout", "network_ib", "check_network"),
+    (KERN + "mlx5_core 0000:3b:00.0: Port module event[error]: module 0, Cable error, Unsupported "
+     "cable", "ib_link_down", "network_ib", "check_network"),
+    (KERN + "NETDEV WATCHDOG: ens1f0np0 (mlx5_core): transmit queue 12 timed out",
+     "ib_link_down", "network_ib", "check_network"),
+    (KERN + "ice 0000:17:00.0 ens2f0: NIC Link is Down", "ib_link_down", "network_ib",
+     "check_network"),
+    (KERN + "EXT4-fs (nvme0n1p1): Remounting filesystem read-only", "io_error", "storage_io",
+     "check_storage"),
+    (KERN + "XFS (md0): Log I/O Error Detected. Shutting down filesystem", "io_error",
+     "storage_io", "check_storage"),
+    (KERN + "Kernel panic - not syncing: Out of memory and no killable processes...",
+     "host_oom_killer", "oom_host", "fix_config"),
+    ('a1b2c3d4e5f6   trainer:latest   "torchrun --nproc"   2 hours ago   Exited (137) 3 minutes '
+     "ago            trainer", "process_killed_sigkill", "oom_host", "fix_config"),
+    ("      Exit Code:    137", "process_killed_sigkill", "oom_host", "fix_config"),
+    ("812345       train.sh        gpu   research         64    TIMEOUT      0:0",
+     "slurm_time_limit", "scheduler_node_failure", "restart_job"),
+    ("812345       train.sh        gpu   research         64  PREEMPTED      0:0",
+     "preemption", "scheduler_node_failure", "restart_job"),
+    ("compute.instances.preempted: Instance was preempted.", "preemption",
+     "scheduler_node_failure", "restart_job"),
+    ("jax.errors.JaxRuntimeError: DEADLINE_EXCEEDED: Barrier timed out. Id: PjRT_Client_Connect. "
+     "This usually happens when a task has died or is running very slowly.",
+     "nccl_timeout_generic", "nccl_timeout_hang", "restart_job"),
+    (NCCL + "NCCL WARN NET/OFI Request completed with error. RC: 21. Error: unknown error. "
+     "Completed length: 0, Request: { dev: 1, size: 0, state: CREATED, direction: RECV }",
+     "nccl_ib_completion_error", "network_ib", "check_network"),
+    ("libfabric:451707:1708520807::efa:cq:efa_rdm_txe_handle_error():737<warn> err: 5, message: "
+     "Invalid address (7)", "nccl_ib_completion_error", "network_ib", "check_network"),
+    ("RuntimeError: HIP error: no ROCm-capable device is detected", "cuda_gpu_not_available",
+     "gpu_hardware", "reboot_node"),
+    ("OSError: Unable to open file (unable to lock file, errno = 11, error message = 'Resource "
+     "temporarily unavailable')", "io_error", "storage_io", "check_storage"),
 ]
 
 # The same words where they do not mean the documented failure: (line, rule it must not be).
@@ -152,6 +195,13 @@ LOOK_ALIKES = [
     (KERN + "nvme nvme0: 16/0/0 default/read/poll queues", "io_error"),
     (KERN + "CIFS: VFS: Autodisabling the use of server inode numbers on \\\\fs01", "io_error"),
     ("Loaded checkpoint from /ckpt/step_1200 (zip archive, 4 GiB)", "checkpoint_unpickle"),
+    (KERN + "mlx5_core 0000:3b:00.0: Port module event: module 0, Cable plugged", "ib_link_down"),
+    (KERN + "XFS (md0): Mounting V5 Filesystem", "io_error"),
+    (KERN + "EXT4-fs (nvme0n1p1): mounted filesystem with ordered data mode.", "io_error"),
+    ("      Exit Code:    0", "process_killed_sigkill"),
+    ("812345.batch  batch  research  64  COMPLETED  0:0", "slurm_time_limit"),
+    ("CONTAINER ID   IMAGE   COMMAND   CREATED   STATUS   PORTS   NAMES", "process_killed_sigkill"),
+    (NCCL + "NCCL INFO NET/OFI Selected Provider is efa", "nccl_ib_completion_error"),
 ]
 
 
@@ -213,3 +263,13 @@ def test_a_truncated_hdf5_checkpoint_is_a_checkpoint_failure(tmp_path: Path) -> 
         "stored_eof = 4194304)",
     ]
     assert _first_incident(tmp_path, lines) == ("checkpoint", "check_storage")
+
+
+@pytest.mark.parametrize("line", [
+    KERN + "Out of memory: Killed process 41233 (python) total-vm:98765432kB, anon-rss:87654321kB",
+    KERN + "Memory cgroup out of memory: Killed process 41233 (python) total-vm:98765432kB",
+])
+def test_a_kernel_oom_kill_on_a_host_named_gpu_is_host_memory(line: str) -> None:
+    # "gpu-07" stands within a few characters of "out of memory" in the syslog prefix.
+    m = load_rules().match(line)
+    assert m is not None and m.rule.id == "host_oom_killer"
