@@ -173,6 +173,12 @@ DOCUMENTED = [
      "gpu_hardware", "reboot_node"),
     ("OSError: Unable to open file (unable to lock file, errno = 11, error message = 'Resource "
      "temporarily unavailable')", "io_error", "storage_io", "check_storage"),
+    # General wording for a full filesystem.
+    ("OSError: Not enough disk space. Needed: 1.20 TiB (download: 400 GiB, generated: 800 GiB)",
+     "no_space_left", "storage_io", "check_storage"),
+    ("ERROR: checkpoint writer: disk is full on /scratch (0 bytes free)", "no_space_left",
+     "storage_io", "check_storage"),
+    ("WARN filesystem full: /lustre/project/run7", "no_space_left", "storage_io", "check_storage"),
 ]
 
 # The same words where they do not mean the documented failure: (line, rule it must not be).
@@ -192,6 +198,8 @@ LOOK_ALIKES = [
      "dcgm_memory_health"),
     ("|                           | PCIe system: Healthy                            |",
      "pcie_aer_corrected"),
+    ("|                           | Thermal system: Warning - GPU 5 clocks slowed     |",
+     "nvrm_gpu_fault"),
     (KERN + "nvme nvme0: 16/0/0 default/read/poll queues", "io_error"),
     (KERN + "CIFS: VFS: Autodisabling the use of server inode numbers on \\\\fs01", "io_error"),
     ("Loaded checkpoint from /ckpt/step_1200 (zip archive, 4 GiB)", "checkpoint_unpickle"),
@@ -202,6 +210,10 @@ LOOK_ALIKES = [
     ("812345.batch  batch  research  64  COMPLETED  0:0", "slurm_time_limit"),
     ("CONTAINER ID   IMAGE   COMMAND   CREATED   STATUS   PORTS   NAMES", "process_killed_sigkill"),
     (NCCL + "NCCL INFO NET/OFI Selected Provider is efa", "nccl_ib_completion_error"),
+    ("google.api_core.exceptions.TooManyRequests: 429 Quota exceeded for quota metric 'Read "
+     "requests'", "no_space_left"),
+    ("[rank0]: GPU memory is full, lowering the batch size", "no_space_left"),
+    ("Checking disk fullness: 42% used", "no_space_left"),
 ]
 
 
