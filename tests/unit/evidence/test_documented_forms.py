@@ -173,6 +173,16 @@ DOCUMENTED = [
      "gpu_hardware", "reboot_node"),
     ("OSError: Unable to open file (unable to lock file, errno = 11, error message = 'Resource "
      "temporarily unavailable')", "io_error", "storage_io", "check_storage"),
+    (NCCL + "include/shm.h:28 NCCL WARN Call to posix_fallocate failed : No space left on device",
+     "shm_or_dataloader_killed", "oom_host", "fix_config"),
+    ("Warning  DeadlineExceeded  2m  job-controller  Job was active longer than specified deadline",
+     "slurm_time_limit", "scheduler_node_failure", "restart_job"),
+    ("  Message:  Pod was terminated in response to imminent node shutdown.", "preemption",
+     "scheduler_node_failure", "restart_job"),
+    ("compute.instances.hostError: Instance terminated by Compute Engine due to a host error.",
+     "slurm_node_failure", "scheduler_node_failure", "exclude_node"),
+    (KERN + "NVRM: A GPU crash dump has been created. If possible, please run", "nvrm_gpu_fault",
+     "gpu_hardware", "reset_gpu"),
     # General wording for a full filesystem.
     ("OSError: Not enough disk space. Needed: 1.20 TiB (download: 400 GiB, generated: 800 GiB)",
      "no_space_left", "storage_io", "check_storage"),
