@@ -224,6 +224,7 @@ LOOK_ALIKES = [
      "requests'", "no_space_left"),
     ("[rank0]: GPU memory is full, lowering the batch size", "no_space_left"),
     ("Checking disk fullness: 42% used", "no_space_left"),
+    ("DCGM_FR_XID_ERROR: Detected XID 13 for GPU 0", "nvrm_gpu_fault"),  # CSV action: none
 ]
 
 
