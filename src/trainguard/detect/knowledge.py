@@ -19,6 +19,7 @@ __all__ = [
     "is_hard_counter",
     "is_hardware_xid",
     "is_known_precursor",
+    "is_supporting_only",
     "is_wear_counter",
     "is_workload_shaped",
     "is_xid_metric",
@@ -52,6 +53,9 @@ _WEAR = re.compile(r"ECC_SBE|SBE_VOL|SBE_AGG|CORRECTABLE_REMAPPED_ROWS|RETIRED_S
 # Fields the job sets, not the hardware: memory allocated, bytes moved. A deviation there is
 # mostly a different workload on that GPU, so they count half.
 _WORKLOAD = re.compile(r"FB_USED|FB_FREE|FB_RESERVED|_BYTES|BANDWIDTH", re.IGNORECASE)
+# Cooling controls: the fan follows the temperature, and a fan that wears out is a chassis or
+# cooling repair, not a GPU about to fail. Such a field may support another signal, never lead.
+_SUPPORTING = re.compile(r"FAN", re.IGNORECASE)
 _HW_CATEGORIES = frozenset({Category.GPU_HARDWARE, Category.GPU_MEMORY_ECC,
                             Category.NVLINK_INTERCONNECT})
 
@@ -71,6 +75,11 @@ def is_hard_counter(name: str) -> bool:
 
 def is_known_precursor(name: str) -> bool:
     return bool(_PRECURSOR.search(_base(name))) and not is_hard_counter(name)
+
+
+def is_supporting_only(name: str) -> bool:
+    """A cooling-control field (fan speed): evidence beside another signal, never alone."""
+    return bool(_SUPPORTING.search(_base(name)))
 
 
 def is_wear_counter(name: str) -> bool:

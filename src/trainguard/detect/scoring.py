@@ -27,7 +27,7 @@ from trainguard.detect.alerts import Signal
 from trainguard.detect.config import DetectorConfig
 from trainguard.detect.episodes import EpisodeTracker
 from trainguard.detect.hard import BoolArray, HardHit
-from trainguard.detect.knowledge import ACTIVITY_FIELDS
+from trainguard.detect.knowledge import ACTIVITY_FIELDS, is_supporting_only
 from trainguard.detect.layout import Layout
 from trainguard.detect.numeric import block_means
 from trainguard.detect.precursors import PrecursorHits
@@ -40,7 +40,7 @@ from trainguard.detect.signals.precursor import PrecursorConfig
 from trainguard.detect.signals.regime import Regime, RegimeConfig
 from trainguard.telemetry.frame import FloatArray, IntArray
 
-__all__ = ["BlockScorer"]
+__all__ = ["BlockScorer", "mute_node_activity"]
 
 
 class BlockScorer:
@@ -56,6 +56,7 @@ class BlockScorer:
         self.fusion = Fusion.new(FusionConfig.of(cfg))
         self.precursor = PrecursorConfig.of(cfg)
         self.blocks = 0
+        self._supporting: tuple[tuple[int, int], BoolArray] | None = None
 
     def _grow(self) -> None:
         mg, mn, n, g = self.layout.shape
@@ -88,18 +89,20 @@ class BlockScorer:
         for h in hits:
             by_block.setdefault(h.t_index // s, []).append(h)
         activity = self._activity_rows(act)
+        supporting = self._supporting_rows()
         for b in range(nb):
             t_end = float(times[b * s + s - 1])
             hard_evidence.emit(tracker, by_block.get(b, []), times, self.layout)
             self._block(t_end, bg[..., b], bn[..., b], pb[..., b], tracker, soft, weights, act,
                         jobs[b] if jobs else None, unit_floor[:, b], cumulative, activity,
-                        early.get(b) if early else None)
+                        early.get(b) if early else None, supporting)
             tracker.expire_hard(t_end)
 
     def _block(self, t: float, x: FloatArray, xn: FloatArray, pres: BoolArray,
                tracker: EpisodeTracker, soft: FloatArray, weights: FloatArray, act: int | None,
                jobs: list[str] | None, unit_floor: FloatArray, cumulative: BoolArray,
-               activity: BoolArray, early: list[tuple[int, Signal]] | None) -> None:
+               activity: BoolArray, early: list[tuple[int, Signal]] | None,
+               supporting: BoolArray | None = None) -> None:
         self.blocks += 1
         ctx = self.regime.step(t, x, xn, pres, act, jobs)
         zp1, zp2 = self.peer.step(x, xn, ctx.labels, unit_floor)
@@ -107,7 +110,8 @@ class BlockScorer:
         counter_led = self.counters.step(x, xn, unit_floor, cumulative, z1, z2)
         z1[:, ctx.settle, :] = np.nan
         z2[:, ctx.settle] = np.nan
-        fused = self.fusion.step(z1, z2, soft, weights, ctx.node_pres)
+        mute_node_activity(z2, activity)
+        fused = self.fusion.step(z1, z2, soft, weights, ctx.node_pres, supporting)
         quiet = tracker.quiet(t)
         names = [*self.layout.gpu_metrics, *self.layout.node_metrics]
         signals = {i: self.fusion.signals(i, fused, z1, z2, names, self.layout)
@@ -120,6 +124,17 @@ class BlockScorer:
                                               quiet, lead)
         tracker.soft_block(t, score, signals, quiet, lead)
 
+    def _supporting_rows(self) -> BoolArray:
+        """Per metric (GPU metrics first): may it only support another signal (knowledge).
+        Metric names only ever grow, so their counts identify the layout."""
+        lay = self.layout
+        key = (len(lay.gpu_metrics), len(lay.node_metrics))
+        if self._supporting is None or self._supporting[0] != key:
+            rows = np.array([is_supporting_only(m) for m in (*lay.gpu_metrics, *lay.node_metrics)],
+                            dtype=bool)
+            self._supporting = (key, rows)
+        return self._supporting[1]
+
     def _activity_rows(self, act: int | None) -> BoolArray:
         """Per metric (GPU metrics first, then node metrics, never activity): is it a GPU
         activity field (utilisation, engine or SM activity; not power, which also follows
@@ -129,3 +144,17 @@ class BlockScorer:
         for i, name in enumerate(lay.gpu_metrics):
             rows[i] = i == act or name in ACTIVITY_FIELDS
         return rows
+
+
+def mute_node_activity(z2: FloatArray, activity: BoolArray) -> None:
+    """Drop (in place) the node-level deviation of the GPU activity fields (`activity` per
+    metric, GPU metrics first) from `z2[metric, node]`. A whole node's GPUs changing activity
+    together is its job starting, stopping or changing phase, not a failing GPU: a GPU that
+    fails departs from its siblings (the GPU-level deviation, kept), and a node that collapses
+    is the host-collapse rule's.
+
+        >>> z2 = np.ones((3, 2)); mute_node_activity(z2, np.array([True, False, False]))
+        >>> z2[:, 0].tolist()
+        [nan, 1.0, 1.0]
+    """
+    z2[activity[: z2.shape[0]]] = np.nan

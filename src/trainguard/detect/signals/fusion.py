@@ -6,7 +6,8 @@
    metrics less, hard-evidence metrics not at all) and capped;
 2. per metric and node, the stronger of the node-level deviation and the node's worst GPU;
 3. a metric deviating on several nodes at once is the workload, not a failing node: muted;
-4. node score = strongest metric + half the second strongest (`fuse`).
+4. a supporting-only metric (a cooling control) is capped at the node's strongest other metric;
+5. node score = strongest metric + half the second strongest (`fuse`).
 """
 
 from __future__ import annotations
@@ -87,9 +88,11 @@ class Fusion:
         self.cal2[i] = 0.0
 
     def step(self, z1: FloatArray, z2: FloatArray, soft: FloatArray, weights: FloatArray,
-             node_pres: BoolArray) -> Fused:
+             node_pres: BoolArray, supporting: BoolArray | None = None) -> Fused:
         """Fuse `z1[gpu metric, node, gpu]` and `z2[metric, node]` (NaN: no evidence) with the
-        per-metric `soft` (0 for hard-evidence metrics) and `weights`."""
+        per-metric `soft` (0 for hard-evidence metrics) and `weights`; a `supporting` metric
+        (per metric) never scores above the node's strongest other metric: it can be the
+        second signal, never the only one."""
         cfg = self.cfg
         mg = z1.shape[0]
         a1 = np.abs(z1)
@@ -114,6 +117,9 @@ class Fusion:
         crowd = max(cfg.crowd_min_nodes, cfg.crowd_fraction * n_up)
         crowded = np.count_nonzero(per_metric >= 0.5 * cfg.score_on, axis=1) >= crowd
         per_metric[crowded] = 0.0
+        if supporting is not None and supporting.any() and not supporting.all():
+            others = per_metric[~supporting].max(axis=0)
+            per_metric[supporting] = np.minimum(per_metric[supporting], others)
         return Fused(fuse(per_metric, mg), per_metric, s1, u2, gpu_best)
 
     def signals(self, i: int, f: Fused, z1: FloatArray, z2: FloatArray, names: list[str],

@@ -69,6 +69,20 @@ def test_a_metric_heavy_tailed_everywhere_is_discounted() -> None:
     assert f.cal1[0] > 4 * fusion.CAL_REF and f.cal1[1] < 1.5 * fusion.CAL_REF
 
 
+def test_a_supporting_only_metric_never_leads_alone_but_supports() -> None:
+    cooling = np.array([True, False, False])  # GPU metric 0: a fan
+    z1, z2 = _quiet()
+    z1[0, 2, 1] = 20.0  # a fan far off on node 2, nothing else
+    z1[0, 4, 0] = 20.0  # the same fan deviation on node 4, beside a 6-sigma temperature
+    z1[1, 4, 0] = 6.0
+    f = _unit().step(z1, z2, ONE, ONE, np.ones(N, dtype=bool), cooling)
+    assert f.score[2] == 0.0
+    top, fan = f.per_metric[1, 4], f.per_metric[0, 4]
+    assert 0 < fan <= top and f.score[4] == top + 0.5 * fan  # it supports
+    plain = _unit().step(z1, z2, ONE, ONE, np.ones(N, dtype=bool))
+    assert plain.score[2] > 0.0  # without the mask it would page alone
+
+
 def test_the_host_metric_only_supports() -> None:
     pm = np.array([[1.0], [0.0], [9.0]])  # two GPU metrics, one host metric
     assert fuse(pm, 2).tolist() == [1.0 + 4.5]
