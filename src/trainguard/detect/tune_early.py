@@ -32,7 +32,7 @@ from typing import Any
 from trainguard.detect.config import DetectorConfig
 from trainguard.detect.trend import SLOTS
 from trainguard.detect.truth import GroundTruth
-from trainguard.detect.tune import (
+from trainguard.detect.tune_grid import (
     EARLY_RUNS,
     Budget,
     Candidate,
