@@ -299,8 +299,12 @@ class Detector:
         ct = self._carry_for(tkey, (len(cumulative), *x.shape[1:-1]), np.nan)[idx]
         prev_v, last_v, prev_t, last_t = previous_valid_and_time(
             sub, cv, times.astype(np.float64), ct)
-        inc = np.where(sub >= prev_v, sub - prev_v, sub)
-        elapsed = times.astype(np.float64) - prev_t
+        # In place where a value is not needed again: fewer chunk-sized temporaries.
+        inc = sub - prev_v
+        reset = sub >= prev_v
+        np.logical_not(reset, out=reset)  # a decrease (or no previous value): the value itself
+        np.copyto(inc, sub, where=reset)
+        elapsed = np.subtract(times.astype(np.float64), prev_t, out=prev_t)
         with np.errstate(invalid="ignore", divide="ignore"):
             rate = inc / elapsed
         too_old = elapsed > self.cfg.gone_reset_s

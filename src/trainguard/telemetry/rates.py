@@ -95,11 +95,13 @@ def monotone_counts(values: FloatArray, prev: FloatArray) -> npt.NDArray[np.int6
     """
     with np.errstate(invalid="ignore"):
         diff = values - prev
+        n_pos = np.count_nonzero(diff > 0, axis=1)
         dec = diff < 0
-        resets = dec & (values < RESET_DROP * prev)
+        drop = np.multiply(prev, RESET_DROP, out=diff)  # the difference is not needed again
+        resets = np.less(values, drop)
+        resets &= dec
         n_reset = np.count_nonzero(resets, axis=1)
-        return np.stack([np.count_nonzero(diff > 0, axis=1), n_reset,
-                         np.count_nonzero(dec, axis=1) - n_reset,
+        return np.stack([n_pos, n_reset, np.count_nonzero(dec, axis=1) - n_reset,
                          (values < 0).any(axis=1).astype(np.int64)], axis=1)
 
 
