@@ -87,10 +87,13 @@ class BlockScorer:
         for h in hits:
             by_block.setdefault(h.t_index // s, []).append(h)
         activity = self._activity_rows(act)
+        # Block by block, each block's means contiguous (every unit reads them several times).
+        bg_b = np.ascontiguousarray(np.moveaxis(bg, -1, 0))
+        bn_b = np.ascontiguousarray(np.moveaxis(bn, -1, 0))
         for b in range(nb):
             t_end = float(times[b * s + s - 1])
             hard_evidence.emit(tracker, by_block.get(b, []), times, self.layout)
-            self._block(t_end, bg[..., b], bn[..., b], pb[..., b], tracker, soft, weights, act,
+            self._block(t_end, bg_b[b], bn_b[b], pb[..., b], tracker, soft, weights, act,
                         jobs[b] if jobs else None, unit_floor[:, b], cumulative, activity,
                         early.get(b) if early else None)
             tracker.expire_hard(t_end)
