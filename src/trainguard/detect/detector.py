@@ -42,7 +42,13 @@ from trainguard.detect.knowledge import (
     is_xid_metric,
 )
 from trainguard.detect.layout import DenseChunk, Layout
-from trainguard.detect.numeric import ffill, nanmedian_axis, previous_valid
+from trainguard.detect.numeric import (
+    block_means,
+    last_valid,
+    nanmedian_axis,
+    previous_valid,
+    previous_valid_and_time,
+)
 from trainguard.detect.precursors import PrecursorRules
 from trainguard.detect.scoring import BlockScorer
 from trainguard.detect.signals.hard_evidence import HardEvidence
@@ -250,49 +256,64 @@ class Detector:
     def _process(self, d: DenseChunk, tel: Telemetry | None) -> None:
         lay = self.layout
         mg, _mn, n, g = lay.shape
-        present: BoolArray = (np.asarray((~np.isnan(d.gpu)).any(axis=0)) if mg
+        present: BoolArray = (np.asarray(~np.isnan(d.gpu).all(axis=0)) if mg
                               else np.zeros((n, g, d.times.size), dtype=bool))
         # Hard evidence on raw values, before any transformation.
         hits = self.hard.scan(d, lay, present, self.step_s)
 
         flags = self._flags()
         mg_ = len(lay.gpu_metrics)
-        gpu = self._rates(d.gpu, flags.cumulative[:mg_], "rate_gpu", d.times)
-        node = self._rates(d.node, flags.cumulative[mg_:], "rate_node", d.times)
-        jobs = _jobs_per_block(tel, lay.nodes, d.times, self.steps_per_block) if tel else None
         s = self.steps_per_block
+        bg = self._block_means(d.gpu, flags.cumulative[:mg_], "rate_gpu", d.times)
+        bn = self._block_means(d.node, flags.cumulative[mg_:], "rate_node", d.times)
+        jobs = _jobs_per_block(tel, lay.nodes, d.times, self.steps_per_block) if tel else None
         early = self.precursors.scan(d, lay, flags.cumulative, s)
-        self.scorer.run(d.times, gpu, node, present, hits, self.tracker,
+        self.scorer.run(d.times, bg, bn, present, hits, self.tracker,
                         flags.soft, flags.weights, flags.activity, jobs,
                         self.steps_per_block,
                         self._unit_blocks(d.gpu, d.node, d.times.size // self.steps_per_block),
                         flags.cumulative, early)
 
+    def _block_means(self, x: FloatArray, cumulative: BoolArray, key: str, times: np.ndarray
+                     ) -> FloatArray:
+        """What scoring reads of a chunk: its block means, the cumulative rows' taken of their
+        rates (`_rates`; no copy of the whole chunk with the rates in it)."""
+        s = self.steps_per_block
+        out = block_means(x, s)
+        rows, rates = self._rates(x, cumulative, key, times)
+        if rates is not None:
+            out[rows] = block_means(rates, s)
+        return out
+
     def _rates(self, x: FloatArray, cumulative: BoolArray, key: str, times: np.ndarray
-               ) -> FloatArray:
-        """Per-second rates for cumulative metrics (resets: the increase is the new value)."""
+               ) -> tuple[list[int], FloatArray | None]:
+        """Per-second rates of the cumulative rows of `x` (resets: the increase is the new
+        value): (those rows, their rates, None when there is none)."""
         idx = np.flatnonzero(cumulative).tolist()
         self._steps.pop(key, None)
         if not idx:
-            return x
-        out = x.copy()
+            return idx, None
         sub = x[idx]
         vkey, tkey = f"{key}:v", f"{key}:t"
         cv = self._carry_for(vkey, (len(cumulative), *x.shape[1:-1]), np.nan)[idx]
         ct = self._carry_for(tkey, (len(cumulative), *x.shape[1:-1]), np.nan)[idx]
-        tt = np.broadcast_to(times.astype(np.float64), sub.shape)
-        tvalid = np.where(np.isnan(sub), np.nan, tt)
-        prev_v, last_v = previous_valid(sub, cv)
-        prev_t, last_t = previous_valid(tvalid, ct)
-        inc = np.where(sub >= prev_v, sub - prev_v, sub)
+        prev_v, last_v, prev_t, last_t = previous_valid_and_time(
+            sub, cv, times.astype(np.float64), ct)
+        # In place where a value is not needed again: fewer chunk-sized temporaries.
+        inc = sub - prev_v
+        reset = sub >= prev_v
+        np.logical_not(reset, out=reset)  # a decrease (or no previous value): the value itself
+        np.copyto(inc, sub, where=reset)
+        elapsed = np.subtract(times.astype(np.float64), prev_t, out=prev_t)
         with np.errstate(invalid="ignore", divide="ignore"):
-            rate = inc / (tt - prev_t)
-        too_old = (tt - prev_t) > self.cfg.gone_reset_s
-        out[idx] = np.where(too_old, np.nan, rate)
-        self._steps[key] = np.where(too_old, np.nan, inc)
+            rate = inc / elapsed
+        too_old = elapsed > self.cfg.gone_reset_s
+        rate[too_old] = np.nan
+        inc[too_old] = np.nan
+        self._steps[key] = inc
         self._carry[vkey][idx] = last_v
         self._carry[tkey][idx] = last_t
-        return out
+        return idx, rate
 
     def _is_cumulative(self, name: str) -> bool:
         """A metric's current verdict; a metric seen for the first time is judged by its
@@ -327,7 +348,7 @@ class Detector:
             rows = rows[:, :: max(1, rows.shape[1] // 64)]
             prev = self._carry_for(f"res:{part}", rows.shape[:2], np.nan)
             steps = np.abs(np.diff(np.concatenate([prev[..., None], rows], axis=-1), axis=-1))
-            self._carry[f"res:{part}"] = ffill(rows, prev)[..., -1]
+            self._carry[f"res:{part}"] = last_valid(rows, prev)
             cm = cum[lo:lo + m]
             inc = self._steps.get(key)
             if inc is not None and cm.any():

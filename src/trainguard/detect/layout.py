@@ -108,11 +108,23 @@ class Layout:
         self.register(tel)
         mg, mn, n, g = self.shape
         t = tel.times.shape[0]
-        gpu = np.full((mg, n, g, t), np.nan)
-        node = np.full((mn, n, t), np.nan)
+        placed = [(m, self._cached(m) or self._build_index(m)) for m in tel.metrics]
+        # Only the rows that no series covers whole start as missing (NaN): the others are
+        # written over in full below.
+        whole_g = np.zeros(mg, dtype=bool)
+        whole_n = np.zeros(mn, dtype=bool)
+        for m, idx in placed:
+            if idx.full == (n, g):
+                if idx.slots.size:
+                    whole_g[self._gm[m.name]] = True
+                else:
+                    whole_n[self._nm[m.name]] = True
+        gpu = np.empty((mg, n, g, t))
+        node = np.empty((mn, n, t))
+        gpu[~whole_g] = np.nan
+        node[~whole_n] = np.nan
         one_cell_each = True
-        for m in tel.metrics:
-            idx = self._cached(m) or self._build_index(m)
+        for m, idx in placed:
             if idx.full == (n, g):  # rows already in layout order: one block copy
                 if idx.slots.size:
                     gpu[self._gm[m.name]].reshape(n * g, t)[...] = m.values
@@ -125,7 +137,8 @@ class Layout:
             else:
                 node[self._nm[m.name], idx.nodes, :] = m.values
         if one_cell_each and len({m.name for m in tel.metrics}) == len(tel.metrics):
-            samples = int(np.count_nonzero(~np.isnan(gpu)) + np.count_nonzero(~np.isnan(node)))
+            samples = int(gpu.size - np.count_nonzero(np.isnan(gpu))
+                          + node.size - np.count_nonzero(np.isnan(node)))
         else:
             samples = tel.n_samples
         return DenseChunk(tel.times, gpu, node), samples

@@ -7,12 +7,24 @@ flat 1-D gathers instead of `take_along_axis`, and a fast return when nothing is
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import numpy.typing as npt
 
-from trainguard.telemetry.frame import FloatArray
+from trainguard.telemetry.frame import FloatArray, IntArray
 
-__all__ = ["block_means", "ffill", "nanmedian_axis", "previous_valid"]
+__all__ = [
+    "block_means",
+    "ffill",
+    "last_valid",
+    "nanmedian_axis",
+    "previous_valid",
+    "previous_valid_and_time",
+]
+
+_BLOCK_ROWS_BYTES = 1 << 20
+"""Input rows summed together by `block_means`: their partial sums stay in cache."""
 
 
 def nanmedian_axis(x: FloatArray, axis: int) -> tuple[FloatArray, FloatArray]:
@@ -21,7 +33,7 @@ def nanmedian_axis(x: FloatArray, axis: int) -> tuple[FloatArray, FloatArray]:
     Much faster than `np.nanmedian` for short axes (8 GPUs, tens of nodes): sort puts NaN last, so
     the median of the k valid values sits at positions (k-1)//2 and k//2.
     """
-    last = np.moveaxis(x, axis, -1)
+    last = x if axis in (-1, x.ndim - 1) else np.moveaxis(x, axis, -1)
     n = last.shape[-1]
     out_shape = last.shape[:-1]
     if n == 0:
@@ -41,26 +53,41 @@ def nanmedian_axis(x: FloatArray, axis: int) -> tuple[FloatArray, FloatArray]:
     return med.reshape(out_shape), k.astype(np.float64).reshape(out_shape)
 
 
-def _ffill_with_carry(x: FloatArray, carry: FloatArray) -> FloatArray:
-    """Forward fill of [carry, x] along the last axis (one more column than `x`)."""
-    t = x.shape[-1] + 1
-    full = np.empty((*x.shape[:-1], t))
-    full[..., 0] = carry
-    full[..., 1:] = x
-    if full.size == 0:
-        return full
-    flat = full.reshape(-1, t)
-    missing = np.isnan(flat)
+def _gap_positions(full: FloatArray) -> tuple[IntArray, IntArray]:
+    """For `full` (rows x samples, the carry first), the rows with a missing sample after the
+    carry, and per such row and sample the flat position of its last valid sample (the carry
+    where none is: it may be missing too)."""
+    t = full.shape[-1]
+    missing = np.isnan(full)
     rows = np.flatnonzero(missing[:, 1:].any(axis=1))
     if rows.size == 0:
-        return full
-    # Gather, per row with a gap, each sample's last valid position (a running maximum).
+        return rows, rows
+    # Per row with a gap, each sample's last valid position (a running maximum).
     sub = missing[rows]
     itype = np.int32 if rows.size * t < 1 << 31 else np.int64
     idx = np.where(sub, itype(0), np.arange(t, dtype=itype))
     np.maximum.accumulate(idx, axis=1, out=idx)
     idx += (rows * t).astype(itype)[:, None]
-    flat[rows] = np.take(full.reshape(-1), idx)
+    return rows, idx
+
+
+def _with_carry(x: FloatArray, carry: FloatArray) -> FloatArray:
+    """[carry, x] along the last axis (one more column than `x`)."""
+    full = np.empty((*x.shape[:-1], x.shape[-1] + 1))
+    full[..., 0] = carry
+    full[..., 1:] = x
+    return full
+
+
+def _ffill_with_carry(x: FloatArray, carry: FloatArray) -> FloatArray:
+    """Forward fill of [carry, x] along the last axis (one more column than `x`)."""
+    full = _with_carry(x, carry)
+    if full.size == 0:
+        return full
+    flat = full.reshape(-1, full.shape[-1])
+    rows, idx = _gap_positions(flat)
+    if rows.size:
+        flat[rows] = np.take(full.reshape(-1), idx)
     return full
 
 
@@ -76,26 +103,73 @@ def previous_valid(x: FloatArray, carry: FloatArray) -> tuple[FloatArray, FloatA
     return filled[..., :-1], filled[..., -1].copy()
 
 
+def last_valid(x: FloatArray, carry: FloatArray) -> FloatArray:
+    """Per row, the last valid value along the last axis, `carry` where there is none: what
+    `ffill(x, carry)[..., -1]` is, without filling the rest."""
+    ok = ~np.isnan(x)
+    if x.shape[-1] == 0:
+        return np.array(carry, dtype=np.float64)
+    pos = x.shape[-1] - 1 - np.argmax(ok[..., ::-1], axis=-1)
+    val = np.take_along_axis(x, pos[..., None], axis=-1)[..., 0]
+    return np.asarray(np.where(ok.any(axis=-1), val, carry), dtype=np.float64)
+
+
+def previous_valid_and_time(x: FloatArray, carry: FloatArray, times: FloatArray,
+                            time_carry: FloatArray
+                            ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """`previous_valid` of `x` and of its sample times (`times` along the last axis, NaN where
+    `x` is missing; `time_carry` the time of `carry`), from one search for the gaps: a time is
+    missing exactly where its value is. (prev, last, prev time, last time)."""
+    full = _with_carry(x, carry)
+    tfull = np.empty_like(full)
+    tfull[..., 0] = time_carry
+    tfull[..., 1:] = times
+    if full.size:
+        t = full.shape[-1]
+        flat, tflat = full.reshape(-1, t), tfull.reshape(-1, t)
+        rows, idx = _gap_positions(flat)
+        if rows.size:
+            # Only valid positions (or the carry) are gathered: the times of the missing
+            # samples, never masked here, are all replaced.
+            flat[rows] = np.take(full.reshape(-1), idx)
+            tflat[rows] = np.take(tfull.reshape(-1), idx)
+    return full[..., :-1], full[..., -1].copy(), tfull[..., :-1], tfull[..., -1].copy()
+
+
 def block_means(x: FloatArray, block: int) -> FloatArray:
     """Means over consecutive groups of `block` samples on the last axis (NaN-aware).
 
     The last axis length must be a multiple of `block`. Summed position by position in order
-    (what `sum` does for so few values), so the result is the same to the bit.
+    (what `sum` does for so few values), so the result is the same to the bit. Every group is
+    first summed without masks, a few rows at a time (`_BLOCK_ROWS_BYTES`: the partial sums
+    stay in cache across the `block` passes); only the groups that came out NaN, the few with a
+    missing sample, are summed again skipping the missing ones.
     """
-    shape = (*x.shape[:-1], x.shape[-1] // block, block)
-    v = x.reshape(shape)
-    total = np.zeros(shape[:-1])
-    if not np.isnan(x.sum()):
-        # Nothing missing (a NaN anywhere makes the sum NaN): the same adds, in the same order,
-        # without the masks; every count is `block`.
+    lead = x.shape[:-1]
+    t = x.shape[-1]
+    nb = t // block
+    n_rows = math.prod(lead)
+    groups = x.reshape(n_rows, nb, block)  # a view for a chunk's slice of time
+    total = np.zeros((n_rows, nb))
+    step = max(1, _BLOCK_ROWS_BYTES // max(1, 8 * t))
+    for r in range(0, n_rows, step):
+        part = total[r:r + step]
+        v = groups[r:r + step]
         for j in range(block):
-            total += v[..., j]
-        return total / np.float64(block)
-    n: npt.NDArray[np.int64] = np.zeros(shape[:-1], dtype=np.int64)
-    for j in range(block):
-        col = v[..., j]
-        ok = ~np.isnan(col)
-        np.add(total, col, out=total, where=ok)
-        n += ok
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(n > 0, total / np.maximum(n, 1), np.nan)
+            part += v[..., j]
+    np.divide(total, np.float64(block), out=total)
+    bad = np.nonzero(np.isnan(total))
+    if bad[0].size:
+        # A NaN sum has a missing sample (or opposite infinities, which stay NaN): the same
+        # adds, in the same order, over the valid samples only.
+        sub = groups[bad]
+        acc = np.zeros(sub.shape[0])
+        n: npt.NDArray[np.int64] = np.zeros(sub.shape[0], dtype=np.int64)
+        for j in range(block):
+            col = sub[:, j]
+            ok = ~np.isnan(col)
+            np.add(acc, col, out=acc, where=ok)
+            n += ok
+        with np.errstate(invalid="ignore", divide="ignore"):
+            total[bad] = np.where(n > 0, acc / np.maximum(n, 1), np.nan)
+    return total.reshape(*lead, nb)

@@ -29,7 +29,6 @@ from trainguard.detect.episodes import EpisodeTracker
 from trainguard.detect.hard import BoolArray, HardHit
 from trainguard.detect.knowledge import ACTIVITY_FIELDS, is_supporting_only
 from trainguard.detect.layout import Layout
-from trainguard.detect.numeric import block_means
 from trainguard.detect.precursors import PrecursorHits
 from trainguard.detect.signals import hard_evidence, precursor
 from trainguard.detect.signals.baseline import BaselineConfig, BaselineDeviation
@@ -74,26 +73,29 @@ class BlockScorer:
             for unit in (self.baseline, self.peer, self.fusion, self.counters):
                 unit.reset_metric(i)
 
-    def run(self, times: IntArray, gpu: FloatArray, node: FloatArray, present: np.ndarray,
+    def run(self, times: IntArray, bg: FloatArray, bn: FloatArray, present: np.ndarray,
             hits: list[HardHit], tracker: EpisodeTracker, soft: FloatArray, weights: FloatArray,
             act: int | None, jobs: list[list[str]] | None, s: int, unit_floor: FloatArray,
             cumulative: BoolArray, early: PrecursorHits | None = None) -> None:
-        """Score the complete blocks of `s` samples in `times` (len(times) % s == 0); `hits`
-        the chunk's hard evidence, `early` its early warnings per block."""
+        """Score the complete blocks of `s` samples in `times` (len(times) % s == 0) from
+        their means `bg[gpu metric, node, gpu, block]` and `bn[node metric, node, block]`
+        (counters as rates); `hits` the chunk's hard evidence, `early` its early warnings per
+        block."""
         self._grow()
         nb = times.size // s
-        bg = block_means(gpu, s)
-        bn = block_means(node, s)
         pb = np.asarray(present.reshape(*present.shape[:-1], nb, s).any(axis=-1), dtype=bool)
         by_block: dict[int, list[HardHit]] = {}
         for h in hits:
             by_block.setdefault(h.t_index // s, []).append(h)
         activity = self._activity_rows(act)
         supporting = self._supporting_rows()
+        # Block by block, each block's means contiguous (every unit reads them several times).
+        bg_b = np.ascontiguousarray(np.moveaxis(bg, -1, 0))
+        bn_b = np.ascontiguousarray(np.moveaxis(bn, -1, 0))
         for b in range(nb):
             t_end = float(times[b * s + s - 1])
             hard_evidence.emit(tracker, by_block.get(b, []), times, self.layout)
-            self._block(t_end, bg[..., b], bn[..., b], pb[..., b], tracker, soft, weights, act,
+            self._block(t_end, bg_b[b], bn_b[b], pb[..., b], tracker, soft, weights, act,
                         jobs[b] if jobs else None, unit_floor[:, b], cumulative, activity,
                         early.get(b) if early else None, supporting)
             tracker.expire_hard(t_end)

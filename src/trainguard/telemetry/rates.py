@@ -40,12 +40,23 @@ MAX_RESET_FRACTION = 0.02
 def _previous_valid(values: FloatArray) -> tuple[FloatArray, np.ndarray]:
     """Per cell, the previous reported value of its row and that value's column (-1: none)."""
     n_t = values.shape[1]
-    idx = np.where(np.isnan(values), -1, np.arange(n_t, dtype=np.int64))
-    np.maximum.accumulate(idx, axis=1, out=idx)
-    prev_idx = np.full_like(idx, -1)
-    prev_idx[:, 1:] = idx[:, :-1]
-    prev = np.take_along_axis(values, np.maximum(prev_idx, 0), axis=1)
-    prev[prev_idx < 0] = np.nan
+    # Most rows miss nothing: their previous value is the one just before.
+    prev = np.empty_like(values)
+    prev[:, :1] = np.nan
+    prev[:, 1:] = values[:, :-1]
+    prev_idx = np.empty(values.shape, dtype=np.int64)
+    prev_idx[...] = np.arange(-1, n_t - 1, dtype=np.int64)
+    gaps = np.flatnonzero(np.isnan(values[:, :-1]).any(axis=1))
+    if gaps.size:
+        sub = values[gaps]
+        idx = np.where(np.isnan(sub), -1, np.arange(n_t, dtype=np.int64))
+        np.maximum.accumulate(idx, axis=1, out=idx)
+        sub_idx = np.full_like(idx, -1)
+        sub_idx[:, 1:] = idx[:, :-1]
+        sub_prev = np.take_along_axis(sub, np.maximum(sub_idx, 0), axis=1)
+        sub_prev[sub_idx < 0] = np.nan
+        prev[gaps] = sub_prev
+        prev_idx[gaps] = sub_idx
     return prev, prev_idx
 
 
@@ -64,8 +75,8 @@ def detect_monotonic(series: MetricSeries) -> bool:
     be much rarer than increases (1 in 3), unless the name says counter/_total.
     """
     v = series.values
-    if v.size == 0 or not np.isfinite(v).any():
-        return False
+    if v.size == 0 or not np.isfinite(v).any() or bool((v < 0).any()):
+        return False  # a negative value: never cumulative (`cumulative_verdict`)
     prev, _ = _previous_valid(v)
     n_pos, n_reset, n_other, negative = monotone_counts(v.reshape(1, -1),
                                                         prev.reshape(1, -1))[0].tolist()
@@ -84,11 +95,13 @@ def monotone_counts(values: FloatArray, prev: FloatArray) -> npt.NDArray[np.int6
     """
     with np.errstate(invalid="ignore"):
         diff = values - prev
+        n_pos = np.count_nonzero(diff > 0, axis=1)
         dec = diff < 0
-        resets = dec & (values < RESET_DROP * prev)
+        drop = np.multiply(prev, RESET_DROP, out=diff)  # the difference is not needed again
+        resets = np.less(values, drop)
+        resets &= dec
         n_reset = np.count_nonzero(resets, axis=1)
-        return np.stack([np.count_nonzero(diff > 0, axis=1), n_reset,
-                         np.count_nonzero(dec, axis=1) - n_reset,
+        return np.stack([n_pos, n_reset, np.count_nonzero(dec, axis=1) - n_reset,
                          (values < 0).any(axis=1).astype(np.int64)], axis=1)
 
 

@@ -9,7 +9,14 @@ import numpy as np
 import pytest
 
 from trainguard.detect.baseline import Baseline
-from trainguard.detect.numeric import block_means, ffill, nanmedian_axis, previous_valid
+from trainguard.detect.numeric import (
+    block_means,
+    ffill,
+    last_valid,
+    nanmedian_axis,
+    previous_valid,
+    previous_valid_and_time,
+)
 from trainguard.detect.sparse import SparseCounters, step_rows
 
 
@@ -161,3 +168,53 @@ def test_calibrate_takes_the_sorted_quantile(missing: float) -> None:
     ok = (k >= 20) & np.isfinite(q)
     want = np.where(ok, np.where(cal == 0, q, 0.99 * cal + 0.01 * q), cal)
     np.testing.assert_array_equal(_calibrate(cal, a, 0.99), want)
+
+
+@pytest.mark.parametrize("missing", [0.0, 0.05, 0.6, 1.0])
+def test_previous_valid_and_time_is_previous_valid_of_values_and_of_their_times(
+        missing: float) -> None:
+    """One search for the gaps serves the values and their times: the same numbers as two."""
+    rng = np.random.default_rng(int(missing * 100) + 1)
+    x = _noisy(rng, (4, 6, 3, 12), missing)
+    carry = _noisy(rng, x.shape[:-1], 0.3)
+    times = 1_700_000_000.0 + 30.0 * np.arange(12)
+    tcarry = np.where(np.isnan(carry), np.nan, times[0] - 30.0 * rng.integers(1, 9, carry.shape))
+    prev, last, prev_t, last_t = previous_valid_and_time(x, carry, times, tcarry)
+    want_prev, want_last = previous_valid(x, carry)
+    timed = np.where(np.isnan(x), np.nan, np.broadcast_to(times, x.shape))
+    want_prev_t, want_last_t = previous_valid(timed, tcarry)
+    for got, want in ((prev, want_prev), (last, want_last), (prev_t, want_prev_t),
+                      (last_t, want_last_t)):
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("missing", [0.0, 0.3, 1.0])
+def test_last_valid_is_the_last_column_of_the_forward_fill(missing: float) -> None:
+    rng = np.random.default_rng(int(missing * 10) + 20)
+    x = _noisy(rng, (5, 9, 7), missing)
+    carry = _noisy(rng, (5, 9), 0.5)
+    np.testing.assert_array_equal(last_valid(x, carry), ffill(x, carry)[..., -1])
+
+
+def test_block_means_of_a_time_slice_summed_a_few_rows_at_a_time(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chunk's slice of time (not contiguous), summed in many row groups: the same bits."""
+    import trainguard.detect.numeric as numeric
+
+    rng = np.random.default_rng(4)
+    whole = _noisy(rng, (7, 5, 3, 24), 0.02)
+    whole[0, 0, 0, 4:8] = np.nan  # one block with no sample at all
+    x = whole[..., 4:20]
+    want = np.empty((*x.shape[:-1], 4))
+    for b in range(4):
+        cols = x[..., 4 * b: 4 * b + 4]
+        ok = ~np.isnan(cols)
+        total = np.zeros(x.shape[:-1])
+        for j in range(4):
+            total = np.where(ok[..., j], total + cols[..., j], total)
+        with np.errstate(invalid="ignore"):
+            want[..., b] = np.where(ok.any(axis=-1), total / np.maximum(ok.sum(axis=-1), 1),
+                                    np.nan)
+    monkeypatch.setattr(numeric, "_BLOCK_ROWS_BYTES", 3 * 8 * x.shape[-1])  # 3 rows a group
+    np.testing.assert_array_equal(block_means(x, 4), want)
+    assert np.isnan(want).any() and np.isnan(x[..., 8:]).any()  # partly missing blocks too

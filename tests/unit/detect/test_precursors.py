@@ -113,3 +113,21 @@ def test_a_busy_host_whose_runnable_processes_collapse_alerts() -> None:
         a["node_procs_running"][4, AT:] = 1.0
     found = _early(detect(_cluster(shape), CFG))
     assert found and found[0][0] == "n4" and "host collapse" in found[0][2]
+
+
+@pytest.mark.parametrize("ufunc", [True, False])
+def test_popcount_counts_the_set_bits_of_each_window_mask(
+        ufunc: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """numpy's popcount ufunc where there is one, the byte table otherwise: the same counts."""
+    import trainguard.detect.precursors as precursors
+
+    if not ufunc:
+        monkeypatch.setattr(precursors, "_BITWISE_COUNT", None)
+    elif precursors._BITWISE_COUNT is None:
+        pytest.skip("numpy < 2 has no bitwise_count")
+    rng = np.random.default_rng(2)
+    mask = rng.integers(0, 1 << 62, size=(7, 5), dtype=np.int64)
+    mask[0, 0], mask[0, 1] = 0, (1 << 62) - 1
+    got = precursors._popcount(mask)
+    assert got.dtype == np.int64
+    assert got.tolist() == [[bin(int(v)).count("1") for v in row] for row in mask.tolist()]

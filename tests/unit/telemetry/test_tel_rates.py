@@ -85,3 +85,21 @@ def test_step_like_gauges_are_not_counters_but_rare_counters_with_resets_are() -
     replay[0, 61:] -= replay[0, 60]  # ...and one reset to zero at a reboot
     assert detect_monotonic(MetricSeries("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", MetricKind.GAUGE,
                                          ents, replay))
+
+
+@pytest.mark.parametrize("missing", [0.0, 0.02, 0.5, 1.0])
+def test_previous_valid_is_each_cells_last_reported_value_before_it(missing: float) -> None:
+    """Rows without a gap take the shifted values, the others a search: one definition."""
+    from trainguard.telemetry.rates import _previous_valid
+
+    rng = np.random.default_rng(int(missing * 100))
+    v = np.round(rng.normal(size=(40, 9)), 1)
+    v[rng.random(v.shape) < missing] = nan
+    prev, prev_idx = _previous_valid(v)
+    for r in range(v.shape[0]):
+        last, last_i = nan, -1
+        for t in range(v.shape[1]):
+            assert prev_idx[r, t] == last_i
+            np.testing.assert_array_equal(prev[r, t], last)
+            if not np.isnan(v[r, t]):
+                last, last_i = v[r, t], t

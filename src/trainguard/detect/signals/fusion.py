@@ -104,8 +104,8 @@ class Fusion:
                         * w[:mg, None, None], U_CAP)
         u2 = np.minimum(a2 * (CAL_REF / np.maximum(CAL_REF, self.cal2))[:, None] * w[:, None],
                         U_CAP)
-        u1 = np.nan_to_num(u1, nan=0.0)
-        u2 = np.nan_to_num(u2, nan=0.0)
+        u1 = np.nan_to_num(u1, copy=False, nan=0.0)  # fresh arrays: no copy needed
+        u2 = np.nan_to_num(u2, copy=False, nan=0.0)
         gpu_best = u1.argmax(axis=2) if u1.shape[2] else np.zeros(u1.shape[:2], dtype=np.intp)
         s1 = np.take_along_axis(u1, gpu_best[..., None], axis=2)[..., 0] if u1.size else \
             np.zeros(u1.shape[:2])
