@@ -7,7 +7,10 @@ Rules (all on alert *onsets*, `AlertEpisode.start`; all bounds inclusive):
    **lead** is t_xid minus the start of the earliest such alert.
 2. An alert is a **false positive** when it starts outside every failure window
    [t_xid - 3 h, t_xid + 2 h] of its node and outside every benign window (maintenance) of its
-   node.
+   node, and is not a long-lead warning.
+2a. An alert that starts on the failure's node within [t_xid - 48 h, t_xid - 3 h) is a
+   **long-lead warning**: degradation seen a day or more ahead (wear, recurring errors) is an
+   early warning, not a false alarm. It is counted on its own (`long_lead`); it detects nothing.
 3. An alert starting within +-5 min of an application XID on its node is a false positive even
    when rule 2 would excuse it, and it detects nothing (it fired *because of* the job's fault).
 
@@ -36,6 +39,7 @@ __all__ = [
     "DETECT_AFTER_S",
     "DETECT_BEFORE_S",
     "FP_AFTER_S",
+    "WARN_BEFORE_S",
     "Comparison",
     "FailureMatch",
     "LeadStats",
@@ -49,6 +53,9 @@ DETECT_BEFORE_S = 3 * 3600.0
 """An alert may start this long before the XID and still detect it."""
 DETECT_AFTER_S = 5 * 60.0
 """... or this long after it (a hard alert on the XID itself)."""
+WARN_BEFORE_S = 48 * 3600.0
+"""An alert starting this long (or less) before the XID on its node, and before the detection
+window, is a long-lead warning, not a false positive."""
 FP_AFTER_S = 2 * 3600.0
 """Alerts up to this long after an XID are the failure's aftermath, not false positives."""
 APP_XID_MARGIN_S = 5 * 60.0
@@ -135,6 +142,8 @@ class Scorecard:
     """False positives that started at an application XID (part of `false_positives`)."""
     matches: tuple[FailureMatch, ...]
     fp_alerts: tuple[AlertEpisode, ...]
+    long_lead: int = 0
+    """Alerts that started 3-48 h before a failure on their node (rule 2a): not false positives."""
 
     @property
     def days(self) -> float:
@@ -157,6 +166,7 @@ class Scorecard:
             "n_nodes": self.n_nodes, "n_alerts": self.n_alerts,
             "total": self.total.to_dict(), "by_type": [t.to_dict() for t in self.by_type],
             "false_positives": self.false_positives, "fp_at_app_xid": self.fp_at_app_xid,
+            "long_lead_warnings": self.long_lead,
             "fp_per_day": round(self.fp_per_day, 4),
             "fp_per_day_per_64_nodes": round(self.fp_per_day_per_64, 4),
             "missed": [{"node": m.failure.node, "time": m.failure.time,
@@ -211,18 +221,22 @@ def score(alerts: Sequence[AlertEpisode], truth: GroundTruth, span: tuple[float,
     benign: dict[str, list[tuple[float, float]]] = {}
     for b in truth.benign:
         benign.setdefault(b.node, []).append((b.start, b.end))
+    n_long = 0
     for a, bad in zip(in_span, at_app, strict=True):
-        excused = any(t - DETECT_BEFORE_S <= a.start <= t + FP_AFTER_S
-                      for t in fail_times.get(a.node, ())) or any(
+        times = fail_times.get(a.node, ())
+        excused = any(t - DETECT_BEFORE_S <= a.start <= t + FP_AFTER_S for t in times) or any(
             lo <= a.start <= hi for lo, hi in benign.get(a.node, ()))
-        if bad or not excused:
+        if not bad and not excused and any(t - WARN_BEFORE_S <= a.start < t - DETECT_BEFORE_S
+                                           for t in times):
+            n_long += 1
+        elif bad or not excused:
             fp.append(a)
             n_app += bad
     types = sorted({m.failure.failure_type for m in matches})
     by_type = tuple(_type_stats(t, [m for m in matches if m.failure.failure_type == t])
                     for t in types)
     return Scorecard(name, span, n_nodes, len(in_span), by_type, _type_stats(TOTAL, matches),
-                     len(fp), n_app, tuple(matches), tuple(fp))
+                     len(fp), n_app, tuple(matches), tuple(fp), n_long)
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,6 +266,7 @@ def compare(cards: Sequence[Scorecard]) -> Comparison:
         ("  of which at app XIDs", *(str(c.fp_at_app_xid) for c in cards)),
         ("FP / day", *(f"{c.fp_per_day:.2f}" for c in cards)),
         ("FP / day / 64 nodes", *(f"{c.fp_per_day_per_64:.2f}" for c in cards)),
+        ("long-lead warnings (3-48 h ahead)", *(str(c.long_lead) for c in cards)),
     ]
     types = sorted({t.failure_type for c in cards for t in c.by_type})
     for ftype in types:

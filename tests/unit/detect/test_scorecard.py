@@ -25,7 +25,7 @@ def one_failure(**extra: object) -> GroundTruth:
 
 
 @pytest.mark.parametrize(("offset", "detected", "pre_xid", "fp"), [
-    (-3 * H - 1, False, False, True),    # one second too early: FP, not a detection
+    (-3 * H - 1, False, False, False),   # one second too early: a long-lead warning, no detection
     (-3 * H, True, True, False),         # exactly 3 h before: detected, pre-XID
     (-1 * H, True, True, False),
     (0.0, True, False, False),           # at the XID: detected but not pre-XID
@@ -39,6 +39,7 @@ def test_window_boundaries(offset: float, detected: bool, pre_xid: bool, fp: boo
     assert card.total.detected == int(detected)
     assert card.total.pre_xid == int(pre_xid)
     assert card.false_positives == int(fp)
+    assert card.long_lead == int(-48 * H <= offset < -3 * H)
     if pre_xid:
         assert card.total.lead is not None
         assert card.total.lead.median == pytest.approx(-offset / 60)
@@ -53,7 +54,19 @@ def test_alert_started_before_window_and_still_on_does_not_count() -> None:
     long = alert("n1", T_XID - 4 * H, end=T_XID + H)
     card = score([long], one_failure(), SPAN, 64, name="x")
     assert card.total.detected == 0
-    assert card.false_positives == 1
+    assert (card.false_positives, card.long_lead) == (0, 1)  # a long-lead warning
+
+
+def test_long_lead_warnings_are_counted_apart_and_not_at_an_app_xid() -> None:
+    truth = one_failure(app_xids=(AppXid("n1", T_XID - 10 * H, 13),))
+    alerts = [alert("n1", T_XID - 30 * H), alert("n1", T_XID - 10 * H), alert("n2", T_XID - 30 * H)]
+    card = score(alerts, truth, SPAN, 64, name="x")
+    assert card.long_lead == 1  # 30 h ahead on the failing node
+    assert card.false_positives == 2  # at the app XID, and on a healthy node
+    assert card.to_dict()["long_lead_warnings"] == 1
+    late = GroundTruth(failures=(Failure("n1", T0 + 4 * 86400.0, 79, "0"),))
+    early = score([alert("n1", T0 + 2 * 86400.0 - 1)], late, SPAN, 64, name="x")
+    assert (early.false_positives, early.long_lead) == (1, 0)  # more than 48 h ahead: an FP
 
 
 @pytest.mark.parametrize(("offset", "fp"), [(-5 * M, True), (5 * M, True), (5 * M + 1, False)])

@@ -140,8 +140,8 @@ def test_figures_count_early_detections_and_false_alarms_per_budget_nodes() -> N
                                   Failure("n2", 40_000.0, 79)))
     alerts = [_alert("n0", 20_000.0 - 120),    # early
               _alert("n1", 30_000.0 - 30),     # before the XID but < 1 min: not early
-              _alert("n2", 5_000.0),           # false alarm
-              replace(_alert("n2", 6_000.0, AlertKind.HARD), signals=(XID,))]  # false alarm
+              _alert("n3", 5_000.0),           # false alarm (n3 never fails)
+              replace(_alert("n3", 6_000.0, AlertKind.HARD), signals=(XID,))]  # false alarm
     fig = figures(alerts, truth, (0.0, 86_400.0), 16, 64)
     assert (fig.n_failures, fig.detected, fig.early, fig.false_positives) == (3, 2, 1, 2)
     assert fig.fp_per_day == pytest.approx(2 * 64 / 16)
@@ -149,7 +149,7 @@ def test_figures_count_early_detections_and_false_alarms_per_budget_nodes() -> N
     assert by_kind == {"predictive": 1, "hard": 1}
     # the hard-evidence false alarm is a finding: which metric, on which node, how often
     assert [(f.metric, f.false_positives, f.nodes) for f in fig.hard] == [
-        ("DCGM_FI_DEV_XID_ERRORS", 1, ("n2",))]
+        ("DCGM_FI_DEV_XID_ERRORS", 1, ("n3",))]
     assert fig.hard[0].fp_per_day == pytest.approx(64 / 16)
     assert fig.to_dict()["hard_findings"][0]["metric"] == "DCGM_FI_DEV_XID_ERRORS"
 
