@@ -8,7 +8,9 @@ For each cluster directory (with `labels.jsonl`) and the alerts that `trainguard
 * early 3 h: an onset in [t_xid - 3 h, t_xid - 1 min]; early 48 h: in [t_xid - 48 h, t_xid - 1 min];
 * false alarms per day per 64 nodes, strictly (onsets outside every [t_xid - 3 h, t_xid + 2 h]
   of the node and its maintenance windows, or within 5 min of an application XID on the node)
-  and leniently (failure windows widened to [t_xid - 48 h, t_xid + 2 h]).
+  and leniently (failure windows widened to [t_xid - 48 h, t_xid + 2 h]). The lenient count
+  is what `trainguard backtest` calls false positives since issue #30 (an alert 3-48 h before
+  a failure on its node is a long-lead warning there); the strict one is its count before.
 
     python benchmarks/heldout/score_early.py /tmp/d1 /tmp/d1.alerts.jsonl [CLUSTER ALERTS ...]
 """
