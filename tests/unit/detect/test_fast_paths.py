@@ -111,6 +111,22 @@ def test_score_update_of_one_slot_is_score_then_update(state: str) -> None:
             np.testing.assert_array_equal(getattr(base, name), getattr(plain, name))
     assert np.isfinite(z).any()
 
+def _plain_block_means(x: np.ndarray, s: int) -> np.ndarray:
+    """Block means by the plain definition: per block of `s` samples, the sum of the values
+    present (in sample order) over their count; NaN where none is."""
+    nb = x.shape[-1] // s
+    want = np.empty((*x.shape[:-1], nb))
+    for b in range(nb):
+        cols = x[..., s * b: s * b + s]
+        ok = ~np.isnan(cols)
+        total = np.zeros(x.shape[:-1])
+        for j in range(s):
+            total = np.where(ok[..., j], total + cols[..., j], total)
+        with np.errstate(invalid="ignore"):
+            want[..., b] = np.where(ok.any(axis=-1), total / np.maximum(ok.sum(axis=-1), 1),
+                                    np.nan)
+    return want
+
 
 @pytest.mark.parametrize("missing", [0.0, 1e-4])
 def test_block_means_without_missing_values_take_the_fast_path_to_the_same_bits(
@@ -119,16 +135,7 @@ def test_block_means_without_missing_values_take_the_fast_path_to_the_same_bits(
     x = rng.normal(size=(5, 7, 3, 16)) * 10.0 ** rng.integers(-3, 12, size=(5, 7, 3, 1))
     x[rng.random(x.shape) < missing] = np.nan
     x[0, 0, 0, :4] = [-0.0, -0.0, -0.0, -0.0]
-    want = np.empty((*x.shape[:-1], 4))
-    for b in range(4):
-        cols = x[..., 4 * b: 4 * b + 4]
-        ok = ~np.isnan(cols)
-        total = np.zeros(x.shape[:-1])
-        for j in range(4):
-            total = np.where(ok[..., j], total + cols[..., j], total)
-        with np.errstate(invalid="ignore"):
-            want[..., b] = np.where(ok.any(axis=-1), total / np.maximum(ok.sum(axis=-1), 1),
-                                    np.nan)
+    want = _plain_block_means(x, 4)
     got = block_means(x, 4)
     np.testing.assert_array_equal(got, want)
     assert np.array_equal(np.signbit(got), np.signbit(want))
@@ -205,16 +212,7 @@ def test_block_means_of_a_time_slice_summed_a_few_rows_at_a_time(
     whole = _noisy(rng, (7, 5, 3, 24), 0.02)
     whole[0, 0, 0, 4:8] = np.nan  # one block with no sample at all
     x = whole[..., 4:20]
-    want = np.empty((*x.shape[:-1], 4))
-    for b in range(4):
-        cols = x[..., 4 * b: 4 * b + 4]
-        ok = ~np.isnan(cols)
-        total = np.zeros(x.shape[:-1])
-        for j in range(4):
-            total = np.where(ok[..., j], total + cols[..., j], total)
-        with np.errstate(invalid="ignore"):
-            want[..., b] = np.where(ok.any(axis=-1), total / np.maximum(ok.sum(axis=-1), 1),
-                                    np.nan)
+    want = _plain_block_means(x, 4)
     monkeypatch.setattr(numeric, "_BLOCK_ROWS_BYTES", 3 * 8 * x.shape[-1])  # 3 rows a group
     np.testing.assert_array_equal(block_means(x, 4), want)
     assert np.isnan(want).any() and np.isnan(x[..., 8:]).any()  # partly missing blocks too
