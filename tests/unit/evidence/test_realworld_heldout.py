@@ -1,6 +1,6 @@
 """Structure of the held-out real-world corpora (tests/data/realworld_heldout/,
-tests/data/realworld_heldout3/, tests/data/realworld_heldout4/ and
-tests/data/realworld_heldout5/).
+tests/data/realworld_heldout3/, tests/data/realworld_heldout4/, tests/data/realworld_heldout5/
+and tests/data/realworld_heldout6/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -57,8 +57,15 @@ HELDOUT5_CATEGORIES = 13
 fabric and IB state, scheduler and storage errors): its size and category coverage when it was
 frozen (see its README)."""
 
+HELDOUT6_CASES = 16
+HELDOUT6_CATEGORIES = 8
+"""The sixth corpus (resolution-first: issue threads found by the fix or conclusion they state,
+not by the error or the symptom): its size and category coverage when it was frozen (see its
+README)."""
+
 EARLIER5 = (DEV, DATA / "realworld_heldout", DATA / "realworld_heldout3",
             DATA / "realworld_heldout4")
+EARLIER6 = (*EARLIER5, DATA / "realworld_heldout5")
 
 CORPORA = (
     Corpus(DATA / "realworld_heldout", 112, 3, (DEV,), len(LOG_CATEGORIES)),
@@ -66,6 +73,7 @@ CORPORA = (
     Corpus(DATA / "realworld_heldout4", HELDOUT4_CASES, 1,
            (DEV, DATA / "realworld_heldout", DATA / "realworld_heldout3"), HELDOUT4_CATEGORIES),
     Corpus(DATA / "realworld_heldout5", HELDOUT5_CASES, 1, EARLIER5, HELDOUT5_CATEGORIES),
+    Corpus(DATA / "realworld_heldout6", HELDOUT6_CASES, 1, EARLIER6, HELDOUT6_CATEGORIES),
 )
 CASES = [(c, lab) for c in CORPORA for lab in labels(c.path)]
 
