@@ -57,8 +57,8 @@ HELDOUT5_CATEGORIES = 13
 fabric and IB state, scheduler and storage errors): its size and category coverage when it was
 frozen (see its README)."""
 
-HELDOUT6_CASES = 16
-HELDOUT6_CATEGORIES = 8
+HELDOUT6_CASES = 20
+HELDOUT6_CATEGORIES = 10
 """The sixth corpus (resolution-first: issue threads found by the fix or conclusion they state,
 not by the error or the symptom): its size and category coverage when it was frozen (see its
 README)."""
