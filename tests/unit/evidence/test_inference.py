@@ -35,10 +35,10 @@ DATA = Path(__file__).resolve().parents[3] / "src" / "trainguard" / "evidence" /
 HOST_OOM_WORDS = ["2025-03-04 08:00:00 step 10 loss 2.1",
                   "2025-03-04 08:00:05 worker 2: fatal: process killed, host memory exhausted "
                   "(rss 250 GB)"]
-MISSING_LIBRARY = ["Traceback (most recent call last):",
-                   '  File "train.py", line 3, in <module>',
-                   "ImportError: libcudnn.so.8: cannot open shared object file: No such file or "
-                   "directory"]
+MISSING_MODULE = ["Traceback (most recent call last):",
+                  '  File "train.py", line 3, in <module>',
+                  "ModuleNotFoundError: No module named 'flash_attn'"]
+"""Read by the config model (a missing library's own words would be a remedy: remedies.py)."""
 
 
 def _samples() -> list[ActionSample]:
@@ -181,7 +181,7 @@ def test_an_inferred_category_is_marked_in_json_and_text(tmp_path: Path) -> None
 
 
 def test_an_inferred_action_is_marked_in_json_and_text(tmp_path: Path) -> None:
-    row = _incident(tmp_path, MISSING_LIBRARY)
+    row = _incident(tmp_path, MISSING_MODULE)
     assert row["category"] == "user_code_error" and row["inferred"] is False
     assert row["action"] == "fix_config"
     how = row["inferred_action"]

@@ -225,3 +225,23 @@ def test_a_gpu_report_on_the_same_clock_hours_apart_does_not_jump_ahead(tmp_path
     events, _ = scan_paths([str(node)], rules, OPTIONS)
     incidents = correlate(events, rules)
     assert incidents[0].category is Category.CUDA_SOFTWARE_BUG
+
+
+GLOO_THROW = ["terminate called after throwing an instance of 'gloo::IoException'",
+              "  what():  [gloo/transport/tcp/pair.cc:301] connect [10.1.4.7]:41700: "
+              "Connection refused"]
+
+
+def test_an_abort_ranks_below_the_exception_it_ends(tmp_path: Path) -> None:
+    assert first(tmp_path, [*GLOO_THROW, "Aborted (core dumped)"]) is Category.NETWORK_IB
+
+
+def test_an_abort_alone_stays_a_native_crash(tmp_path: Path) -> None:
+    got = first(tmp_path, ["step 12 loss 2.01", "Fatal Python error: Aborted",
+                           "Aborted (core dumped)"])
+    assert got is Category.CUDA_SOFTWARE_BUG
+
+
+def test_a_segmentation_fault_keeps_its_rank_over_a_transport_error(tmp_path: Path) -> None:
+    got = first(tmp_path, [*GLOO_THROW, "Segmentation fault (core dumped)"])
+    assert got is Category.CUDA_SOFTWARE_BUG
