@@ -12,7 +12,7 @@ import pytest
 
 from trainguard.evidence import ScanOptions, correlate, load_rules, scan_paths
 from trainguard.evidence.precedence import is_user_frame
-from trainguard.taxonomy import Category
+from trainguard.taxonomy import Action, Category
 
 T0 = datetime(2025, 3, 4, 8, 0, 0, tzinfo=UTC)
 OPTIONS = ScanOptions(host_from_path=True, default_year=2025, suspicious_lines=True)
@@ -187,6 +187,23 @@ def test_a_socket_failure_at_run_time_is_a_symptom_not_an_interface_setting(
 def test_a_device_side_assert_is_bad_input_to_a_kernel(tmp_path: Path) -> None:
     got = first(tmp_path, [f"{ts(T0)} RuntimeError: CUDA error: device-side assert triggered"])
     assert got is Category.USER_CODE_ERROR
+
+
+@pytest.mark.parametrize("line", [
+    "RuntimeError: CUDA error: device-side assert triggered",
+    "/src/aten/native/cuda/Loss.cu:250: nll_loss_forward_kernel: block: [0,0,0], thread: [3,0,0] "
+    "Assertion `t >= 0 && t < n_classes` failed.",
+    "/src/aten/native/cuda/Indexing.cu:1290: indexSelectSmallIndex: block: [4,0,0], thread: "
+    "[64,0,0] Assertion `srcIndex < srcSelectDimSize` failed.",
+])
+def test_a_kernel_input_check_is_fixed_in_the_sizes_or_the_data(tmp_path: Path,
+                                                                line: str) -> None:
+    path = tmp_path / "job.log"
+    path.write_text(f"{ts(T0)} epoch 1 step 3\n{ts(T0)} {line}\n", encoding="utf-8")
+    rules = load_rules()
+    events, _ = scan_paths([str(path)], rules, OPTIONS)
+    inc = correlate(events, rules, learned=False)[0]
+    assert (inc.category, inc.action) == (Category.USER_CODE_ERROR, Action.FIX_CONFIG)
 
 
 def test_a_kernel_fault_next_to_a_device_side_assert_stays_a_cuda_fault(tmp_path: Path) -> None:
