@@ -141,3 +141,37 @@ def test_the_remedy_leaves_other_actions_alone() -> None:
     assert evidence_remedy(Category.NETWORK_IB, Action.CHECK_NETWORK, [watchdog(1)]) is None
     got = evidence_remedy(Category.CUDA_SOFTWARE_BUG, Action.FIX_CODE, mismatch)
     assert got is not None and (got.action, got.reason) == (Action.FIX_CONFIG, INSTALL_MISMATCH)
+
+
+@pytest.mark.parametrize("line", [
+    "ImportError: libcudnn.so.9: cannot open shared object file: No such file or directory",
+    "OSError: libcudart.so.12: cannot open shared object file: No such file or directory",
+    "python3: error while loading shared libraries: libnccl.so.2: cannot open shared object "
+    "file: No such file or directory",
+    "ImportError: /opt/venv/lib/python3.11/site-packages/fused_attn_cuda.cpython-311-x86_64-"
+    "linux-gnu.so: undefined symbol: _ZN3c104cuda20getCurrentCUDAStreamEa",
+])
+def test_a_cuda_library_that_cannot_load_is_the_cuda_stack(tmp_path: Path, line: str) -> None:
+    inc = first(tmp_path, [
+        "Traceback (most recent call last):",
+        '  File "/home/kim/exp/train.py", line 2, in <module>',
+        "    import fused_attn", line])
+    assert inc.root_cause.signature == "cuda_library_load_failed"
+    assert (inc.category, inc.root_cause.action) == (Category.CUDA_SOFTWARE_BUG,
+                                                     Action.FIX_CONFIG)
+
+
+@pytest.mark.parametrize("line", [
+    # TensorFlow probing for a GPU library: a warning, the run may go on without a GPU.
+    "2024-05-02 10:01:13.123456: W tensorflow/stream_executor/platform/default/dso_loader.cc:64]"
+    " Could not load dynamic library 'libcudart.so.11.0'; dlerror: libcudart.so.11.0: cannot "
+    "open shared object file: No such file or directory",
+    # A library unrelated to CUDA.
+    "ImportError: libGL.so.1: cannot open shared object file: No such file or directory",
+])
+def test_other_library_loads_are_not_the_cuda_stack(tmp_path: Path, line: str) -> None:
+    path = tmp_path / "job.log"
+    path.write_text(line + "\n", encoding="utf-8")
+    rules = load_rules()
+    events, _ = scan_paths([str(path)], rules, ScanOptions(suspicious_lines=True))
+    assert all(e.signature != "cuda_library_load_failed" for e in events)
