@@ -132,6 +132,24 @@ def test_an_exception_raised_inside_checkpoint_library_code_is_a_checkpoint_fail
     assert got is Category.CHECKPOINT
 
 
+def test_a_state_dict_that_does_not_fit_the_model_is_not_a_checkpoint_failure(
+        tmp_path: Path) -> None:
+    """Module.load_state_dict reads no file: it compares keys and shapes with the model."""
+    got = first(tmp_path, [
+        "Traceback (most recent call last):",
+        '  File "/home/ana/proj/eval.py", line 41, in <module>',
+        "    load_weights(net, args.weights)",
+        '  File "/venv/lib/python3.11/site-packages/visionkit/ckpt.py", line 88, in '
+        "load_weights",
+        "    net.load_state_dict(state, strict=True)",
+        '  File "/venv/lib/python3.11/site-packages/torch/nn/modules/module.py", line 2189, in '
+        "load_state_dict",
+        "    raise RuntimeError(",
+        "RuntimeError: Error(s)",
+    ])
+    assert got is Category.USER_CODE_ERROR
+
+
 @pytest.mark.parametrize("line", [
     "ERROR: could not restore from checkpoint /data/run7/step_400, giving up",
     "checkpoint upload to gs://bucket/run7 failed after 3 retries",
