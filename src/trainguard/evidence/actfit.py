@@ -107,7 +107,7 @@ def decide(case: Case, cal: Calibration, model: ConfigModel, answer_threshold: f
     """(category, action) the classifier gives with these models and thresholds."""
     alts = alternatives(case.lines, cal) if case.suspicious else ()
     inf = infer(case.rule_category, case.rule_action, case.root_lines, alts,
-                (model, answer_threshold))
+                (model, answer_threshold), lines=[e.text for e in case.lines])
     cat, act = inf.applied(case.rule_category, case.rule_action)
     return cat.value, act.value
 

@@ -55,6 +55,8 @@ _CKPT_LIBRARY_FRAME: Pattern = compile_re2(
     r"(?i)(?:site|dist)-packages/\S*(?:serialization|checkpoint|ckpt|safetensors|orbax)\S*:\d+ in |"
     r"(?:site|dist)-packages/\S*:\d+ in _?(?:save|load|restore)\w*(?:checkpoint|ckpt|state_dict|"
     r"pretrained|file)\b")
+_MODULE_STATE_DICT_FRAME: Pattern = compile_re2(
+    r"torch/nn/modules/module\.py:\d+ in _?load(?:_from)?_state_dict\b")
 _CKPT_PATH: Pattern = compile_re2(
     r"(?i)checkpoint|\bckpt|global_step\d+|\biter_\d{4,}|\.safetensors\b|\.pth?\b|\.distcp\b")
 _FILE_ERRORS = frozenset({"FileNotFoundError", "IsADirectoryError", "NotADirectoryError",
@@ -87,8 +89,14 @@ def checkpoint_io(ev: FailureEvent, frames: Sequence[str] = (), text: str = "") 
 
 
 def in_checkpoint_library(frame: str | None) -> bool:
-    """``frame`` (``file:line in func``) is inside a library's checkpoint save/load code."""
-    return frame is not None and _CKPT_LIBRARY_FRAME.search(frame) is not None
+    """``frame`` (``file:line in func``) is inside a library's checkpoint save/load code.
+
+    Not ``torch.nn.Module.load_state_dict`` (``torch/nn/modules/module.py``): it reads no file,
+    it checks the state dict's keys and shapes against the model ("Error(s) in loading
+    state_dict ... Missing key(s) / size mismatch for ..."), so the model built is not the
+    one saved, a program's or a configuration's mistake, not the checkpoint's."""
+    return frame is not None and _CKPT_LIBRARY_FRAME.search(frame) is not None \
+        and _MODULE_STATE_DICT_FRAME.search(frame) is None
 
 
 def as_checkpoint(ev: FailureEvent, why: str) -> FailureEvent:

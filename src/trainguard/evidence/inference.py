@@ -14,6 +14,10 @@ Two decisions, both pure functions of an incident's lines and the fitted models:
 2. **A setting as the fix.** When the rule's action is not already ``fix_config``, the config
    model (``actions.py``) may say the lines read like a setting to change; above its threshold
    the action becomes ``fix_config``, marked as inferred, with the cues behind it.
+3. **The fix the evidence names.** Before the config model, the incident's lines are read for
+   the cases where the evidence itself says the fix is a setting (``remedies.py``: a hang among
+   a process group's first collectives, an installation of the wrong version); the action is
+   then ``fix_config`` with confidence 1 and the case's name as its cue.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Any
 
 from trainguard.evidence.actions import ConfigModel, InferredAction, builtin_model, infer_action
 from trainguard.evidence.alternatives import Alternative
+from trainguard.evidence.remedies import evidence_remedy
 from trainguard.taxonomy import DEFAULT_ACTION, Action, Category
 
 
@@ -73,15 +78,20 @@ def answer(alternatives: Sequence[Alternative], threshold: float) -> InferredCat
 
 def infer(category: Category, action: Action, root_lines: Sequence[str],
           alternatives: Sequence[Alternative],
-          models: tuple[ConfigModel, float] | None = None) -> Inference:
+          models: tuple[ConfigModel, float] | None = None,
+          lines: Sequence[str] = ()) -> Inference:
     """The models' decisions for an incident of this category and action whose root cause
-    has these lines (``alternatives``: those of an ``unknown`` incident)."""
+    has these lines (``alternatives``: those of an ``unknown`` incident; ``lines``: all the
+    incident's evidence lines, read for a remedy they name)."""
     model, answer_threshold = models or builtin_model()
     guess = answer(alternatives, answer_threshold) if category is Category.UNKNOWN else None
     if guess is not None:
         category, action = guess.category, DEFAULT_ACTION[guess.category]
     if category is Category.UNKNOWN:
         return Inference()
+    remedy = evidence_remedy(category, action, [*root_lines, *lines])
+    if remedy is not None:
+        return Inference(guess, InferredAction(remedy.action, action, 1.0, (remedy.reason,)))
     return Inference(guess, infer_action(model, category.value, action, root_lines))
 
 

@@ -27,6 +27,14 @@ are symptoms *when a specific other event is present*:
    error and an incident that cannot be ordered against it in time names GPU hardware or GPU
    memory on the same host (or no host), the hardware incident comes first.
 
+5. **An abort is how a process ends, not why.** ``abort()`` (SIGABRT: a shell's
+   ``Aborted (core dumped)``, ``Fatal Python error: Aborted``, ``exitcode: -6``) is what
+   ``std::terminate`` calls for an uncaught C++ exception (after ``terminate called after
+   throwing ...`` / ``what(): ...``), what a failed ``assert()`` or glog ``CHECK`` calls, and
+   what PyTorch's C++ errors end in. The process has said why just before. With any other
+   failure a rule recognises in the incident, the abort ranks just below the lowest of them
+   (a segmentation fault is a crash of its own and keeps its rank).
+
 All functions are pure; :func:`adjusted_priorities` returns, per event id, the priority it
 gets in its cluster.
 """
@@ -37,6 +45,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
 from trainguard.evidence.events import FailureEvent, TimeKind
+from trainguard.evidence.rules import compile_re2
 from trainguard.taxonomy import CATEGORY_PRIORITY, Category, Severity
 
 LATE_NETWORK_PRIORITY = 39
@@ -45,6 +54,9 @@ USER_CODE_PRIORITY = CATEGORY_PRIORITY[Category.CUDA_SOFTWARE_BUG] + 1
 """A plain Python error raised in user code: just above CUDA software errors."""
 SCHEDULER_UNDER_OOM_PRIORITY = CATEGORY_PRIORITY[Category.OOM_HOST] - 1
 HARD_OOM_CONFIDENCE = 0.7
+NATIVE_CRASH_SIGNATURE = "segfault"
+_ABORT = compile_re2(r"\bAbort(?:ed)?\b|SIGABRT|exitcode\s*:\s*-6\b|got signal: 6\b",
+                     ignore_case=True)
 
 SYMPTOM_NETWORK_SIGNATURES = frozenset({
     "socket_connection_error", "nccl_socket_connect_failed", "nccl_remote_error",
@@ -93,7 +105,26 @@ def adjusted_priorities(cluster: Sequence[FailureEvent],
     for e in cluster:
         if is_user_code_error(e):
             out[id(e)] = max(out[id(e)], USER_CODE_PRIORITY)
+    causes = [out[id(e)] for e in cluster if _names_a_cause(e)]
+    if causes:
+        for e in cluster:
+            if is_abort(e):
+                out[id(e)] = min(out[id(e)], min(causes) - 1)
     return out
+
+
+def is_abort(ev: FailureEvent) -> bool:
+    """A native-crash event whose lines say the process aborted (SIGABRT), not a SIGSEGV."""
+    return ev.signature == NATIVE_CRASH_SIGNATURE and any(
+        _ABORT.search(line.text) is not None for line in ev.evidence) and not any(
+        "segmentation" in line.text.lower() or "sigsegv" in line.text.lower()
+        for line in ev.evidence)
+
+
+def _names_a_cause(ev: FailureEvent) -> bool:
+    """A failure a rule recognised, other than a native crash: what an abort ends."""
+    return (ev.signature != NATIVE_CRASH_SIGNATURE and ev.category is not Category.UNKNOWN
+            and ev.severity is not Severity.INFO)
 
 
 class IncidentLike(Protocol):
@@ -159,4 +190,5 @@ def _network_symptoms(cluster: Sequence[FailureEvent]) -> frozenset[int]:
 
 __all__ = ["HARDWARE_CATEGORIES", "LATE_NETWORK_PRIORITY", "PLAIN_PYTHON_ERRORS",
            "SYMPTOM_NETWORK_SIGNATURES", "USER_CODE_PRIORITY", "IncidentLike",
-           "adjusted_priorities", "hardware_first", "is_user_code_error", "is_user_frame"]
+           "adjusted_priorities", "hardware_first", "is_abort", "is_user_code_error",
+           "is_user_frame"]

@@ -35,10 +35,10 @@ DATA = Path(__file__).resolve().parents[3] / "src" / "trainguard" / "evidence" /
 HOST_OOM_WORDS = ["2025-03-04 08:00:00 step 10 loss 2.1",
                   "2025-03-04 08:00:05 worker 2: fatal: process killed, host memory exhausted "
                   "(rss 250 GB)"]
-MISSING_LIBRARY = ["Traceback (most recent call last):",
-                   '  File "train.py", line 3, in <module>',
-                   "ImportError: libcudnn.so.8: cannot open shared object file: No such file or "
-                   "directory"]
+EARLY_HANG = ["[rank1]:[E ProcessGroupNCCL.cpp:612] [Rank 1] Watchdog caught collective operation "
+              "timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+              "Timeout(ms)=600000) ran for 600090 milliseconds before timing out."]
+"""A hang in the first collective: the evidence names fix_config (remedies.py)."""
 
 
 def _samples() -> list[ActionSample]:
@@ -181,15 +181,15 @@ def test_an_inferred_category_is_marked_in_json_and_text(tmp_path: Path) -> None
 
 
 def test_an_inferred_action_is_marked_in_json_and_text(tmp_path: Path) -> None:
-    row = _incident(tmp_path, MISSING_LIBRARY)
-    assert row["category"] == "user_code_error" and row["inferred"] is False
+    row = _incident(tmp_path, EARLY_HANG)
+    assert row["category"] == "nccl_timeout_hang" and row["inferred"] is False
     assert row["action"] == "fix_config"
     how = row["inferred_action"]
     assert isinstance(how, dict)
-    assert how["rule_action"] == "fix_code" and "import_env" in how["cues"]
+    assert how["rule_action"] == "restart_job" and how["cues"] == ["early_collective_timeout"]
     text = CliRunner().invoke(app, ["logs", "classify", str(tmp_path / "job.log")],
                               env={"COLUMNS": "220"})
-    assert "fix_config" in text.output and "(rules: fix_code;" in text.output
+    assert "fix_config" in text.output and "(rules: restart_job;" in text.output
 
 
 def test_without_learned_models_the_rules_answer_stands(tmp_path: Path) -> None:

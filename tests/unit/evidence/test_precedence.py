@@ -12,7 +12,7 @@ import pytest
 
 from trainguard.evidence import ScanOptions, correlate, load_rules, scan_paths
 from trainguard.evidence.precedence import is_user_frame
-from trainguard.taxonomy import Category
+from trainguard.taxonomy import Action, Category
 
 T0 = datetime(2025, 3, 4, 8, 0, 0, tzinfo=UTC)
 OPTIONS = ScanOptions(host_from_path=True, default_year=2025, suspicious_lines=True)
@@ -132,6 +132,24 @@ def test_an_exception_raised_inside_checkpoint_library_code_is_a_checkpoint_fail
     assert got is Category.CHECKPOINT
 
 
+def test_a_state_dict_that_does_not_fit_the_model_is_not_a_checkpoint_failure(
+        tmp_path: Path) -> None:
+    """Module.load_state_dict reads no file: it compares keys and shapes with the model."""
+    got = first(tmp_path, [
+        "Traceback (most recent call last):",
+        '  File "/home/ana/proj/eval.py", line 41, in <module>',
+        "    load_weights(net, args.weights)",
+        '  File "/venv/lib/python3.11/site-packages/visionkit/ckpt.py", line 88, in '
+        "load_weights",
+        "    net.load_state_dict(state, strict=True)",
+        '  File "/venv/lib/python3.11/site-packages/torch/nn/modules/module.py", line 2189, in '
+        "load_state_dict",
+        "    raise RuntimeError(",
+        "RuntimeError: Error(s)",
+    ])
+    assert got is Category.USER_CODE_ERROR
+
+
 @pytest.mark.parametrize("line", [
     "ERROR: could not restore from checkpoint /data/run7/step_400, giving up",
     "checkpoint upload to gs://bucket/run7 failed after 3 retries",
@@ -189,6 +207,23 @@ def test_a_device_side_assert_is_bad_input_to_a_kernel(tmp_path: Path) -> None:
     assert got is Category.USER_CODE_ERROR
 
 
+@pytest.mark.parametrize("line", [
+    "RuntimeError: CUDA error: device-side assert triggered",
+    "/src/aten/native/cuda/Loss.cu:250: nll_loss_forward_kernel: block: [0,0,0], thread: [3,0,0] "
+    "Assertion `t >= 0 && t < n_classes` failed.",
+    "/src/aten/native/cuda/Indexing.cu:1290: indexSelectSmallIndex: block: [4,0,0], thread: "
+    "[64,0,0] Assertion `srcIndex < srcSelectDimSize` failed.",
+])
+def test_a_kernel_input_check_is_fixed_in_the_sizes_or_the_data(tmp_path: Path,
+                                                                line: str) -> None:
+    path = tmp_path / "job.log"
+    path.write_text(f"{ts(T0)} epoch 1 step 3\n{ts(T0)} {line}\n", encoding="utf-8")
+    rules = load_rules()
+    events, _ = scan_paths([str(path)], rules, OPTIONS)
+    inc = correlate(events, rules, learned=False)[0]
+    assert (inc.category, inc.action) == (Category.USER_CODE_ERROR, Action.FIX_CONFIG)
+
+
 def test_a_kernel_fault_next_to_a_device_side_assert_stays_a_cuda_fault(tmp_path: Path) -> None:
     got = first(tmp_path, [
         f"{ts(T0)} RuntimeError: CUDA error: an illegal memory access was encountered",
@@ -225,3 +260,23 @@ def test_a_gpu_report_on_the_same_clock_hours_apart_does_not_jump_ahead(tmp_path
     events, _ = scan_paths([str(node)], rules, OPTIONS)
     incidents = correlate(events, rules)
     assert incidents[0].category is Category.CUDA_SOFTWARE_BUG
+
+
+GLOO_THROW = ["terminate called after throwing an instance of 'gloo::IoException'",
+              "  what():  [gloo/transport/tcp/pair.cc:301] connect [10.1.4.7]:41700: "
+              "Connection refused"]
+
+
+def test_an_abort_ranks_below_the_exception_it_ends(tmp_path: Path) -> None:
+    assert first(tmp_path, [*GLOO_THROW, "Aborted (core dumped)"]) is Category.NETWORK_IB
+
+
+def test_an_abort_alone_stays_a_native_crash(tmp_path: Path) -> None:
+    got = first(tmp_path, ["step 12 loss 2.01", "Fatal Python error: Aborted",
+                           "Aborted (core dumped)"])
+    assert got is Category.CUDA_SOFTWARE_BUG
+
+
+def test_a_segmentation_fault_keeps_its_rank_over_a_transport_error(tmp_path: Path) -> None:
+    got = first(tmp_path, [*GLOO_THROW, "Segmentation fault (core dumped)"])
+    assert got is Category.CUDA_SOFTWARE_BUG

@@ -1,0 +1,96 @@
+"""The fix the evidence itself names, where a rule's default action would send the operator the
+wrong way. Two documented cases, both ``fix_config``:
+
+1. **A hang before training started.** PyTorch numbers the collectives of a process group from
+   1 and its watchdog prints the number of the one that timed out (``WorkNCCL(SeqNum=3, ...)``,
+   or ``... detected by watchdog at work: 3``). Setting up DDP, FSDP or DeepSpeed and a
+   ``barrier()`` take only the first few. A timeout among them means the ranks never reached
+   the training loop together: one rank was still doing single-rank work (tokenizing or
+   downloading a dataset, an evaluation pass, loading a file) while the others waited, or the
+   timeout is set shorter than that work. Restarting replays the same start-up and hangs again;
+   the fix is a setting (a longer ``timeout`` for the process group, e.g. ``ddp_timeout``, or
+   preparing the data before the group is created). Every timeout line in the incident has to
+   name an early collective: one later number means training had been running.
+2. **The installation does not match the hardware or itself.** The dynamic loader's
+   ``cannot open shared object file`` and ``undefined symbol:`` / ``version `GLIBCXX_...' not
+   found``, CUDA's ``invalid device function`` and ``no kernel image is available`` (the kernels
+   were not built for this GPU's architecture), ``CUDA driver version is insufficient``, NVML's
+   ``Driver/library version mismatch`` and PyTorch's ``... is not compatible with the current
+   PyTorch installation`` all say that a library, a build or a driver is of the wrong version.
+   Where the rule blames the code (``fix_code``), the fix is to install or build the right
+   versions instead: a setting of the environment, not a change to the program.
+
+All functions are pure.
+
+    >>> evidence_remedy(Category.NCCL_TIMEOUT_HANG, Action.RESTART_JOB,
+    ...     ["Watchdog caught collective operation timeout: WorkNCCL(SeqNum=2, OpType=ALLREDUCE)"])
+    Remedy(action=<Action.FIX_CONFIG: 'fix_config'>, reason='early_collective_timeout')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from trainguard.evidence.rules import compile_re2
+from trainguard.taxonomy import Action, Category
+
+EARLY_COLLECTIVES = 5
+"""Collectives a process group issues while being set up (parameter checks and broadcasts of
+DDP/FSDP/DeepSpeed, a first barrier): a timeout at or below this number came before training."""
+EARLY_TIMEOUT = "early_collective_timeout"
+INSTALL_MISMATCH = "install_mismatch"
+_MAX_CHARS = 2000
+
+_SEQ = compile_re2(r"WorkNCCL\(\s*SeqNum=(\d+)|detected by watchdog at work: (\d+)")
+_MISMATCH = compile_re2(
+    r"cannot open shared object file|undefined symbol: |version `[A-Z_]+[0-9.]*' not found|"
+    r"invalid device function|no kernel image is available|"
+    r"driver version is insufficient for (?:the )?CUDA runtime|"
+    r"Driver/library version mismatch|is not compatible with the current PyTorch installation",
+    ignore_case=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Remedy:
+    """The action the evidence names and which of the cases above says so."""
+
+    action: Action
+    reason: str
+
+
+def timeout_sequence_numbers(lines: Iterable[str]) -> list[int]:
+    """The collective numbers the watchdog timeout lines name, in line order."""
+    out: list[int] = []
+    for text in lines:
+        m = _SEQ.search(text[:_MAX_CHARS])
+        if m is not None:
+            out.append(int(m.group(1) or m.group(2)))
+    return out
+
+
+def early_timeout(lines: Iterable[str]) -> bool:
+    """Some timeout line names its collective and every one named is a set-up collective."""
+    seqs = timeout_sequence_numbers(lines)
+    return bool(seqs) and max(seqs) <= EARLY_COLLECTIVES
+
+
+def install_mismatch(lines: Iterable[str]) -> bool:
+    """A line says a library, a build or a driver is of the wrong version."""
+    return any(_MISMATCH.search(text[:_MAX_CHARS]) is not None for text in lines)
+
+
+def evidence_remedy(category: Category, action: Action, lines: Sequence[str]) -> Remedy | None:
+    """``fix_config`` when the incident's ``lines`` name one of the cases above and the rule's
+    ``action`` for ``category`` says otherwise; else None."""
+    if action is Action.FIX_CONFIG:
+        return None
+    if category is Category.NCCL_TIMEOUT_HANG and early_timeout(lines):
+        return Remedy(Action.FIX_CONFIG, EARLY_TIMEOUT)
+    if action is Action.FIX_CODE and install_mismatch(lines):
+        return Remedy(Action.FIX_CONFIG, INSTALL_MISMATCH)
+    return None
+
+
+__all__ = ["EARLY_COLLECTIVES", "EARLY_TIMEOUT", "INSTALL_MISMATCH", "Remedy",
+           "early_timeout", "evidence_remedy", "install_mismatch", "timeout_sequence_numbers"]
