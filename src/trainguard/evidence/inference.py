@@ -16,7 +16,8 @@ Two decisions, both pure functions of an incident's lines and the fitted models:
    the action becomes ``fix_config``, marked as inferred, with the cues behind it.
 3. **The fix the evidence names.** Before the config model, the incident's lines are read for
    the cases where the evidence itself says the fix is a setting (``remedies.py``: a hang among
-   a process group's first collectives, an installation of the wrong version); the action is
+   a process group's first collectives, an installation of the wrong version, a network
+   that was never set up); the action is
    then ``fix_config`` with confidence 1 and the case's name as its cue.
 """
 

@@ -76,9 +76,13 @@ DOCUMENTED = [
     ("004 (1234.000.000) 03/03 04:12:55 Job was evicted.", "preemption",
      "scheduler_node_failure", "restart_job"),
     ("  Warning  Evicted  3m  kubelet  Pod ephemeral local storage usage exceeds the total limit "
-     "of containers 10Gi.", "k8s_eviction", "scheduler_node_failure", "restart_job"),
+     "of containers 10Gi.", "k8s_eviction_resource", "scheduler_node_failure", "fix_config"),
     ('  Warning  Evicted  3m  kubelet  Usage of EmptyDir volume "dshm" exceeds the limit "8Gi".',
-     "k8s_eviction", "scheduler_node_failure", "restart_job"),
+     "k8s_eviction_resource", "scheduler_node_failure", "fix_config"),
+    ("  Warning  Evicted  40s  kubelet  The node was low on resource: ephemeral-storage. "
+     "Threshold quantity: 2Gi, available: 1488Ki.", "k8s_eviction_resource",
+     "scheduler_node_failure", "fix_config"),
+    ("Status: Failed  Reason: Evicted", "k8s_eviction", "scheduler_node_failure", "restart_job"),
     # Storage: errno on a mount, CIFS and NVMe kernel messages.
     ("OSError: [Errno 107] Transport endpoint is not connected: '/mnt/gcs/ckpt/step_1200'",
      "io_error", "storage_io", "check_storage"),
