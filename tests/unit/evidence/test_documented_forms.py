@@ -63,6 +63,19 @@ DOCUMENTED = [
      "host_oom_killer", "oom_host", "fix_config"),
     ("TERM_SWAP: job killed after reaching LSF swap usage limit.",
      "host_oom_killer", "oom_host", "fix_config"),
+    ("Hold reason: Error from slot2_5@wn-031.example.edu: Docker job has gone over memory "
+     "limit of 8192 Mb", "host_oom_killer", "oom_host", "fix_config"),
+    ("Error from slot1_2@wn-031.example.edu: Job has encountered an out-of-memory event.",
+     "host_oom_killer", "oom_host", "fix_config"),
+    ("job 884120 exceeded MEM usage hard limit (40960 > 32768)", "host_oom_killer", "oom_host",
+     "fix_config"),
+    # Building a CUDA extension against another toolkit than torch's (cpp_extension, DeepSpeed).
+    ("RuntimeError: The detected CUDA version (12.4) mismatches the version that was used to "
+     "compile", "cuda_arch_or_driver_mismatch", "cuda_software_bug", "fix_config"),
+    ("deepspeed.ops.op_builder.builder.CUDAMismatchException: >- DeepSpeed Op Builder: Installed "
+     "CUDA version 11.8 does not match the version torch was compiled with 12.4, unable to "
+     "compile cuda/cpp extensions without a matching cuda version.",
+     "cuda_arch_or_driver_mismatch", "cuda_software_bug", "fix_config"),
     ("Error from slot1_1@gpu-12.example.org: Job has gone over cgroup memory limit of 32768 "
      "megabytes. Last measured usage: 32790 megabytes.  Consider resubmitting with a higher "
      "request_memory.", "host_oom_killer", "oom_host", "fix_config"),
@@ -197,6 +210,10 @@ DOCUMENTED = [
 
 # The same words where they do not mean the documented failure: (line, rule it must not be).
 LOOK_ALIKES = [
+    # DeepSpeed's note when only the minor versions differ: it goes on building.
+    ("Installed CUDA version 12.6 does not match the version torch was compiled with 12.4 but "
+     "since the APIs are compatible, accepting this combination", "cuda_arch_or_driver_mismatch"),
+    ("job 884120 used 2048 of its MEM usage hard limit", "host_oom_killer"),
     ("OSError: [Errno 107] Transport endpoint is not connected", "io_error"),  # a socket
     ("OSError: [Errno 112] Host is down", "io_error"),
     ("OSError: [Errno 22] Invalid argument: '/data/x'", "nccl_invalid_usage"),
