@@ -69,6 +69,12 @@ DOCUMENTED = [
      "host_oom_killer", "oom_host", "fix_config"),
     ("job 884120 exceeded MEM usage hard limit (40960 > 32768)", "host_oom_killer", "oom_host",
      "fix_config"),
+    # A port the launch needs is taken (c10d TCPStore, Python's socket).
+    ("torch.distributed.DistNetworkError: The server socket has failed to listen on any local "
+     "network address. The server socket has failed to bind to [::]:29400 (errno: 98 - Address "
+     "already in use).", "port_in_use", "user_code_error", "fix_config"),
+    ("OSError: [Errno 98] Address already in use", "port_in_use", "user_code_error",
+     "fix_config"),
     # Building a CUDA extension against another toolkit than torch's (cpp_extension, DeepSpeed).
     ("RuntimeError: The detected CUDA version (12.4) mismatches the version that was used to "
      "compile", "cuda_arch_or_driver_mismatch", "cuda_software_bug", "fix_config"),
@@ -214,6 +220,9 @@ LOOK_ALIKES = [
     ("Installed CUDA version 12.6 does not match the version torch was compiled with 12.4 but "
      "since the APIs are compatible, accepting this combination", "cuda_arch_or_driver_mismatch"),
     ("job 884120 used 2048 of its MEM usage hard limit", "host_oom_killer"),
+    # c10d's bind warning alone: the other address family may still bind.
+    ("[W socket.cpp:464] [c10d] The server socket has failed to bind to [::]:29400 (errno: 98 - "
+     "Address already in use).", "port_in_use"),
     ("OSError: [Errno 107] Transport endpoint is not connected", "io_error"),  # a socket
     ("OSError: [Errno 112] Host is down", "io_error"),
     ("OSError: [Errno 22] Invalid argument: '/data/x'", "nccl_invalid_usage"),
