@@ -4,11 +4,12 @@ A rule sees one line; some evidence only means something next to its neighbours:
 
 1. **Checkpoint I/O.** An exception whose innermost frame is a library's checkpoint code
    (``torch/serialization.py``, ``torch/distributed/checkpoint/``, safetensors, orbax, a
-   ``save_checkpoint``/``load_state_dict`` in an installed package) is a checkpoint failure. A
-   storage error (ENOSPC, EIO, a failing write) raised inside
-   ``torch.save`` / ``save_checkpoint``, or a file error naming a checkpoint path, is a
-   checkpoint failure: the run lost (or cannot restore) its checkpoint. The traceback's frames,
-   or a "saving checkpoint ..." line shortly before it in the same file, say so.
+   ``save_checkpoint``/``load_state_dict`` in an installed package) is a checkpoint failure, and
+   so is a file error (a missing file, a directory, a permission) raised inside
+   ``torch.save`` / ``save_checkpoint`` or naming a checkpoint path. A *storage* error (ENOSPC,
+   EDQUOT, EIO, a write that failed) stays a storage failure wherever it is raised: the
+   checkpoint is what the run lost, the filesystem is why, and the fix is on the storage (free
+   space, a failing disk), not in the checkpoint. Root cause over symptom.
 2. **A save that stalls.** A collective timeout while this rank is still writing a checkpoint
    (a save started, no "saved" line yet) is the save stalling every rank, not a network hang.
 3. **Loss-scale runs.** One fp16 overflow is benign (the scaler skips a step and halves the
@@ -69,7 +70,7 @@ _NEW_SCALE: Pattern = compile_re2(
 
 
 def checkpoint_io(ev: FailureEvent, frames: Sequence[str] = (), text: str = "") -> FailureEvent:
-    """``ev`` as a checkpoint failure when it is a storage/file error during checkpoint I/O.
+    """``ev`` as a checkpoint failure when it is a file error during checkpoint I/O.
 
     ``frames`` are the traceback's frame and source lines, ``text`` the exception line.
     """
@@ -78,12 +79,10 @@ def checkpoint_io(ev: FailureEvent, frames: Sequence[str] = (), text: str = "") 
     if ev.signature == "python_exception" and in_checkpoint_library(ev.field_value("last_frame")):
         return as_checkpoint(ev, "raised inside checkpoint save/load code")
     exc = (ev.field_value("exc_type") or "").rsplit(".", 1)[-1]
-    file_error = ev.category is Category.USER_CODE_ERROR and exc in _FILE_ERRORS
-    if ev.category is not Category.STORAGE_IO and not file_error:
-        return ev
+    if ev.category is not Category.USER_CODE_ERROR or exc not in _FILE_ERRORS:
+        return ev  # a storage error stays the root: the checkpoint is its symptom
     in_code = any(_CKPT_CODE.search(f) for f in frames)
-    names_ckpt = _CKPT_PATH.search(text) is not None
-    if not in_code and not (file_error and names_ckpt):
+    if not in_code and _CKPT_PATH.search(text) is None:
         return ev
     return as_checkpoint(ev, "during checkpoint save/load")
 
@@ -132,8 +131,6 @@ class FileContext:
         ev = checkpoint_io(ev, (), text)
         saving = self._saving_since is not None and \
             line_no - self._saving_since <= SAVE_WINDOW_LINES
-        if saving and ev.category is Category.STORAGE_IO:
-            return as_checkpoint(ev, "while a checkpoint was being saved")
         if saving and ev.category is Category.NCCL_TIMEOUT_HANG:
             stalled = as_checkpoint(ev, "while this rank was still saving a checkpoint")
             return replace(stalled, action=Action.CHECK_STORAGE,

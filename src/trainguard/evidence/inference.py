@@ -5,7 +5,8 @@ Two decisions, both pure functions of an incident's lines and the fitted models:
 1. **Answering an unknown.** No signature explains the incident, but the cue model
    (``alternatives.py``) ranks its likely categories with a calibrated confidence. When the top
    one reaches the *answer threshold*, the incident takes that category (and the category's
-   default action), marked as inferred; both alternatives stay listed. The threshold was chosen
+   default action, see :func:`answered_action`), marked as inferred; both alternatives stay
+   listed. The threshold was chosen
    by cross-validation on the labelled corpora (``actfit.py``): from 0.5 up (never an answer
    the model itself calls less likely right than wrong), the highest one that answers the most
    unknowns rightly, net of the wrong answers. Only incidents that stand on failure words are
@@ -16,7 +17,8 @@ Two decisions, both pure functions of an incident's lines and the fitted models:
    the action becomes ``fix_config``, marked as inferred, with the cues behind it.
 3. **The fix the evidence names.** Before the config model, the incident's lines are read for
    the cases where the evidence itself says the fix is a setting (``remedies.py``: a hang among
-   a process group's first collectives, an installation of the wrong version); the action is
+   a process group's first collectives, an installation of the wrong version, a network
+   that was never set up); the action is
    then ``fix_config`` with confidence 1 and the case's name as its cue.
 """
 
@@ -63,10 +65,26 @@ class Inference:
     def applied(self, category: Category, action: Action) -> tuple[Category, Action]:
         """The rules' (category, action) with these decisions made."""
         if self.category is not None:
-            category, action = self.category.category, DEFAULT_ACTION[self.category.category]
+            category = self.category.category
+            action = answered_action(category)
         if self.action is not None:
             action = self.action.action
         return category, action
+
+
+NODE_ACTIONS = frozenset({Action.EXCLUDE_NODE, Action.REBOOT_NODE, Action.RESET_GPU})
+"""Actions that take a node or a GPU out of service: they need evidence that names it."""
+
+
+def answered_action(category: Category) -> Action:
+    """The action for a category the cue model answered (no rule read the incident's lines).
+
+    The category's default action, except where that takes a node or a GPU out of service: a
+    guess from the words of a line ("CANCELLED", "requeue", "node") has no rule's reading of a
+    node or GPU fault behind it, so nothing names the hardware to exclude, reboot or reset.
+    Rerunning the job (``restart_job``) is the action that needs no culprit."""
+    action = DEFAULT_ACTION[category]
+    return Action.RESTART_JOB if action in NODE_ACTIONS else action
 
 
 def answer(alternatives: Sequence[Alternative], threshold: float) -> InferredCategory | None:
@@ -86,7 +104,7 @@ def infer(category: Category, action: Action, root_lines: Sequence[str],
     model, answer_threshold = models or builtin_model()
     guess = answer(alternatives, answer_threshold) if category is Category.UNKNOWN else None
     if guess is not None:
-        category, action = guess.category, DEFAULT_ACTION[guess.category]
+        category, action = guess.category, answered_action(guess.category)
     if category is Category.UNKNOWN:
         return Inference()
     remedy = evidence_remedy(category, action, [*root_lines, *lines])
@@ -95,4 +113,4 @@ def infer(category: Category, action: Action, root_lines: Sequence[str],
     return Inference(guess, infer_action(model, category.value, action, root_lines))
 
 
-__all__ = ["Inference", "InferredCategory", "answer", "infer"]
+__all__ = ["NODE_ACTIONS", "Inference", "InferredCategory", "answer", "answered_action", "infer"]

@@ -1,5 +1,5 @@
 """The fix the evidence itself names, where a rule's default action would send the operator the
-wrong way. Two documented cases, both ``fix_config``:
+wrong way. Three documented cases, all ``fix_config``:
 
 1. **A hang before training started.** PyTorch numbers the collectives of a process group from
    1 and its watchdog prints the number of the one that timed out (``WorkNCCL(SeqNum=3, ...)``,
@@ -19,6 +19,18 @@ wrong way. Two documented cases, both ``fix_config``:
    PyTorch installation`` all say that a library, a build or a driver is of the wrong version.
    Where the rule blames the code (``fix_code``), the fix is to install or build the right
    versions instead: a setting of the environment, not a change to the program.
+3. **A network that was never set up.** NCCL's return codes split a failed *system call* or
+   *internal check* (``ncclSystemError`` "unhandled system error", ``ncclInternalError``
+   "internal error") from a failed *transfer* (an IB work completion with an error status, an
+   async port event, a connection reset or timed out mid-run, ``ncclRemoteError``). NCCL's
+   troubleshooting guide says an interface that is up but cannot reach the other nodes makes
+   NCCL "fail during the init functions", and points at ``NCCL_SOCKET_IFNAME``. Three more
+   forms name the setting outright: a peer at a loopback address (``connect [127.0.1.1]:...
+   Connection refused``: the host name resolves to loopback, set ``GLOO_SOCKET_IFNAME`` /
+   ``NCCL_SOCKET_IFNAME``), a RoCE GID that is link-local (``localGid fe80::...``: not routed
+   between subnets, set ``NCCL_IB_GID_INDEX``), and no usable socket interface at all. Where
+   the rule says ``check_network``, such evidence with no failed transfer beside it is
+   ``fix_config``: the fabric was never used, the settings chose the wrong path.
 
 All functions are pure.
 
@@ -40,6 +52,7 @@ EARLY_COLLECTIVES = 5
 DDP/FSDP/DeepSpeed, a first barrier): a timeout at or below this number came before training."""
 EARLY_TIMEOUT = "early_collective_timeout"
 INSTALL_MISMATCH = "install_mismatch"
+NETWORK_SETUP = "network_setup"
 _MAX_CHARS = 2000
 
 _SEQ = compile_re2(r"WorkNCCL\(\s*SeqNum=(\d+)|detected by watchdog at work: (\d+)")
@@ -49,6 +62,18 @@ _MISMATCH = compile_re2(
     r"driver version is insufficient for (?:the )?CUDA runtime|"
     r"Driver/library version mismatch|is not compatible with the current PyTorch installation",
     ignore_case=True)
+_SETUP_CODE = compile_re2(
+    r"ncclSystemError|ncclInternalError|unhandled system error|"
+    r"NCCL[^\n]*\binternal error\b|Internal check failed", ignore_case=True)
+_NAMED_SETTING = compile_re2(
+    r"(?:connect\w*|remote|peer)\W[^\n]{0,40}?\b127\.\d{1,3}\.\d{1,3}\.\d{1,3}\b|"
+    r"\b(?:local|remote)Gids?\s*[:=]?\s*fe80:|no socket interface found|"
+    r"No usable listening interface|Socket creation failed|is neither AF_INET",
+    ignore_case=True)
+_TRANSFER_FAILED = compile_re2(
+    r"Got completion from peer|Got async (?:error )?event|vendor err \d+|ncclRemoteError|"
+    r"remote process exited|Connection reset by peer|Connection timed out|"
+    r"Network is unreachable|No route to host", ignore_case=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +105,16 @@ def install_mismatch(lines: Iterable[str]) -> bool:
     return any(_MISMATCH.search(text[:_MAX_CHARS]) is not None for text in lines)
 
 
+def network_setup(lines: Iterable[str]) -> bool:
+    """A line names a network setting (loopback peer, link-local GID, no socket interface), or
+    NCCL failed a system call or internal check while no transfer failed (case 3 above)."""
+    texts = [text[:_MAX_CHARS] for text in lines]
+    if any(_NAMED_SETTING.search(t) is not None for t in texts):
+        return True
+    return any(_SETUP_CODE.search(t) is not None for t in texts) and \
+        not any(_TRANSFER_FAILED.search(t) is not None for t in texts)
+
+
 def evidence_remedy(category: Category, action: Action, lines: Sequence[str]) -> Remedy | None:
     """``fix_config`` when the incident's ``lines`` name one of the cases above and the rule's
     ``action`` for ``category`` says otherwise; else None."""
@@ -89,8 +124,11 @@ def evidence_remedy(category: Category, action: Action, lines: Sequence[str]) ->
         return Remedy(Action.FIX_CONFIG, EARLY_TIMEOUT)
     if action is Action.FIX_CODE and install_mismatch(lines):
         return Remedy(Action.FIX_CONFIG, INSTALL_MISMATCH)
+    if action is Action.CHECK_NETWORK and network_setup(lines):
+        return Remedy(Action.FIX_CONFIG, NETWORK_SETUP)
     return None
 
 
-__all__ = ["EARLY_COLLECTIVES", "EARLY_TIMEOUT", "INSTALL_MISMATCH", "Remedy",
-           "early_timeout", "evidence_remedy", "install_mismatch", "timeout_sequence_numbers"]
+__all__ = ["EARLY_COLLECTIVES", "EARLY_TIMEOUT", "INSTALL_MISMATCH", "NETWORK_SETUP", "Remedy",
+           "early_timeout", "evidence_remedy", "install_mismatch", "network_setup",
+           "timeout_sequence_numbers"]

@@ -45,13 +45,14 @@ def watchdog(t: datetime, rank: int, seq: int = 1580, numel: int = 466119168,
 
 # --- checkpoint I/O ----------------------------------------------------------------------------
 
-def test_storage_error_while_a_checkpoint_is_being_saved_is_a_checkpoint_failure(
+def test_storage_error_while_a_checkpoint_is_being_saved_stays_the_storage_root(
         tmp_path: Path) -> None:
+    # Root over symptom: the checkpoint is what was lost, the full filesystem is why.
     write(tmp_path / "node0" / "train.log", [
         f"{ts(T0)} saving checkpoint at iteration 1000 to /fsx/checkpoints",
         f"{ts(T0)} OSError: [Errno 28] No space left on device",
     ])
-    assert first_incident(tmp_path) == (Category.CHECKPOINT, Action.CHECK_STORAGE)
+    assert first_incident(tmp_path) == (Category.STORAGE_IO, Action.CHECK_STORAGE)
 
 
 def test_storage_error_after_the_save_finished_stays_storage(tmp_path: Path) -> None:
@@ -63,7 +64,7 @@ def test_storage_error_after_the_save_finished_stays_storage(tmp_path: Path) -> 
     assert first_incident(tmp_path) == (Category.STORAGE_IO, Action.CHECK_STORAGE)
 
 
-def test_storage_error_raised_inside_torch_save_is_a_checkpoint_failure(tmp_path: Path) -> None:
+def test_storage_error_raised_inside_torch_save_stays_the_storage_root(tmp_path: Path) -> None:
     write(tmp_path / "train.log", [
         "Traceback (most recent call last):",
         '  File "/workspace/train.py", line 88, in save_checkpoint',
@@ -72,7 +73,30 @@ def test_storage_error_raised_inside_torch_save_is_a_checkpoint_failure(tmp_path
         "    _save(obj, opened_zipfile, pickle_module, pickle_protocol)",
         "OSError: [Errno 5] Input/output error",
     ])
-    assert first_incident(tmp_path) == (Category.CHECKPOINT, Action.CHECK_STORAGE)
+    assert first_incident(tmp_path) == (Category.STORAGE_IO, Action.CHECK_STORAGE)
+
+
+def test_a_short_write_of_the_zip_writer_is_storage_not_checkpoint(tmp_path: Path) -> None:
+    write(tmp_path / "train.log", [
+        "Traceback (most recent call last):",
+        '  File "/workspace/train.py", line 88, in save_checkpoint',
+        "    torch.save(state, path)",
+        "RuntimeError: [enforce fail at inline_container.cc:600] . PytorchStreamWriter failed "
+        "writing file data/7: file write failed",
+    ])
+    assert first_incident(tmp_path) == (Category.STORAGE_IO, Action.CHECK_STORAGE)
+
+
+def test_a_file_error_inside_torch_save_is_still_a_checkpoint_failure(tmp_path: Path) -> None:
+    write(tmp_path / "train.log", [
+        "Traceback (most recent call last):",
+        '  File "/workspace/train.py", line 88, in save_checkpoint',
+        "    torch.save(state, path)",
+        '  File "/usr/lib/python3/site-packages/torch/serialization.py", line 379, in save',
+        "    with _open_zipfile_writer(f) as opened_zipfile:",
+        "FileNotFoundError: [Errno 2] No such file or directory: '/runs/exp4/step_200/model.pt'",
+    ])
+    assert first_incident(tmp_path)[0] is Category.CHECKPOINT
 
 
 def test_storage_error_in_other_code_stays_storage(tmp_path: Path) -> None:

@@ -63,6 +63,25 @@ DOCUMENTED = [
      "host_oom_killer", "oom_host", "fix_config"),
     ("TERM_SWAP: job killed after reaching LSF swap usage limit.",
      "host_oom_killer", "oom_host", "fix_config"),
+    ("Hold reason: Error from slot2_5@wn-031.example.edu: Docker job has gone over memory "
+     "limit of 8192 Mb", "host_oom_killer", "oom_host", "fix_config"),
+    ("Error from slot1_2@wn-031.example.edu: Job has encountered an out-of-memory event.",
+     "host_oom_killer", "oom_host", "fix_config"),
+    ("job 884120 exceeded MEM usage hard limit (40960 > 32768)", "host_oom_killer", "oom_host",
+     "fix_config"),
+    # A port the launch needs is taken (c10d TCPStore, Python's socket).
+    ("torch.distributed.DistNetworkError: The server socket has failed to listen on any local "
+     "network address. The server socket has failed to bind to [::]:29400 (errno: 98 - Address "
+     "already in use).", "port_in_use", "user_code_error", "fix_config"),
+    ("OSError: [Errno 98] Address already in use", "port_in_use", "user_code_error",
+     "fix_config"),
+    # Building a CUDA extension against another toolkit than torch's (cpp_extension, DeepSpeed).
+    ("RuntimeError: The detected CUDA version (12.4) mismatches the version that was used to "
+     "compile", "cuda_arch_or_driver_mismatch", "cuda_software_bug", "fix_config"),
+    ("deepspeed.ops.op_builder.builder.CUDAMismatchException: >- DeepSpeed Op Builder: Installed "
+     "CUDA version 11.8 does not match the version torch was compiled with 12.4, unable to "
+     "compile cuda/cpp extensions without a matching cuda version.",
+     "cuda_arch_or_driver_mismatch", "cuda_software_bug", "fix_config"),
     ("Error from slot1_1@gpu-12.example.org: Job has gone over cgroup memory limit of 32768 "
      "megabytes. Last measured usage: 32790 megabytes.  Consider resubmitting with a higher "
      "request_memory.", "host_oom_killer", "oom_host", "fix_config"),
@@ -76,9 +95,13 @@ DOCUMENTED = [
     ("004 (1234.000.000) 03/03 04:12:55 Job was evicted.", "preemption",
      "scheduler_node_failure", "restart_job"),
     ("  Warning  Evicted  3m  kubelet  Pod ephemeral local storage usage exceeds the total limit "
-     "of containers 10Gi.", "k8s_eviction", "scheduler_node_failure", "restart_job"),
+     "of containers 10Gi.", "k8s_eviction_resource", "scheduler_node_failure", "fix_config"),
     ('  Warning  Evicted  3m  kubelet  Usage of EmptyDir volume "dshm" exceeds the limit "8Gi".',
-     "k8s_eviction", "scheduler_node_failure", "restart_job"),
+     "k8s_eviction_resource", "scheduler_node_failure", "fix_config"),
+    ("  Warning  Evicted  40s  kubelet  The node was low on resource: ephemeral-storage. "
+     "Threshold quantity: 2Gi, available: 1488Ki.", "k8s_eviction_resource",
+     "scheduler_node_failure", "fix_config"),
+    ("Status: Failed  Reason: Evicted", "k8s_eviction", "scheduler_node_failure", "restart_job"),
     # Storage: errno on a mount, CIFS and NVMe kernel messages.
     ("OSError: [Errno 107] Transport endpoint is not connected: '/mnt/gcs/ckpt/step_1200'",
      "io_error", "storage_io", "check_storage"),
@@ -193,6 +216,13 @@ DOCUMENTED = [
 
 # The same words where they do not mean the documented failure: (line, rule it must not be).
 LOOK_ALIKES = [
+    # DeepSpeed's note when only the minor versions differ: it goes on building.
+    ("Installed CUDA version 12.6 does not match the version torch was compiled with 12.4 but "
+     "since the APIs are compatible, accepting this combination", "cuda_arch_or_driver_mismatch"),
+    ("job 884120 used 2048 of its MEM usage hard limit", "host_oom_killer"),
+    # c10d's bind warning alone: the other address family may still bind.
+    ("[W socket.cpp:464] [c10d] The server socket has failed to bind to [::]:29400 (errno: 98 - "
+     "Address already in use).", "port_in_use"),
     ("OSError: [Errno 107] Transport endpoint is not connected", "io_error"),  # a socket
     ("OSError: [Errno 112] Host is down", "io_error"),
     ("OSError: [Errno 22] Invalid argument: '/data/x'", "nccl_invalid_usage"),

@@ -27,7 +27,7 @@ from trainguard.evidence.actions import (
 )
 from trainguard.evidence.alternatives import Alternative, builtin_calibration
 from trainguard.evidence.events import EvidenceLine
-from trainguard.evidence.inference import answer, infer
+from trainguard.evidence.inference import NODE_ACTIONS, answer, answered_action, infer
 from trainguard.taxonomy import DEFAULT_ACTION, Action, Category
 
 DATA = Path(__file__).resolve().parents[3] / "src" / "trainguard" / "evidence" / "data"
@@ -207,3 +207,33 @@ def test_the_stored_model_is_what_the_corpora_give() -> None:
     script = load_script("scripts/calibrate_actions.py", "calibrate_actions")
     text, _ = script.build()
     assert (DATA / "actions.json").read_text(encoding="utf-8") == text
+
+
+@pytest.mark.parametrize("category", [Category.SCHEDULER_NODE_FAILURE, Category.GPU_HARDWARE,
+                                      Category.GPU_MEMORY_ECC, Category.NVLINK_INTERCONNECT])
+def test_an_answered_category_takes_no_node_or_gpu_out_of_service(category: Category) -> None:
+    # A guess from a line's words names no faulty node or GPU: rerun rather than exclude,
+    # reboot or reset hardware nothing has blamed.
+    assert DEFAULT_ACTION[category] in NODE_ACTIONS
+    models = (count(_samples(), threshold=NEVER), 0.5)
+    inf = infer(Category.UNKNOWN, Action.NONE, ["fatal: lost"], (_alt(category, 0.9),), models)
+    assert inf.applied(Category.UNKNOWN, Action.NONE) == (category, Action.RESTART_JOB)
+    assert answered_action(category) is Action.RESTART_JOB
+
+
+def test_an_answered_category_keeps_a_default_that_removes_nothing() -> None:
+    for category in (Category.OOM_HOST, Category.STORAGE_IO, Category.USER_CODE_ERROR):
+        assert answered_action(category) is DEFAULT_ACTION[category]
+
+
+def test_a_bare_slurm_cancellation_is_a_rerun_not_a_node_to_exclude(tmp_path: Path) -> None:
+    log = tmp_path / "slurm-5521.out"
+    log.write_text("epoch 3 step 900 loss 2.11\n"
+                   "slurmstepd: error: *** STEP 5521.0 ON cn-112 CANCELLED AT "
+                   "2025-02-11T03:14:15 ***\n", encoding="utf-8")
+    rules = load_rules()
+    events, _ = scan_paths([str(log)], rules, ScanOptions(suspicious_lines=True))
+    incidents = correlate(events, rules)
+    assert incidents and incidents[0].inferred
+    assert incidents[0].category is Category.SCHEDULER_NODE_FAILURE
+    assert incidents[0].action is Action.RESTART_JOB

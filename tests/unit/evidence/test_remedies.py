@@ -1,6 +1,6 @@
-"""The fix the evidence names (remedies.py): a hang among a process group's first collectives
-and an installation of the wrong version are settings to change, whatever the rule's default
-action. Every log line here is hand-written."""
+"""The fix the evidence names (remedies.py): a hang among a process group's first collectives,
+an installation of the wrong version and a network that was never set up are settings to
+change, whatever the rule's default action. Every log line here is hand-written."""
 
 from __future__ import annotations
 
@@ -14,9 +14,11 @@ from trainguard.evidence.remedies import (
     EARLY_COLLECTIVES,
     EARLY_TIMEOUT,
     INSTALL_MISMATCH,
+    NETWORK_SETUP,
     early_timeout,
     evidence_remedy,
     install_mismatch,
+    network_setup,
     timeout_sequence_numbers,
 )
 from trainguard.taxonomy import Action, Category
@@ -175,3 +177,61 @@ def test_other_library_loads_are_not_the_cuda_stack(tmp_path: Path, line: str) -
     rules = load_rules()
     events, _ = scan_paths([str(path)], rules, ScanOptions(suspicious_lines=True))
     assert all(e.signature != "cuda_library_load_failed" for e in events)
+
+
+# --- a network that was never set up ------------------------------------------------------------
+
+@pytest.mark.parametrize("lines", [
+    # NCCL's system-call / internal-check return codes, no failed transfer beside them.
+    ["[rank2]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, "
+     "unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.19.3",
+     "[rank2]: ncclSystemError: System call (e.g. socket, malloc) or external library call "
+     "failed or device error."],
+    ["RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:825, internal error, NCCL version 2.7.8",
+     "ncclInternalError: Internal check failed. Proxy Call to rank 0 failed (Setup)"],
+    # A peer at a loopback address: the host name resolves to 127.x.
+    ["RuntimeError: [gloo/transport/tcp/pair.cc:799] connect [127.0.1.1]:41977: Connection "
+     "refused"],
+    # A link-local RoCE GID on a failed completion: the GID index is the setting.
+    ["gpu7:211:390 [3] transport/net_ib.cc:1421 NCCL WARN NET/IB : Got completion from peer "
+     "10.4.0.12<37112> with error 12, opcode 0, len 0, vendor err 129 (Recv) localGid "
+     "fe80::b8ce:f6ff:fe10:aa02 remoteGid fe80::b8ce:f6ff:fe10:ab17"],
+    ["node3:77:77 [0] NCCL INFO NET/Socket : No usable listening interface found"],
+])
+def test_network_setup_forms(lines: list[str]) -> None:
+    assert network_setup(["epoch 0 step 0", *lines])
+    got = evidence_remedy(Category.NETWORK_IB, Action.CHECK_NETWORK, lines)
+    assert got is not None and (got.action, got.reason) == (Action.FIX_CONFIG, NETWORK_SETUP)
+
+
+@pytest.mark.parametrize("lines", [
+    # A transfer that failed on a routable GID: the fabric.
+    ["gpu7:211:390 [3] transport/net_ib.cc:1421 NCCL WARN NET/IB : Got completion from peer "
+     "10.4.0.12<37112> with status=12 opcode=0 len=0 vendor err 129 (Recv) localGid "
+     "::ffff:10.4.0.11 remoteGids::ffff:10.4.0.12"],
+    # A system error beside a connection reset mid-run: the transfer failed.
+    ["RuntimeError: NCCL error: unhandled system error, NCCL version 2.18.1",
+     "node3:77:90 [1] misc/socket.cc:538 NCCL WARN Net : Call to recv from 10.1.1.9<5522> "
+     "failed : Connection reset by peer"],
+    ["gpu2:51:60 [0] transport/net_ib.cc:190 NCCL WARN NET/IB : mlx5_3:1 Got async event : "
+     "port error"],
+    # A socket address that is not loopback.
+    ["RuntimeError: [gloo/transport/tcp/pair.cc:799] connect [10.20.0.7]:41977: Connection "
+     "refused"],
+])
+def test_a_failed_transfer_stays_a_network_check(lines: list[str]) -> None:
+    assert not network_setup(lines)
+    assert evidence_remedy(Category.NETWORK_IB, Action.CHECK_NETWORK, lines) is None
+
+
+def test_the_network_remedy_only_turns_a_network_check(tmp_path: Path) -> None:
+    setup = ["ncclInternalError: Internal check failed."]
+    assert evidence_remedy(Category.NETWORK_IB, Action.EXCLUDE_NODE, setup) is None
+    inc = first(tmp_path, [
+        "[rank1]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, "
+        "unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.19.3"])
+    assert inc.category is Category.NETWORK_IB
+    assert inc.root_cause.action is Action.CHECK_NETWORK
+    assert inc.action is Action.FIX_CONFIG
+    how = inc.to_dict()["inferred_action"]
+    assert isinstance(how, dict) and how["cues"] == [NETWORK_SETUP]
