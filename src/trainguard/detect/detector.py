@@ -272,7 +272,7 @@ class Detector:
                         flags.soft, flags.weights, flags.activity, jobs,
                         self.steps_per_block,
                         self._unit_blocks(d.gpu, d.node, d.times.size // self.steps_per_block),
-                        flags.cumulative, early)
+                        flags.cumulative, early, self.precursors.app_recent)
 
     def _block_means(self, x: FloatArray, cumulative: BoolArray, key: str, times: np.ndarray
                      ) -> FloatArray:

@@ -61,8 +61,11 @@ class ExplainedActivity:
             showing[:a, :b] = self.showing[:a, :b]
             self.showing = showing
 
-    def scan(self, d: DenseChunk, lay: Layout, s: int, nb: int, busy: np.ndarray) -> np.ndarray:
-        """[node, block]: True where the node's activity may count as a precursor."""
+    def scan(self, d: DenseChunk, lay: Layout, s: int, nb: int, busy: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray]:
+        """([node, block] True where the node's activity may count as a precursor,
+        [node, block] True where an application XID began on the node within the quiet
+        window: its activity is the application's)."""
         n = len(lay.nodes)
         xi = next((i for i, m in enumerate(lay.gpu_metrics) if is_xid_metric(m)), None)
         g = d.gpu[xi].shape[1] if xi is not None else 1
@@ -74,10 +77,12 @@ class ExplainedActivity:
         quiet = self.cfg.precursor_app_xid_quiet_s / self.cfg.block_s
         settle = self.cfg.settle_s / self.cfg.block_s
         out = np.zeros((n, nb), dtype=bool)
+        recent = np.zeros((n, nb), dtype=bool)
         for b in range(nb):
             onset = (app_b[..., b] & ~self.showing).any(axis=1)
             self.showing = app_b[..., b]
             self.since = np.where(onset, 0.0, self.since + 1)
             self.busy_run = np.where(busy[:, b], self.busy_run + 1, 0.0)
-            out[:, b] = (self.since > quiet) & (self.busy_run > settle)
-        return out
+            recent[:, b] = self.since <= quiet
+            out[:, b] = ~recent[:, b] & (self.busy_run > settle)
+        return out, recent

@@ -16,11 +16,14 @@ from trainguard.taxonomy import Category
 __all__ = [
     "ACTIVITY_FIELDS",
     "ACTIVITY_METRICS",
+    "is_cooling_control",
     "is_hard_counter",
     "is_hardware_xid",
     "is_known_precursor",
     "is_supporting_only",
+    "is_temperature",
     "is_wear_counter",
+    "is_workload_following",
     "is_workload_shaped",
     "is_xid_metric",
 ]
@@ -54,8 +57,14 @@ _WEAR = re.compile(r"ECC_SBE|SBE_VOL|SBE_AGG|CORRECTABLE_REMAPPED_ROWS|RETIRED_S
 # mostly a different workload on that GPU, so they count half.
 _WORKLOAD = re.compile(r"FB_USED|FB_FREE|FB_RESERVED|_BYTES|BANDWIDTH", re.IGNORECASE)
 # Cooling controls: the fan follows the temperature, and a fan that wears out is a chassis or
-# cooling repair, not a GPU about to fail. Such a field may support another signal, never lead.
-_SUPPORTING = re.compile(r"FAN", re.IGNORECASE)
+# cooling repair, not a GPU about to fail.
+_COOLING = re.compile(r"FAN", re.IGNORECASE)
+_TEMPERATURE = re.compile(r"TEMP", re.IGNORECASE)
+# Fields the job drives on every GPU it runs on: activity, occupancy, power draw, plus the
+# workload-shaped ones. All of a node's GPUs moving together there is the node's job.
+_WORKLOAD_FOLLOWING = re.compile(
+    r"UTIL|_ACTIVE|OCCUPANCY|POWER_USAGE|POWER_DRAW|FB_USED|FB_FREE|FB_RESERVED|_BYTES|"
+    r"BANDWIDTH", re.IGNORECASE)
 _HW_CATEGORIES = frozenset({Category.GPU_HARDWARE, Category.GPU_MEMORY_ECC,
                             Category.NVLINK_INTERCONNECT})
 
@@ -78,8 +87,23 @@ def is_known_precursor(name: str) -> bool:
 
 
 def is_supporting_only(name: str) -> bool:
-    """A cooling-control field (fan speed): evidence beside another signal, never alone."""
-    return bool(_SUPPORTING.search(_base(name)))
+    """Evidence beside another signal, never alone: a cooling control (fan speed), or a field
+    the job sets (memory allocated, bytes moved): a different workload on one GPU moves them
+    as much as a failing GPU does."""
+    return is_cooling_control(name) or is_workload_shaped(name)
+
+
+def is_cooling_control(name: str) -> bool:
+    return bool(_COOLING.search(_base(name)))
+
+
+def is_temperature(name: str) -> bool:
+    return bool(_TEMPERATURE.search(_base(name)))
+
+
+def is_workload_following(name: str) -> bool:
+    """A GPU field the job drives (activity, occupancy, power draw, memory, bytes moved)."""
+    return bool(_WORKLOAD_FOLLOWING.search(_base(name)))
 
 
 def is_wear_counter(name: str) -> bool:

@@ -113,6 +113,9 @@ class PrecursorRules:
     """Per activity metric: blocks (bit mask) in which a stalled GPU came back."""
     level: float = float("nan")
     explained: ExplainedActivity = field(init=False)
+    app_recent: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=bool))
+    """[node, block] of the last chunk scanned: an application XID began on the node within
+    `precursor_app_xid_quiet_s` (what scoring mutes; derived, never saved)."""
     trend: TrendRule = field(init=False)
     clock: float = 0.0
     """Blocks scanned so far (the trend test's time axis)."""
@@ -129,7 +132,7 @@ class PrecursorRules:
             return hits
         mg = len(lay.gpu_metrics)
         busy = self._busy(d, lay, s, nb)
-        free = self.explained.scan(d, lay, s, nb, busy)
+        free, self.app_recent = self.explained.scan(d, lay, s, nb, busy)
         warm = self.cfg.precursor_warmup_s / self.cfg.block_s
         for mi, name in enumerate(lay.gpu_metrics):
             counter = bool(cumulative[mi]) and is_error_counter(name)

@@ -33,6 +33,11 @@ from trainguard.detect.precursors import PrecursorHits
 from trainguard.detect.signals import hard_evidence, precursor
 from trainguard.detect.signals.baseline import BaselineConfig, BaselineDeviation
 from trainguard.detect.signals.counters import CounterConfig, CounterDeviation
+from trainguard.detect.signals.explained import (
+    MetricRoles,
+    mute_app_explained,
+    mute_cooling_explained,
+)
 from trainguard.detect.signals.fusion import Fusion, FusionConfig, lead_of
 from trainguard.detect.signals.peer import PeerConfig, PeerDeviation
 from trainguard.detect.signals.precursor import PrecursorConfig
@@ -55,7 +60,7 @@ class BlockScorer:
         self.fusion = Fusion.new(FusionConfig.of(cfg))
         self.precursor = PrecursorConfig.of(cfg)
         self.blocks = 0
-        self._supporting: tuple[tuple[int, int], BoolArray] | None = None
+        self._roles: tuple[tuple[int, int], BoolArray, MetricRoles] | None = None
 
     def _grow(self) -> None:
         mg, mn, n, g = self.layout.shape
@@ -76,11 +81,12 @@ class BlockScorer:
     def run(self, times: IntArray, bg: FloatArray, bn: FloatArray, present: np.ndarray,
             hits: list[HardHit], tracker: EpisodeTracker, soft: FloatArray, weights: FloatArray,
             act: int | None, jobs: list[list[str]] | None, s: int, unit_floor: FloatArray,
-            cumulative: BoolArray, early: PrecursorHits | None = None) -> None:
+            cumulative: BoolArray, early: PrecursorHits | None = None,
+            app_recent: BoolArray | None = None) -> None:
         """Score the complete blocks of `s` samples in `times` (len(times) % s == 0) from
         their means `bg[gpu metric, node, gpu, block]` and `bn[node metric, node, block]`
         (counters as rates); `hits` the chunk's hard evidence, `early` its early warnings per
-        block."""
+        block, `app_recent[node, block]` where an application XID began recently."""
         self._grow()
         nb = times.size // s
         pb = np.asarray(present.reshape(*present.shape[:-1], nb, s).any(axis=-1), dtype=bool)
@@ -88,7 +94,7 @@ class BlockScorer:
         for h in hits:
             by_block.setdefault(h.t_index // s, []).append(h)
         activity = self._activity_rows(act)
-        supporting = self._supporting_rows()
+        supporting, roles = self._roles_of()
         # Block by block, each block's means contiguous (every unit reads them several times).
         bg_b = np.ascontiguousarray(np.moveaxis(bg, -1, 0))
         bn_b = np.ascontiguousarray(np.moveaxis(bn, -1, 0))
@@ -97,14 +103,16 @@ class BlockScorer:
             hard_evidence.emit(tracker, by_block.get(b, []), times, self.layout)
             self._block(t_end, bg_b[b], bn_b[b], pb[..., b], tracker, soft, weights, act,
                         jobs[b] if jobs else None, unit_floor[:, b], cumulative, activity,
-                        early.get(b) if early else None, supporting)
+                        early.get(b) if early else None, supporting, roles,
+                        app_recent[:, b] if app_recent is not None else None)
             tracker.expire_hard(t_end)
 
     def _block(self, t: float, x: FloatArray, xn: FloatArray, pres: BoolArray,
                tracker: EpisodeTracker, soft: FloatArray, weights: FloatArray, act: int | None,
                jobs: list[str] | None, unit_floor: FloatArray, cumulative: BoolArray,
                activity: BoolArray, early: list[tuple[int, Signal]] | None,
-               supporting: BoolArray | None = None) -> None:
+               supporting: BoolArray | None = None, roles: MetricRoles | None = None,
+               app_recent: BoolArray | None = None) -> None:
         self.blocks += 1
         ctx = self.regime.step(t, x, xn, pres, act, jobs)
         zp1, zp2 = self.peer.step(x, xn, ctx.labels, unit_floor)
@@ -112,7 +120,14 @@ class BlockScorer:
         counter_led = self.counters.step(x, xn, unit_floor, cumulative, z1, z2)
         z1[:, ctx.settle, :] = np.nan
         z2[:, ctx.settle] = np.nan
-        mute_node_activity(z2, activity)
+        if roles is None:
+            mute_node_activity(z2, activity)
+        else:
+            # What the job, the cooling or an application crash explains is not evidence.
+            mute_node_activity(z2, activity | roles.node_workload[: activity.size])
+            mute_cooling_explained(z1, z2, roles)
+            if app_recent is not None:
+                mute_app_explained(z1, z2, roles, app_recent)
         fused = self.fusion.step(z1, z2, soft, weights, ctx.node_pres, supporting)
         quiet = tracker.quiet(t)
         names = [*self.layout.gpu_metrics, *self.layout.node_metrics]
@@ -126,16 +141,16 @@ class BlockScorer:
                                               quiet, lead)
         tracker.soft_block(t, score, signals, quiet, lead)
 
-    def _supporting_rows(self) -> BoolArray:
-        """Per metric (GPU metrics first): may it only support another signal (knowledge).
-        Metric names only ever grow, so their counts identify the layout."""
+    def _roles_of(self) -> tuple[BoolArray, MetricRoles]:
+        """Per metric (GPU metrics first): may it only support another signal, and what it may
+        explain (knowledge). Metric names only ever grow, so their counts identify the layout."""
         lay = self.layout
         key = (len(lay.gpu_metrics), len(lay.node_metrics))
-        if self._supporting is None or self._supporting[0] != key:
+        if self._roles is None or self._roles[0] != key:
             rows = np.array([is_supporting_only(m) for m in (*lay.gpu_metrics, *lay.node_metrics)],
                             dtype=bool)
-            self._supporting = (key, rows)
-        return self._supporting[1]
+            self._roles = (key, rows, MetricRoles.of(lay.gpu_metrics, lay.node_metrics))
+        return self._roles[1], self._roles[2]
 
     def _activity_rows(self, act: int | None) -> BoolArray:
         """Per metric (GPU metrics first, then node metrics, never activity): is it a GPU

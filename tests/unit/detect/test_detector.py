@@ -22,6 +22,7 @@ class Cluster:
     g: int = 8
     days: float = 1.0
     seed: int = 0
+    with_fan: bool = False
 
     def __post_init__(self) -> None:
         rng = np.random.default_rng(self.seed)
@@ -39,6 +40,7 @@ class Cluster:
         self.power = 80 + 5 * self.util + rng.normal(0, 10, (n, g, t))
         self.xid = np.zeros((n, g, t))
         self.replay = np.cumsum(rng.random((n, g, t)) < 0.0005, axis=2).astype(np.float64)
+        self.fan = 30 + 0.3 * self.util + rng.normal(0, 1.0, (n, g, t))
 
     def at(self, hours: float) -> int:
         return int(hours * 3600 / STEP)
@@ -49,12 +51,14 @@ class Cluster:
         def series(name: str, a: np.ndarray, kind: MetricKind = MetricKind.GAUGE) -> MetricSeries:
             return MetricSeries(name, kind, ents, a.reshape(self.n * self.g, self.t).copy())
 
+        fan = (series("DCGM_FI_DEV_FAN_SPEED", self.fan),) if self.with_fan else ()
         return Telemetry(self.times, STEP, (
             series("DCGM_FI_DEV_GPU_UTIL", self.util),
             series("DCGM_FI_DEV_GPU_TEMP", self.temp),
             series("DCGM_FI_DEV_POWER_USAGE", self.power),
             series("DCGM_FI_DEV_XID_ERRORS", self.xid),
             series("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", self.replay),
+            *fan,
         ))
 
 
@@ -78,7 +82,9 @@ def test_temperature_ramp_is_caught_before_the_xid() -> None:
     assert {a.node for a in alerts} == {"node03"}
     pred = [a for a in alerts if a.kind is AlertKind.PREDICTIVE]
     hard = [a for a in alerts if a.kind is AlertKind.HARD]
-    assert pred and pred[0].start < c.times[tx] - 15 * 60
+    # A lone temperature ramp (no second symptom on that GPU) pages on its own strength:
+    # corroboration is never borrowed from the node's other GPUs.
+    assert pred and pred[0].start < c.times[tx] - 5 * 60
     assert pred[0].signals[0].metric == "DCGM_FI_DEV_GPU_TEMP"
     assert pred[0].signals[0].gpu == "5"
     assert pred[0].signals[0].deviation > 0
@@ -128,6 +134,51 @@ def test_application_xid_on_every_node_of_a_job_is_not_an_alert() -> None:
     c.util[:, :, tx + 1:] = 0.0  # the job died everywhere at once
     alerts = detect(c.telemetry())
     assert alerts == []
+
+
+def _heat(c: Cluster, node: int, gpu: int, start: int, fan_delta: float) -> None:
+    """GPU `gpu` of `node` runs 12 degrees hotter over an hour from `start`, on, while its fan
+    moves by `fan_delta` (percent points) over the same hour."""
+    ramp = np.minimum(1.0, np.arange(c.t - start) / c.at(1.0))
+    c.temp[node, gpu, start:] += 12.0 * ramp
+    c.fan[node, gpu, start:] += fan_delta * ramp
+
+
+@pytest.mark.parametrize(("fan_delta", "alerts_expected"), [(-35.0, False), (25.0, True)])
+def test_a_gpu_that_heats_because_its_fan_fails_is_a_cooling_fault(fan_delta: float,
+                                                                  alerts_expected: bool) -> None:
+    c = Cluster(seed=11, with_fan=True)
+    _heat(c, 3, 5, c.at(14), fan_delta)
+    alerts = detect(c.telemetry())
+    # fan down: the heat is the cooling's (a chassis repair), never a warning about the GPU;
+    # fan up: the controller answers a heat source on the GPU, which is a warning
+    assert bool([a for a in alerts if a.node == "node03"]) is alerts_expected
+    assert {a.node for a in alerts} <= {"node03"}
+
+
+def _idle_gpu(c: Cluster, node: int, gpu: int, start: int, minutes: int) -> None:
+    end = start + c.at(minutes / 60)
+    c.util[node, gpu, start:end] = 3.0
+    c.power[node, gpu, start:end] = 90.0
+
+
+@pytest.mark.parametrize("app_xid", [True, False])
+def test_a_gpu_idling_after_an_application_xid_is_the_application(app_xid: bool) -> None:
+    c = Cluster(seed=12)
+    t0 = c.at(15)
+    if app_xid:
+        c.xid[4, 2, t0:t0 + c.at(0.5)] = 13  # the job's process on GPU 2 faulted
+    _idle_gpu(c, 4, 2, t0 + 2, 25)
+    alerts = [a for a in detect(c.telemetry()) if a.node == "node04"]
+    assert (alerts == []) is app_xid
+
+
+def test_a_node_whose_gpus_all_draw_more_power_together_is_running_its_job() -> None:
+    c = Cluster(seed=13)
+    c.power[7, :, c.at(15):] *= 1.4  # the node's job entered a heavier phase
+    assert detect(c.telemetry()) == []
+    c.power[7, 3, c.at(15):] *= 1.4  # one GPU drawing more than its siblings is not the job
+    assert {a.node for a in detect(c.telemetry())} == {"node07"}
 
 
 def test_node_that_is_always_hotter_is_learned_not_flagged() -> None:

@@ -7,7 +7,9 @@
 2. per metric and node, the stronger of the node-level deviation and the node's worst GPU;
 3. a metric deviating on several nodes at once is the workload, not a failing node: muted;
 4. a supporting-only metric (a cooling control) is capped at the node's strongest other metric;
-5. node score = strongest metric + half the second strongest (`fuse`).
+5. node score = the best of its GPUs' scores, each the GPU's strongest metric + half its
+   second strongest, the node-level deviations counting for every GPU of the node
+   (`fuse_gpus`; `fuse` where there are no GPU metrics).
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from trainguard.detect.layout import Layout
 from trainguard.detect.signals.common import pad_to, regrow, rows
 from trainguard.telemetry.frame import FloatArray, IntArray
 
-__all__ = ["CAL_REF", "U_CAP", "Fused", "Fusion", "FusionConfig", "calibrate", "fuse", "lead_of"]
+__all__ = ["CAL_REF", "U_CAP", "Fused", "Fusion", "FusionConfig", "calibrate", "fuse", "fuse_gpus",
+           "lead_of"]
 
 CAL_REF = 2.5
 """Cross-sectional 99th percentile of |z| for a well-behaved metric (about Gaussian)."""
@@ -117,10 +120,21 @@ class Fusion:
         crowd = max(cfg.crowd_min_nodes, cfg.crowd_fraction * n_up)
         crowded = np.count_nonzero(per_metric >= 0.5 * cfg.score_on, axis=1) >= crowd
         per_metric[crowded] = 0.0
-        if supporting is not None and supporting.any() and not supporting.all():
+        sup = supporting is not None and supporting.any() and not supporting.all()
+        if sup:
+            assert supporting is not None
             others = per_metric[~supporting].max(axis=0)
             per_metric[supporting] = np.minimum(per_metric[supporting], others)
-        return Fused(fuse(per_metric, mg), per_metric, s1, u2, gpu_best)
+        if u1.size == 0 or mg == 0:
+            score = fuse(per_metric, mg)
+        else:
+            u1[crowded[:mg]] = 0.0
+            v = np.maximum(u1, np.where(crowded[:mg, None], 0.0, u2[:mg])[:, :, None])
+            host = (per_metric[mg:].max(axis=0) if per_metric.shape[0] > mg
+                    else np.zeros(per_metric.shape[1]))
+            score = fuse_gpus(v, host, supporting[:mg] if sup and supporting is not None
+                              else None)
+        return Fused(score, per_metric, s1, u2, gpu_best)
 
     def signals(self, i: int, f: Fused, z1: FloatArray, z2: FloatArray, names: list[str],
                 lay: Layout) -> tuple[Signal, ...]:
@@ -153,6 +167,32 @@ def lead_of(per_metric: FloatArray, counter_rows: BoolArray, activity_rows: Bool
         lead[activity_rows[top_metric]] = LEAD_ACTIVITY
         lead[counter_led] = LEAD_COUNTER
     return lead
+
+
+def fuse_gpus(v: FloatArray, host: FloatArray, supporting: BoolArray | None) -> FloatArray:
+    """Node score when GPU metrics exist: the best of its GPUs' scores, each the GPU's
+    strongest metric plus half its second strongest (or the node's strongest host metric).
+    `v[gpu metric, node, gpu]` holds each GPU's deviation or, where stronger, its node's.
+
+    Corroboration comes from the same GPU (or its node as a whole): a replay burst on one GPU
+    and a power wobble on another are two unrelated small things, not one failing GPU. A
+    `supporting` metric is capped, per GPU, at that GPU's strongest other metric.
+
+        >>> v = np.array([[[4.0, 0.0]], [[0.0, 4.0]]])   # two metrics, one node, two GPUs
+        >>> fuse_gpus(v, np.zeros(1), None).tolist()     # the old per-node sum would be 6.0
+        [4.0]
+    """
+    if supporting is not None and supporting.any() and not supporting.all():
+        v = v.copy()
+        others = v[~supporting].max(axis=0)
+        v[supporting] = np.minimum(v[supporting], others)
+    mg = v.shape[0]
+    if mg >= 2:
+        part = np.partition(v, mg - 2, axis=0)
+        top, second = part[-1], np.maximum(part[-2], host[:, None])
+    else:
+        top, second = v[0], np.broadcast_to(host[:, None], v.shape[1:])
+    return np.asarray((top + 0.5 * second).max(axis=1), dtype=np.float64)
 
 
 def calibrate(cal: FloatArray, a: FloatArray, quantile: float) -> FloatArray:

@@ -122,3 +122,31 @@ def test_calibration_is_reset_and_regrown_per_metric() -> None:
     assert f.cal1.tolist() == [3.0, 0.0] and f.cal2.tolist() == [3.0, 0.0, 5.0, 0.0]
     f.reset_metric(0)
     assert f.cal1[0] == 0.0 and f.cal2.tolist() == [0.0, 0.0, 5.0, 0.0]
+
+
+def test_corroboration_comes_from_the_same_gpu_or_its_node() -> None:
+    z1, z2 = _quiet()
+    z1[0, 2, 1] = 6.0   # node 2: metric 0 on GPU 1 ...
+    z1[1, 2, 3] = 6.0   # ... metric 1 on GPU 3: two unrelated small things
+    z1[0, 5, 1] = 6.0   # node 5: both metrics on GPU 1: one GPU, two symptoms
+    z1[1, 5, 1] = 6.0
+    z1[0, 7, 0] = 6.0   # node 7: GPU 0, and the node as a whole on metric 1
+    z2[1, 7] = 6.0
+    f = _unit().step(z1, z2, ONE, ONE, np.ones(N, dtype=bool))
+    one = f.per_metric[0, 2]
+    assert f.score[2] == pytest.approx(one)              # no borrowed second signal
+    assert f.score[5] == pytest.approx(1.5 * f.per_metric[0, 5])
+    hi, lo = sorted(f.per_metric[:2, 7].tolist(), reverse=True)
+    assert lo > 0 and f.score[7] == pytest.approx(hi + 0.5 * lo)
+
+
+def test_a_supporting_metric_is_capped_per_gpu() -> None:
+    from trainguard.detect.signals.fusion import fuse_gpus
+
+    v = np.zeros((2, 1, 2))
+    v[0, 0, 0] = 9.0     # GPU 0: only the supporting metric
+    v[1, 0, 1] = 4.0     # GPU 1: only the other metric
+    assert fuse_gpus(v, np.zeros(1), np.array([True, False])).tolist() == [4.0]
+    v[1, 0, 0] = 2.0     # GPU 0 gets a weak lead of its own: the fan supports it up to 2
+    assert fuse_gpus(v, np.zeros(1), np.array([True, False])).tolist() == [4.0]
+    assert fuse_gpus(v, np.full(1, 3.0), np.array([True, False])).tolist() == [4.0 + 1.5]

@@ -1,0 +1,116 @@
+"""Deviations explained away before fusion: the job, the cooling, an application crash.
+
+A failing GPU departs from its own normal and from its siblings. Three ordinary things make a
+deviation that is not that, and each is recognisable from the telemetry itself:
+
+1. **The job or the room, node-wide.** When all of a node's GPUs change together in a field the
+   job drives (utilisation, engine/SM activity and occupancy, power draw, memory allocated,
+   bytes moved), the node's job started, stopped or changed phase; when they all run hotter
+   together, the job or the node's air (inlet, chassis fans) did it: a GPU that is failing
+   heats alone. The node-level deviation of those fields
+   is dropped (`scoring.mute_node_activity`, rows from `MetricRoles.node_workload`); a GPU
+   that departs from its siblings keeps its GPU-level deviation.
+2. **The cooling.** A GPU whose fan turns clearly slower than its own normal while it runs
+   hotter has a cooling fault (a worn fan, a blocked inlet): a chassis repair, not a GPU about
+   to fail. Its temperature deviations are dropped while its fan is down; a GPU that heats up
+   with its fan speeding up (the controller responding to a heat source on the GPU) keeps them.
+3. **An application crash.** After an application XID (13, 31, 43, 45...) begins on a node,
+   its GPUs' activity and power fall and recover as the job's processes die and restart. For
+   `precursor_app_xid_quiet_s` after such an onset (the window the stall and jitter rules
+   already honour, `detect/explained.py`) the node's activity and power deviations are dropped.
+
+Each function mutates the deviation arrays in place (NaN: no evidence) and is pure otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from trainguard.detect.hard import BoolArray
+from trainguard.detect.knowledge import (
+    ACTIVITY_METRICS,
+    is_cooling_control,
+    is_temperature,
+    is_workload_following,
+)
+from trainguard.telemetry.frame import FloatArray
+
+__all__ = ["FAN_DROP_Z", "MetricRoles", "mute_app_explained", "mute_cooling_explained"]
+
+FAN_DROP_Z = -3.0
+"""A fan this many deviations below its own normal is down (a controller never slows a fan on
+a GPU that is heating up)."""
+
+
+@dataclass(frozen=True, eq=False)
+class MetricRoles:
+    """Per metric row (GPU metrics first, then node metrics): what it may explain or be
+    explained by."""
+
+    node_workload: BoolArray
+    """GPU fields the job or the node's air drives: their node-level deviation is not a GPU's."""
+    cooling: BoolArray
+    """GPU cooling controls (fan speed)."""
+    thermal: BoolArray
+    """GPU temperatures."""
+    activity: BoolArray
+    """GPU activity and power: what an application crash moves."""
+
+    @classmethod
+    def of(cls, gpu_metrics: list[str], node_metrics: list[str]) -> MetricRoles:
+        pad = [False] * len(node_metrics)
+
+        def rows(pred: list[bool]) -> BoolArray:
+            return np.array(pred + pad, dtype=bool)
+
+        return cls(rows([is_workload_following(m) or is_temperature(m) for m in gpu_metrics]),
+                   rows([is_cooling_control(m) for m in gpu_metrics]),
+                   rows([is_temperature(m) for m in gpu_metrics]),
+                   rows([m in ACTIVITY_METRICS for m in gpu_metrics]))
+
+
+def mute_cooling_explained(z1: FloatArray, z2: FloatArray, roles: MetricRoles,
+                           drop_z: float = FAN_DROP_Z) -> None:
+    """Drop temperature deviations `z1[gpu metric, node, gpu]` of GPUs whose fan is down
+    (any cooling row's deviation <= `drop_z`), and the node-level ones `z2[metric, node]`
+    of nodes whose fans are down together.
+
+        >>> roles = MetricRoles.of(["DCGM_FI_DEV_FAN_SPEED", "DCGM_FI_DEV_GPU_TEMP"], [])
+        >>> z1 = np.array([[[-9.0, 0.5]], [[6.0, 6.0]]]); z2 = np.zeros((2, 1))
+        >>> mute_cooling_explained(z1, z2, roles); z1[1].tolist()
+        [[nan, 6.0]]
+    """
+    mg = z1.shape[0]
+    fan, temp = roles.cooling[:mg], roles.thermal[:mg]
+    if not fan.any() or not temp.any():
+        return
+    with np.errstate(invalid="ignore"):
+        down = (np.nan_to_num(z1[fan], nan=0.0) <= drop_z).any(axis=0)       # node, gpu
+        node_down = (np.nan_to_num(z2[:mg][fan], nan=0.0) <= drop_z).any(axis=0)
+    if down.any():
+        for r in np.flatnonzero(temp).tolist():
+            z1[r][down] = np.nan
+    if node_down.any():
+        for r in np.flatnonzero(temp).tolist():
+            z2[r, node_down] = np.nan
+
+
+def mute_app_explained(z1: FloatArray, z2: FloatArray, roles: MetricRoles,
+                       nodes: BoolArray) -> None:
+    """Drop the activity and power deviations of `nodes` (per node: an application XID began
+    there recently), GPU level and node level.
+
+        >>> roles = MetricRoles.of(["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_TEMP"], [])
+        >>> z1 = np.ones((2, 2, 1)); z2 = np.ones((2, 2))
+        >>> mute_app_explained(z1, z2, roles, np.array([True, False]))
+        >>> z1[:, :, 0].tolist(), z2.tolist()
+        ([[nan, 1.0], [1.0, 1.0]], [[nan, 1.0], [1.0, 1.0]])
+    """
+    if not nodes.any():
+        return
+    mg = z1.shape[0]
+    for r in np.flatnonzero(roles.activity[:mg]).tolist():
+        z1[r, nodes] = np.nan
+        z2[r, nodes] = np.nan
