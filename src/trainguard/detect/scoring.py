@@ -27,7 +27,7 @@ from trainguard.detect.alerts import Signal
 from trainguard.detect.config import DetectorConfig
 from trainguard.detect.episodes import EpisodeTracker
 from trainguard.detect.hard import BoolArray, HardHit
-from trainguard.detect.knowledge import ACTIVITY_FIELDS, is_supporting_only
+from trainguard.detect.knowledge import ACTIVITY_FIELDS
 from trainguard.detect.layout import Layout
 from trainguard.detect.precursors import PrecursorHits
 from trainguard.detect.signals import hard_evidence, precursor
@@ -60,7 +60,7 @@ class BlockScorer:
         self.fusion = Fusion.new(FusionConfig.of(cfg))
         self.precursor = PrecursorConfig.of(cfg)
         self.blocks = 0
-        self._roles: tuple[tuple[int, int], BoolArray, MetricRoles] | None = None
+        self._roles: tuple[tuple[int, int], MetricRoles] | None = None
 
     def _grow(self) -> None:
         mg, mn, n, g = self.layout.shape
@@ -94,7 +94,7 @@ class BlockScorer:
         for h in hits:
             by_block.setdefault(h.t_index // s, []).append(h)
         activity = self._activity_rows(act)
-        supporting, roles = self._roles_of()
+        roles = self._roles_of()
         # Block by block, each block's means contiguous (every unit reads them several times).
         bg_b = np.ascontiguousarray(np.moveaxis(bg, -1, 0))
         bn_b = np.ascontiguousarray(np.moveaxis(bn, -1, 0))
@@ -103,7 +103,7 @@ class BlockScorer:
             hard_evidence.emit(tracker, by_block.get(b, []), times, self.layout)
             self._block(t_end, bg_b[b], bn_b[b], pb[..., b], tracker, soft, weights, act,
                         jobs[b] if jobs else None, unit_floor[:, b], cumulative, activity,
-                        early.get(b) if early else None, supporting, roles,
+                        early.get(b) if early else None, roles,
                         app_recent[:, b] if app_recent is not None else None)
             tracker.expire_hard(t_end)
 
@@ -111,8 +111,7 @@ class BlockScorer:
                tracker: EpisodeTracker, soft: FloatArray, weights: FloatArray, act: int | None,
                jobs: list[str] | None, unit_floor: FloatArray, cumulative: BoolArray,
                activity: BoolArray, early: list[tuple[int, Signal]] | None,
-               supporting: BoolArray | None = None, roles: MetricRoles | None = None,
-               app_recent: BoolArray | None = None) -> None:
+               roles: MetricRoles, app_recent: BoolArray | None = None) -> None:
         self.blocks += 1
         ctx = self.regime.step(t, x, xn, pres, act, jobs)
         zp1, zp2 = self.peer.step(x, xn, ctx.labels, unit_floor)
@@ -120,15 +119,12 @@ class BlockScorer:
         counter_led = self.counters.step(x, xn, unit_floor, cumulative, z1, z2)
         z1[:, ctx.settle, :] = np.nan
         z2[:, ctx.settle] = np.nan
-        if roles is None:
-            mute_node_activity(z2, activity)
-        else:
-            # What the job, the cooling or an application crash explains is not evidence.
-            mute_node_activity(z2, activity | roles.node_workload[: activity.size])
-            mute_cooling_explained(z1, z2, roles)
-            if app_recent is not None:
-                mute_app_explained(z1, z2, roles, app_recent)
-        fused = self.fusion.step(z1, z2, soft, weights, ctx.node_pres, supporting)
+        # What the job, the cooling or an application crash explains is not evidence.
+        mute_node_activity(z2, activity | roles.node_workload[: activity.size])
+        mute_cooling_explained(z1, z2, roles)
+        if app_recent is not None:
+            mute_app_explained(z1, z2, roles, app_recent)
+        fused = self.fusion.step(z1, z2, soft, weights, ctx.node_pres, roles.supporting)
         quiet = tracker.quiet(t)
         names = [*self.layout.gpu_metrics, *self.layout.node_metrics]
         signals = {i: self.fusion.signals(i, fused, z1, z2, names, self.layout)
@@ -141,16 +137,14 @@ class BlockScorer:
                                               quiet, lead)
         tracker.soft_block(t, score, signals, quiet, lead)
 
-    def _roles_of(self) -> tuple[BoolArray, MetricRoles]:
+    def _roles_of(self) -> MetricRoles:
         """Per metric (GPU metrics first): may it only support another signal, and what it may
         explain (knowledge). Metric names only ever grow, so their counts identify the layout."""
         lay = self.layout
         key = (len(lay.gpu_metrics), len(lay.node_metrics))
         if self._roles is None or self._roles[0] != key:
-            rows = np.array([is_supporting_only(m) for m in (*lay.gpu_metrics, *lay.node_metrics)],
-                            dtype=bool)
-            self._roles = (key, rows, MetricRoles.of(lay.gpu_metrics, lay.node_metrics))
-        return self._roles[1], self._roles[2]
+            self._roles = (key, MetricRoles.of(lay.gpu_metrics, lay.node_metrics))
+        return self._roles[1]
 
     def _activity_rows(self, act: int | None) -> BoolArray:
         """Per metric (GPU metrics first, then node metrics, never activity): is it a GPU

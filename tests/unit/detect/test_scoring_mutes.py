@@ -34,5 +34,5 @@ def test_cooling_controls_are_supporting_only_rows_of_the_layout() -> None:
     lay = Layout(gpu_metrics=["DCGM_FI_DEV_FAN_SPEED", "DCGM_FI_DEV_GPU_TEMP"],
                  node_metrics=['acme_gpu_fan_rpm{slot="0"}', "node_load1"],
                  nodes=["n0"], gpu_labels=[["0"]])
-    rows, _roles = scoring.BlockScorer(DetectorConfig(), lay)._roles_of()
+    rows = scoring.BlockScorer(DetectorConfig(), lay)._roles_of().supporting
     assert rows.tolist() == [True, False, True, False]

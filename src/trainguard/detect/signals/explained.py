@@ -32,6 +32,7 @@ from trainguard.detect.hard import BoolArray
 from trainguard.detect.knowledge import (
     ACTIVITY_METRICS,
     is_cooling_control,
+    is_supporting_only,
     is_temperature,
     is_workload_following,
 )
@@ -49,6 +50,8 @@ class MetricRoles:
     """Per metric row (GPU metrics first, then node metrics): what it may explain or be
     explained by."""
 
+    supporting: BoolArray
+    """Metrics that may only support another signal (cooling controls, job-set fields)."""
     node_workload: BoolArray
     """GPU fields the job or the node's air drives: their node-level deviation is not a GPU's."""
     cooling: BoolArray
@@ -65,7 +68,9 @@ class MetricRoles:
         def rows(pred: list[bool]) -> BoolArray:
             return np.array(pred + pad, dtype=bool)
 
-        return cls(rows([is_workload_following(m) or is_temperature(m) for m in gpu_metrics]),
+        return cls(np.array([is_supporting_only(m) for m in (*gpu_metrics, *node_metrics)],
+                            dtype=bool),
+                   rows([is_workload_following(m) or is_temperature(m) for m in gpu_metrics]),
                    rows([is_cooling_control(m) for m in gpu_metrics]),
                    rows([is_temperature(m) for m in gpu_metrics]),
                    rows([m in ACTIVITY_METRICS for m in gpu_metrics]))

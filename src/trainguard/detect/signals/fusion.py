@@ -26,8 +26,8 @@ from trainguard.detect.layout import Layout
 from trainguard.detect.signals.common import pad_to, regrow, rows
 from trainguard.telemetry.frame import FloatArray, IntArray
 
-__all__ = ["CAL_REF", "U_CAP", "Fused", "Fusion", "FusionConfig", "calibrate", "fuse", "fuse_gpus",
-           "lead_of"]
+__all__ = ["CAL_REF", "U_CAP", "Fused", "Fusion", "FusionConfig", "calibrate", "cap_supporting",
+           "fuse", "fuse_gpus", "lead_of"]
 
 CAL_REF = 2.5
 """Cross-sectional 99th percentile of |z| for a well-behaved metric (about Gaussian)."""
@@ -120,11 +120,7 @@ class Fusion:
         crowd = max(cfg.crowd_min_nodes, cfg.crowd_fraction * n_up)
         crowded = np.count_nonzero(per_metric >= 0.5 * cfg.score_on, axis=1) >= crowd
         per_metric[crowded] = 0.0
-        sup = supporting is not None and supporting.any() and not supporting.all()
-        if sup:
-            assert supporting is not None
-            others = per_metric[~supporting].max(axis=0)
-            per_metric[supporting] = np.minimum(per_metric[supporting], others)
+        cap_supporting(per_metric, supporting)
         if u1.size == 0 or mg == 0:
             score = fuse(per_metric, mg)
         else:
@@ -132,8 +128,7 @@ class Fusion:
             v = np.maximum(u1, np.where(crowded[:mg, None], 0.0, u2[:mg])[:, :, None])
             host = (per_metric[mg:].max(axis=0) if per_metric.shape[0] > mg
                     else np.zeros(per_metric.shape[1]))
-            score = fuse_gpus(v, host, supporting[:mg] if sup and supporting is not None
-                              else None)
+            score = fuse_gpus(v, host, supporting[:mg] if supporting is not None else None)
         return Fused(score, per_metric, s1, u2, gpu_best)
 
     def signals(self, i: int, f: Fused, z1: FloatArray, z2: FloatArray, names: list[str],
@@ -169,6 +164,21 @@ def lead_of(per_metric: FloatArray, counter_rows: BoolArray, activity_rows: Bool
     return lead
 
 
+def cap_supporting(a: FloatArray, supporting: BoolArray | None) -> None:
+    """Cap (in place) each `supporting` row of `a[metric, ...]` at the strongest other row
+    there: such a metric can be the second signal, never the only one. Nothing to cap when no
+    row, or every row, is supporting.
+
+        >>> a = np.array([[9.0, 1.0], [2.0, 3.0]]); cap_supporting(a, np.array([True, False]))
+        >>> a.tolist()
+        [[2.0, 1.0], [2.0, 3.0]]
+    """
+    if supporting is None or not supporting.any() or supporting.all():
+        return
+    others = a[~supporting].max(axis=0)
+    a[supporting] = np.minimum(a[supporting], others)
+
+
 def fuse_gpus(v: FloatArray, host: FloatArray, supporting: BoolArray | None) -> FloatArray:
     """Node score when GPU metrics exist: the best of its GPUs' scores, each the GPU's
     strongest metric plus half its second strongest (or the node's strongest host metric).
@@ -182,10 +192,9 @@ def fuse_gpus(v: FloatArray, host: FloatArray, supporting: BoolArray | None) -> 
         >>> fuse_gpus(v, np.zeros(1), None).tolist()     # the old per-node sum would be 6.0
         [4.0]
     """
-    if supporting is not None and supporting.any() and not supporting.all():
+    if supporting is not None:
         v = v.copy()
-        others = v[~supporting].max(axis=0)
-        v[supporting] = np.minimum(v[supporting], others)
+        cap_supporting(v, supporting)
     mg = v.shape[0]
     if mg >= 2:
         part = np.partition(v, mg - 2, axis=0)
