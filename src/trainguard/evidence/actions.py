@@ -29,10 +29,10 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from trainguard.evidence.events import CUE_CHARS
 from trainguard.evidence.rules import Pattern, compile_re2
 from trainguard.taxonomy import Action
 
-_MAX_CHARS = 2000
 PRIOR_WEIGHT = 2.0
 """How many cases' worth the overall ``fix_config`` rate weighs in a category's prior."""
 NEVER = 1.01
@@ -128,7 +128,7 @@ class InferredAction:
 
 def cues_in(text: str) -> frozenset[str]:
     """The action cues a line (or text) carries."""
-    line = text[:_MAX_CHARS]
+    line = text[:CUE_CHARS]
     return frozenset(name for name, rx in _CUE_RX if rx.search(line) is not None)
 
 

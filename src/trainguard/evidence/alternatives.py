@@ -29,13 +29,12 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from trainguard.evidence.events import EvidenceLine
+from trainguard.evidence.events import CUE_CHARS, EvidenceLine
 from trainguard.evidence.rules import Pattern, compile_re2
 from trainguard.taxonomy import SUPERVISOR_CATEGORIES, Category
 
 ALTERNATIVES_SHOWN = 2
 LINES_PER_ALTERNATIVE = 3
-_MAX_CHARS = 2000
 
 CUES: tuple[tuple[str, str], ...] = (
     ("timeout", r"time[- ]?out|timed out|watchdog|\bhang|\bhung\b|stuck|deadline"),
@@ -119,7 +118,7 @@ class Calibration:
 
 def cues_in(text: str) -> frozenset[str]:
     """The cues a line (or text) carries."""
-    line = text[:_MAX_CHARS]
+    line = text[:CUE_CHARS]
     return frozenset(name for name, rx in _CUE_RX if rx.search(line) is not None)
 
 

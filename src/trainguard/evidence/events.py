@@ -28,6 +28,11 @@ class TimeKind(StrEnum):
     NONE = "none"
 
 
+CUE_CHARS = 2000
+"""The cue readers (actions, alternatives, remedies, suspicion) read a line only up to this many
+characters: a bound on their regex work, and the same cut however long a stored line is."""
+
+
 @dataclass(frozen=True, slots=True)
 class EvidenceLine:
     """One raw log line that supports an event."""
@@ -133,4 +138,4 @@ def _number(value: object) -> float | None:
     return float(value)
 
 
-__all__ = ["EvidenceLine", "FailureEvent", "TimeKind"]
+__all__ = ["CUE_CHARS", "EvidenceLine", "FailureEvent", "TimeKind"]

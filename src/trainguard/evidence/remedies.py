@@ -44,6 +44,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from trainguard.evidence.events import CUE_CHARS
 from trainguard.evidence.rules import compile_re2
 from trainguard.taxonomy import Action, Category
 
@@ -53,7 +54,6 @@ DDP/FSDP/DeepSpeed, a first barrier): a timeout at or below this number came bef
 EARLY_TIMEOUT = "early_collective_timeout"
 INSTALL_MISMATCH = "install_mismatch"
 NETWORK_SETUP = "network_setup"
-_MAX_CHARS = 2000
 
 _SEQ = compile_re2(r"WorkNCCL\(\s*SeqNum=(\d+)|detected by watchdog at work: (\d+)")
 _MISMATCH = compile_re2(
@@ -88,7 +88,7 @@ def timeout_sequence_numbers(lines: Iterable[str]) -> list[int]:
     """The collective numbers the watchdog timeout lines name, in line order."""
     out: list[int] = []
     for text in lines:
-        m = _SEQ.search(text[:_MAX_CHARS])
+        m = _SEQ.search(text[:CUE_CHARS])
         if m is not None:
             out.append(int(m.group(1) or m.group(2)))
     return out
@@ -102,13 +102,13 @@ def early_timeout(lines: Iterable[str]) -> bool:
 
 def install_mismatch(lines: Iterable[str]) -> bool:
     """A line says a library, a build or a driver is of the wrong version."""
-    return any(_MISMATCH.search(text[:_MAX_CHARS]) is not None for text in lines)
+    return any(_MISMATCH.search(text[:CUE_CHARS]) is not None for text in lines)
 
 
 def network_setup(lines: Iterable[str]) -> bool:
     """A line names a network setting (loopback peer, link-local GID, no socket interface), or
     NCCL failed a system call or internal check while no transfer failed (case 3 above)."""
-    texts = [text[:_MAX_CHARS] for text in lines]
+    texts = [text[:CUE_CHARS] for text in lines]
     if any(_NAMED_SETTING.search(t) is not None for t in texts):
         return True
     return any(_SETUP_CODE.search(t) is not None for t in texts) and \

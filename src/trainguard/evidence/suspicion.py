@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trainguard.evidence.events import CUE_CHARS
 from trainguard.evidence.rules import Pattern, compile_re2
 
 SIGNATURE = "failure_words"
@@ -49,7 +50,6 @@ _COUNTED_ZERO: Pattern = compile_re2(
     r"(?i:\b(?:0|no|zero|without(?: any)?) (?:errors?|failures?|exceptions?|timeouts?)\b|"
     r"\b(?:errors?|failures?|failed|timeouts?|lost)\s*[:=]\s*0+\b|"
     r"\bno (?:error|failure)s? (?:found|detected|reported)\b)")
-_MAX_CHARS = 2000
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +62,7 @@ class Suspicion:
 
 def suspicion(text: str) -> Suspicion | None:
     """The failure words in ``text`` (counted-zero phrases removed), or ``None``."""
-    line = text[:_MAX_CHARS]
+    line = text[:CUE_CHARS]
     if _WORDS.search(line) is None:
         return None
     cleaned = _strip(line, _COUNTED_ZERO)
