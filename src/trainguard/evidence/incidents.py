@@ -70,6 +70,10 @@ class Incident:
     gpu: str | None
     gpu_index: int | None
     rank: int | None
+    alternatives: tuple[Alternative, ...] = ()
+    """For an ``unknown`` incident, the two most likely categories with calibrated confidence
+    and the lines behind them (``alternatives.py``), computed once by :func:`correlate`; else
+    nothing."""
     inference: Inference = _NO_INFERENCE
     """What the learned models changed (``inference.py``): a category answered for an
     ``unknown``, ``fix_config`` where the lines read like a setting to change."""
@@ -122,18 +126,9 @@ class Incident:
         return tuple(dict.fromkeys(lines))[:_MAX_SUSPICIOUS_LINES]
 
     @property
-    def alternatives(self) -> tuple[Alternative, ...]:
-        """For an ``unknown`` incident, the two most likely categories with calibrated
-        confidence and the lines behind them (``alternatives.py``); else nothing."""
-        if self.root_cause.category is not Category.UNKNOWN:
-            return ()
-        return alternatives(self.lines)
-
-    @property
     def lines(self) -> tuple[EvidenceLine, ...]:
         """Every evidence line of the incident once, the root cause's first (at most 200)."""
-        lines = [line for e in (self.root_cause, *self.related) for line in e.evidence]
-        return tuple(dict.fromkeys(lines))[:_MAX_ALTERNATIVE_LINES]
+        return _lines_of(self.root_cause, self.related)
 
     @property
     def summary(self) -> str:
@@ -334,7 +329,17 @@ def _build(cluster: list[FailureEvent], rules: RuleSet | None) -> Incident:
     if host is None and len(hosts) == 1:
         host = hosts[0]
     start, end = _span(cluster)
-    return Incident(root, related, start, end, hosts, ranks, host, gpu, gpu_index, rank)
+    alts = (alternatives(_lines_of(root, related)) if root.category is Category.UNKNOWN
+            else ())
+    return Incident(root, related, start, end, hosts, ranks, host, gpu, gpu_index, rank,
+                    alternatives=alts)
+
+
+def _lines_of(root: FailureEvent, related: Sequence[FailureEvent]
+              ) -> tuple[EvidenceLine, ...]:
+    """Every evidence line of these events once, the root cause's first (at most 200)."""
+    lines = [line for e in (root, *related) for line in e.evidence]
+    return tuple(dict.fromkeys(lines))[:_MAX_ALTERNATIVE_LINES]
 
 
 def _span(cluster: Sequence[FailureEvent]) -> tuple[float | None, float | None]:
