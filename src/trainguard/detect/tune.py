@@ -17,8 +17,10 @@ history, and measured on a later part of it that the choice never saw.
    one detector run per setting tried, under the same budget and guard, with the episode
    settings just chosen; when another early-warning setting wins, replay the episode settings
    again on its trace (:mod:`.tune_early`; off with ``early_runs=0``).
-6. Run the detector again with the chosen config over the whole history and count its alerts on
-   each part: the held-out figure is what the config file's calibration reports.
+6. Count the chosen config's alerts on each part, from a real detector run over the whole
+   history: the held-out figure is what the config file's calibration reports. The run is the
+   base's or one the early-warning search made when either was of the chosen config itself
+   (replays are not bit-identical to a run, runs of one config are), else one more run.
 """
 
 from __future__ import annotations
@@ -177,15 +179,18 @@ def tune(tel: Telemetry, truth: GroundTruth, budget: Budget, *, base: DetectorCo
             f"no setting keeps false alarms within {budget.fp_per_day:g}/day per "
             f"{budget.per_nodes} nodes on the tuning part, with margin: the lowest is "
             f"{lowest:.2f} (a looser copy of each setting must meet the budget too)")
-    winner, early = scored[best], None
+    winner, early, ran = scored[best], None, None
     if early_runs > 0:
-
-        early, winner = search(tel, truth, tune_span, budget, base, winner, trace,
-                               max_runs=early_runs, progress=progress)
+        early, winner, ran = search(tel, truth, tune_span, budget, base, winner, trace,
+                                    max_runs=early_runs, progress=progress)
     chosen, replayed = winner.cfg, winner.fig
     log.info("chosen: score_on=%.3g persist=%d/%d", chosen.score_on, chosen.persist_blocks,
              chosen.persist_gauge_blocks)
-    alerts = detect(tel, chosen, progress=prog("measuring"))
+    alerts = base_alerts if chosen == base else ran
+    if alerts is None:
+        alerts = detect(tel, chosen, progress=prog("measuring"))
+    elif progress is not None:  # measured by that earlier run: the stage is done at once
+        progress("measuring", int(tel.times.size), int(tel.times.size))
 
     def fig(a: Sequence[AlertEpisode], span: tuple[float, float]) -> Figures:
         return figures(a, truth, span, n, budget.per_nodes)

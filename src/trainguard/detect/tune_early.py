@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from trainguard.detect.alerts import AlertEpisode
 from trainguard.detect.config import DetectorConfig
 from trainguard.detect.trend import SLOTS
 from trainguard.detect.truth import GroundTruth
@@ -222,10 +223,11 @@ class EarlyChoice:
 def search(tel: Telemetry, truth: GroundTruth, span: tuple[float, float], budget: Budget,
            base: DetectorConfig, start: Candidate, base_trace: Trace, *,
            max_runs: int = EARLY_RUNS, progress: Progress | None = None
-           ) -> tuple[EarlyChoice, Candidate]:
+           ) -> tuple[EarlyChoice, Candidate, list[AlertEpisode] | None]:
     """Search the early-warning knobs around `start`, the episode choice on the `base` config
-    (whose trace is `base_trace`); returns what was tried and chosen, and the final setting
-    with its figures on the tuning part `span` (see the module docstring)."""
+    (whose trace is `base_trace`); returns what was tried and chosen, the final setting with
+    its figures on the tuning part `span` (see the module docstring), and that setting's alerts
+    over the whole history when the search ran it (None: not run here)."""
     n, per = len(tel.nodes), budget.per_nodes
     # `start` was replayed on the base config's trace; unless it is the base config itself, a
     # run of its own (one more, within the cap) makes its figures a run's like the others'
@@ -238,6 +240,7 @@ def search(tel: Telemetry, truth: GroundTruth, span: tuple[float, float], budget
     traces: dict[DetectorConfig, Trace] = {}
     figs: dict[DetectorConfig, Figures] = {}
     eguards: dict[DetectorConfig, Figures] = {}
+    alerts: dict[DetectorConfig, list[AlertEpisode]] = {}
     if own or not moves:
         traces[start.cfg], figs[start.cfg], eguards[start.cfg] = base_trace, start.fig, start.guard
     done = 0
@@ -246,8 +249,8 @@ def search(tel: Telemetry, truth: GroundTruth, span: tuple[float, float], budget
         nonlocal done
         if cfg in figs:
             return  # run already
-        trace, alerts = record(tel, cfg, progress=_stage(progress, done, samples, total))
-        figs[cfg] = figures(alerts, truth, span, n, per)
+        trace, alerts[cfg] = record(tel, cfg, progress=_stage(progress, done, samples, total))
+        figs[cfg] = figures(alerts[cfg], truth, span, n, per)
         eguards[cfg] = figures(replay(trace, guard(cfg)), truth, span, n, per)
         traces[cfg] = trace
         done += 1
@@ -267,11 +270,11 @@ def search(tel: Telemetry, truth: GroundTruth, span: tuple[float, float], budget
             del traces[c]
     choice = EarlyChoice(start.cfg, best, tuple(trials), done, max_runs)
     if not choice.moved:
-        return choice, start
+        return choice, start, alerts.get(start.cfg)
     move = next(m for m in moves if m.cfg == best.cfg)
     final = _retune(traces[move.cfg], traces[move.guard], move, base, truth, span, budget, n,
-                    progress)
-    return choice, final or Candidate(best.cfg, best.fig, best.episode_guard)
+                    progress) or Candidate(best.cfg, best.fig, best.episode_guard)
+    return choice, final, alerts.get(final.cfg)
 
 
 def _stage(progress: Progress | None, k: int, samples: int, total: int

@@ -299,6 +299,43 @@ def test_a_moved_choice_is_the_final_config_with_its_episode_settings_replayed(
                                         len(tel.nodes), 64)
 
 
+@pytest.mark.parametrize("moved", [False, True], ids=["kept", "moved"])
+def test_no_config_is_run_twice_and_the_chosen_one_is_measured_as_a_fresh_run(
+        small: tuple[Telemetry, GroundTruth], few_episode_settings: None,
+        monkeypatch: pytest.MonkeyPatch, moved: bool) -> None:
+    """#30: when the early-warning search already ran the setting chosen, its alerts measure
+    it (no repeated detector run); the figures are those of a fresh run of that setting."""
+    import trainguard.detect.detector as detector
+    import trainguard.detect.tune_early as tune_early
+    import trainguard.detect.tune_trace as tune_trace
+
+    runs: list[DetectorConfig] = []
+    real = detector.run_detector
+
+    def counting(det: detector.Detector, tel: Telemetry, *, progress: Any = None) -> Any:
+        runs.append(det.cfg)
+        return real(det, tel, progress=progress)
+
+    monkeypatch.setattr(detector, "run_detector", counting)
+    monkeypatch.setattr(tune_trace, "run_detector", counting)
+    if moved:
+        monkeypatch.setattr(tune_early, "pick", lambda trials, _b: next(
+            (i for i, t in enumerate(trials) if (t.group, t.step) == ("stall", -1)), None))
+    tel, truth = small
+    seen: list[tuple[str, int, int]] = []
+    res = tune(tel, truth, Budget(1000.0), base=SMALL, early_runs=8,
+               progress=lambda s, d, t: seen.append((s, d, t)))
+    assert res.early is not None and res.early.moved is moved
+    assert len(runs) == len(set(runs)) and res.chosen in runs
+    samples = int(tel.times.size)
+    assert [(d, t) for s, d, t in seen if s == "measuring"] == [(samples, samples)]
+    fresh = real(detector.Detector(res.chosen), tel)
+    t0, t1 = float(tel.times[0]), float(tel.times[-1]) + STEP
+    tune_span, held_span = split_spans(t0, t1, 0.5)
+    assert res.tune == figures(fresh, truth, tune_span, len(tel.nodes), 64)
+    assert res.heldout == figures(fresh, truth, held_span, len(tel.nodes), 64)
+
+
 def _gauge_trace(score: float, blocks: int) -> Any:
     """Node n1 `score` (gauge-led) for `blocks` blocks from block 2; everything else quiet."""
     from trainguard.detect.tune_trace import ExpireStep, SoftStep, Trace
