@@ -267,12 +267,12 @@ class Detector:
         bg = self._block_means(d.gpu, flags.cumulative[:mg_], "rate_gpu", d.times)
         bn = self._block_means(d.node, flags.cumulative[mg_:], "rate_node", d.times)
         jobs = _jobs_per_block(tel, lay.nodes, d.times, self.steps_per_block) if tel else None
-        early = self.precursors.scan(d, lay, flags.cumulative, s)
+        early, app_recent = self.precursors.scan(d, lay, flags.cumulative, s)
         self.scorer.run(d.times, bg, bn, present, hits, self.tracker,
                         flags.soft, flags.weights, flags.activity, jobs,
                         self.steps_per_block,
                         self._unit_blocks(d.gpu, d.node, d.times.size // self.steps_per_block),
-                        flags.cumulative, early, self.precursors.app_recent)
+                        flags.cumulative, early, app_recent)
 
     def _block_means(self, x: FloatArray, cumulative: BoolArray, key: str, times: np.ndarray
                      ) -> FloatArray:

@@ -113,9 +113,6 @@ class PrecursorRules:
     """Per activity metric: blocks (bit mask) in which a stalled GPU came back."""
     level: float = float("nan")
     explained: ExplainedActivity = field(init=False)
-    app_recent: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=bool))
-    """[node, block] of the last chunk scanned: an application XID began on the node within
-    `precursor_app_xid_quiet_s` (what scoring mutes; derived, never saved)."""
     trend: TrendRule = field(init=False)
     clock: float = 0.0
     """Blocks scanned so far (the trend test's time axis)."""
@@ -124,15 +121,18 @@ class PrecursorRules:
         self.explained = ExplainedActivity(self.cfg)
         self.trend = TrendRule(self.cfg)
 
-    def scan(self, d: DenseChunk, lay: Layout, cumulative: np.ndarray, s: int) -> PrecursorHits:
-        """Hits per block of chunk `d` (whole blocks of `s` samples)."""
+    def scan(self, d: DenseChunk, lay: Layout, cumulative: np.ndarray, s: int
+             ) -> tuple[PrecursorHits, np.ndarray]:
+        """Hits per block of chunk `d` (whole blocks of `s` samples), and [node, block] where
+        an application XID began on the node within `precursor_app_xid_quiet_s` (what scoring
+        mutes)."""
         nb = d.times.size // s
         hits: PrecursorHits = {}
         if nb == 0:
-            return hits
+            return hits, np.zeros((len(lay.nodes), 0), dtype=bool)
         mg = len(lay.gpu_metrics)
         busy = self._busy(d, lay, s, nb)
-        free, self.app_recent = self.explained.scan(d, lay, s, nb, busy)
+        free, app_recent = self.explained.scan(d, lay, s, nb, busy)
         warm = self.cfg.precursor_warmup_s / self.cfg.block_s
         for mi, name in enumerate(lay.gpu_metrics):
             counter = bool(cumulative[mi]) and is_error_counter(name)
@@ -151,7 +151,7 @@ class PrecursorRules:
             elif _HOST.search(_base(name)):
                 self._collapse(name, d.node[k], s, nb, bool(cumulative[mg + k]), busy, hits)
         self.clock += nb
-        return hits
+        return hits, app_recent
 
     # -- activity ---------------------------------------------------------------------------
     def _busy(self, d: DenseChunk, lay: Layout, s: int, nb: int) -> np.ndarray:

@@ -89,8 +89,7 @@ _PROTOTYPES: dict[type, Callable[[], object]] = {
 """Plain (non-dataclass) classes: built by their own constructor, then given the saved fields;
 the fields a fresh instance has are the fields a file must have."""
 _CACHES: dict[type, dict[str, Callable[[], object]]] = {
-    Layout: {"_index": dict}, BlockScorer: {"_roles": lambda: None},
-    PrecursorRules: {"app_recent": lambda: np.zeros((0, 0), dtype=bool)}}
+    Layout: {"_index": dict}, BlockScorer: {"_roles": lambda: None}}
 """Fields that only cache what the others determine: not written, rebuilt empty (the layout's
 per-metric row index is most of a large detector's objects and is rebuilt on the next chunk)."""
 _CLASS_NAMES = {cls: name for name, cls in CLASSES.items()}
