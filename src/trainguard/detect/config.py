@@ -68,6 +68,10 @@ class DetectorConfig:
     """A GPU whose power/clock moves this many times more than its siblings' ..."""
     jitter_blocks: int = 5
     """... for this many blocks in a row is a precursor."""
+    precursor_confirm_s: float = 6 * 3600.0
+    """A jitter or stall hit warns only when the same GPU confirms it: another precursor hit
+    on it within this long, or another of its series in the same block (`confirm.py`); until
+    then it is a watch. 0: every hit warns at once."""
     host_collapse_fraction: float = 0.25
     """A busy node whose interrupts/context switches/runnable processes fall below this
     fraction of its own level and of the other nodes' ..."""
@@ -146,6 +150,8 @@ class DetectorConfig:
                 or self.host_collapse_blocks < 1:
             raise ConfigError("detect.precursor_min_events, detect.stall_min_events, "
                               "detect.jitter_blocks and detect.host_collapse_blocks must be >= 1")
+        if not self.precursor_confirm_s >= 0:
+            raise ConfigError("detect.precursor_confirm_s must be >= 0 (0 turns confirmation off)")
         if not 0 < self.trend_confidence < 1 or self.trend_min_events < 2:
             raise ConfigError("detect.trend_confidence must be in (0, 1) and "
                               "detect.trend_min_events >= 2")

@@ -38,6 +38,7 @@ import numpy as np
 
 from trainguard.detect.alerts import Signal
 from trainguard.detect.config import DetectorConfig
+from trainguard.detect.confirm import PrecursorConfirm
 from trainguard.detect.explained import ExplainedActivity
 from trainguard.detect.knowledge import ACTIVITY_METRICS, is_hard_counter, is_wear_counter
 from trainguard.detect.layout import DenseChunk, Layout
@@ -116,10 +117,14 @@ class PrecursorRules:
     trend: TrendRule = field(init=False)
     clock: float = 0.0
     """Blocks scanned so far (the trend test's time axis)."""
+    confirm: PrecursorConfirm = field(init=False)
+    """Jitter and stall hits wait for a second look (`confirm.py`)."""
 
     def __post_init__(self) -> None:
         self.explained = ExplainedActivity(self.cfg)
         self.trend = TrendRule(self.cfg)
+        self.confirm = PrecursorConfirm(self.cfg.precursor_confirm_s / self.cfg.block_s,
+                                        self.cfg.block_s)
 
     def scan(self, d: DenseChunk, lay: Layout, cumulative: np.ndarray, s: int
              ) -> tuple[PrecursorHits, np.ndarray]:
@@ -134,22 +139,25 @@ class PrecursorRules:
         busy = self._busy(d, lay, s, nb)
         free, app_recent = self.explained.scan(d, lay, s, nb, busy)
         warm = self.cfg.precursor_warmup_s / self.cfg.block_s
+        watched: PrecursorHits = {}
         for mi, name in enumerate(lay.gpu_metrics):
             counter = bool(cumulative[mi]) and is_error_counter(name)
             if counter or _THROTTLE.search(_base(name)):
                 self._recurring(name, d.gpu[mi], s, nb, counter, warm, hits,
                                 lambda ni, gi: lay.gpu_label(ni, gi))
             elif _JITTER.search(_base(name)) and not cumulative[mi]:
-                self._jittery(name, d.gpu[mi], s, nb, busy & free, warm, hits, lay)
+                self._jittery(name, d.gpu[mi], s, nb, busy & free, warm, watched, lay)
         act = _activity_metric(lay)
         if act is not None:
-            self._stalls(lay.gpu_metrics[act], d.gpu[act], s, nb, busy & free, warm, hits, lay)
+            self._stalls(lay.gpu_metrics[act], d.gpu[act], s, nb, busy & free, warm, watched,
+                         lay)
         for k, name in enumerate(lay.node_metrics):
             x = d.node[k][:, None, :]
             if bool(cumulative[mg + k]) and is_error_counter(name):
                 self._recurring(name, x, s, nb, True, warm, hits, lambda _ni, _gi: None)
             elif _HOST.search(_base(name)):
                 self._collapse(name, d.node[k], s, nb, bool(cumulative[mg + k]), busy, hits)
+        hits = self.confirm.merge(hits, watched, self.clock, nb)
         self.clock += nb
         return hits, app_recent
 
@@ -290,12 +298,14 @@ class PrecursorRules:
             st.short = np.where(ok, st.short + a_s * (lr - st.short), st.short)
             high = ok & (st.short >= bar)
             st.run = np.where(high, st.run + 1, np.where(ok | ~busy[:, b][:, None], 0, st.run))
-            fire = (st.run == cfg.jitter_blocks) & (st.blocks >= warm) & (st.long < bar / 2)
+            # Again at every further `jitter_blocks` in a row: a jitter that goes on is seen again.
+            fire = ((st.run > 0) & (st.run % cfg.jitter_blocks == 0) & (st.blocks >= warm)
+                    & (st.long < bar / 2))
             for ni, gi in zip(*np.nonzero(fire), strict=True):
                 hits.setdefault(b, []).append((int(ni), Signal(
                     name, lay.gpu_label(int(ni), int(gi)), float(np.exp(st.short[ni, gi])),
                     f"jitter {float(np.exp(st.short[ni, gi])):.1f}x the node's other GPUs "
-                    f"for {cfg.jitter_blocks} blocks")))
+                    f"for {int(st.run[ni, gi])} blocks")))
             st.long = np.where(ok, st.long + a_l * (lr - st.long), st.long)
             st.blocks = st.blocks + ok
 

@@ -6,10 +6,10 @@ setting tried costs one detector run over the whole history. The search is there
 bounded:
 
 1. The knobs form groups (:data:`EARLY_GROUPS`: recurring error counts, stalls, jitter, slow
-   degradation, the known-precursor weight, host collapse). A *level* moves every knob of one
-   group by the same number of steps from the base config, stricter (> 0) or looser (< 0),
-   always within the knob's valid range (:func:`level`). `precursor_window_blocks` is not
-   searched: the event counts are moved within it.
+   degradation, the known-precursor weight, host collapse, the confirmation window). A *level*
+   moves every knob of one group by the same number of steps from the base config, stricter
+   (> 0) or looser (< 0), always within the knob's valid range (:func:`level`).
+   `precursor_window_blocks` is not searched: the event counts are moved within it.
 2. Coordinate-wise, in :data:`EARLY_GROUPS` order: each group one level stricter, then one level
    looser, for as long as the cap on detector runs allows (:func:`plan`).
 3. Each setting runs with the episode settings chosen on the base config's trace, and is scored
@@ -59,9 +59,13 @@ EARLY_GROUPS: dict[str, tuple[str, ...]] = {
     "trend": ("trend_min_events", "trend_confidence", "trend_min_span_s"),
     "known_weight": ("known_precursor_weight",),
     "host_collapse": ("host_collapse_fraction", "host_collapse_blocks"),
+    "confirm": ("precursor_confirm_s",),
 }
 """The knobs each level moves together, in the order the search tries them."""
 EARLY_KNOBS = tuple(k for knobs in EARLY_GROUPS.values() for k in knobs)
+CONFIRM_LADDER_S = (24 * 3600.0, 12 * 3600.0, 6 * 3600.0, 3 * 3600.0, 3600.0)
+"""`precursor_confirm_s` from loosest to strictest: a shorter and shorter time in which the same
+GPU must confirm a jitter or stall hit. Off (0) is the operator's choice, never the search's."""
 
 
 def _within(value: float, base: float, lo: float, hi: float) -> float:
@@ -105,6 +109,8 @@ def level(base: DetectorConfig, group: str, step: int) -> dict[str, Any]:
                                                 2, SLOTS)),
                 "trend_confidence": _num(_within(1.0 - miss, b.trend_confidence, 0.5, 0.9999)),
                 "trend_min_span_s": _num(b.trend_min_span_s * 1.5 ** step)}
+    if group == "confirm":
+        return {"precursor_confirm_s": _confirm_level(b.precursor_confirm_s, step)}
     if group == "known_weight":  # a bonus only (>= 1): stricter is a smaller one
         return {"known_precursor_weight": _num(_within(b.known_precursor_weight - 0.25 * step,
                                                        b.known_precursor_weight, 1.0, 10.0))}
@@ -113,6 +119,16 @@ def level(base: DetectorConfig, group: str, step: int) -> dict[str, Any]:
                                                    b.host_collapse_fraction, 0.05, 0.9)),
             "host_collapse_blocks": int(_within(b.host_collapse_blocks + step,
                                                 b.host_collapse_blocks, 1, 1000))}
+
+
+def _confirm_level(base_s: float, step: int) -> float:
+    """`step` rungs of :data:`CONFIRM_LADDER_S` from the rung nearest `base_s` (stricter is a
+    shorter window), never past either end; confirmation off stays off."""
+    if base_s <= 0:
+        return base_s
+    here = min(range(len(CONFIRM_LADDER_S)), key=lambda i: abs(CONFIRM_LADDER_S[i] - base_s))
+    i = min(max(here + step, 0), len(CONFIRM_LADDER_S) - 1)
+    return base_s if i == here else CONFIRM_LADDER_S[i]
 
 
 @dataclass(frozen=True, slots=True)

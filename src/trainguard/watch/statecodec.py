@@ -31,6 +31,7 @@ import numpy as np
 from trainguard.detect.alerts import AlertEpisode, AlertKind, Signal
 from trainguard.detect.baseline import Baseline
 from trainguard.detect.config import DetectorConfig
+from trainguard.detect.confirm import PrecursorConfirm
 from trainguard.detect.detector import Detector, _MetricFlags
 from trainguard.detect.episodes import EpisodeTracker, _Open
 from trainguard.detect.explained import ExplainedActivity
@@ -71,7 +72,7 @@ CLASSES: dict[str, type] = {
     "AlertEpisode": AlertEpisode, "Signal": Signal, "Entity": Entity,
     "IndexArrays": IndexArrays, "MetricFlags": _MetricFlags, "DenseChunk": DenseChunk,
     "PrecursorRules": PrecursorRules, "PrecursorRecur": _Recur, "PrecursorJitter": _Jitter,
-    "PrecursorHost": _Host,
+    "PrecursorHost": _Host, "PrecursorConfirm": PrecursorConfirm,
     "Regime": Regime, "RegimeConfig": RegimeConfig, "PeerDeviation": PeerDeviation,
     "PeerConfig": PeerConfig, "BaselineDeviation": BaselineDeviation,
     "BaselineConfig": BaselineConfig, "CounterDeviation": CounterDeviation,

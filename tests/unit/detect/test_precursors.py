@@ -5,6 +5,7 @@ look-alike of that shape."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -131,3 +132,34 @@ def test_popcount_counts_the_set_bits_of_each_window_mask(
     got = precursors._popcount(mask)
     assert got.dtype == np.int64
     assert got.tolist() == [[bin(int(v)).count("1") for v in row] for row in mask.tolist()]
+
+
+def _jitter_bursts(*starts: int, clock: bool = False) -> Shape:
+    """Power jitter on n2's GPU 0 for 11 blocks from each start (and SM clock jitter with it):
+    long enough for one jitter hit, too short for a second."""
+    def shape(a: dict[str, np.ndarray], rng: np.random.Generator) -> None:
+        if clock:
+            a["DCGM_FI_DEV_SM_CLOCK"] = 1980 + rng.normal(0, 3, a["DCGM_FI_DEV_POWER_USAGE"].shape)
+        for s in starts:
+            a["DCGM_FI_DEV_POWER_USAGE"][2, 0, s:s + 44] += rng.normal(0, 40, 44)
+            if clock:
+                a["DCGM_FI_DEV_SM_CLOCK"][2, 0, s:s + 44] += rng.normal(0, 150, 44)
+    return shape
+
+
+def test_a_lone_burst_of_power_jitter_is_a_watch_not_a_warning() -> None:
+    lone = _cluster(_jitter_bursts(AT))
+    assert not [f for f in _early(detect(lone, CFG)) if "jitter" in f[2]]
+    unconfirmed = [f for f in _early(detect(lone, replace(CFG, precursor_confirm_s=0.0)))
+                   if "jitter" in f[2]]
+    assert unconfirmed and unconfirmed[0][0] == "n2"  # what it was before the second look
+
+
+def test_jitter_warns_when_the_same_gpu_confirms_it() -> None:
+    again = [f for f in _early(detect(_cluster(_jitter_bursts(AT, AT + 64)), CFG))
+             if "jitter" in f[2]]
+    assert again and again[0][0] == "n2"
+    assert "confirmed: another precursor on this GPU 0.5 h earlier" in again[0][2]
+    both = [f for f in _early(detect(_cluster(_jitter_bursts(AT, clock=True)), CFG))
+            if "jitter" in f[2]]
+    assert both and both[0][0] == "n2" and "of this GPU in the same block" in both[0][2]

@@ -44,7 +44,8 @@ EDGE = DetectorConfig(precursor_window_blocks=1, precursor_min_events=1,
 STRICTER_IS_HIGHER = {"precursor_min_events", "precursor_background_ratio", "stall_min_events",
                       "jitter_ratio", "jitter_blocks", "trend_min_events", "trend_confidence",
                       "trend_min_span_s", "host_collapse_blocks"}
-STRICTER_IS_LOWER = {"stall_fraction", "known_precursor_weight", "host_collapse_fraction"}
+STRICTER_IS_LOWER = {"stall_fraction", "known_precursor_weight", "host_collapse_fraction",
+                     "precursor_confirm_s"}
 
 
 def test_every_knob_has_a_direction() -> None:
@@ -365,3 +366,11 @@ def test_replayed_episode_settings_must_keep_the_early_guard_within_the_budget()
     # with a quiet guard the closest to the base wins, as in `tune`
     calm = _retune(quiet, quiet, move, BASE, GroundTruth(), span, Budget(0.0), 3, None)
     assert calm is not None and calm.cfg == cfg
+
+
+def test_the_confirmation_window_moves_along_its_ladder_and_off_stays_off() -> None:
+    assert level(BASE, "confirm", 1) == {"precursor_confirm_s": 3 * 3600.0}
+    assert level(BASE, "confirm", -1) == {"precursor_confirm_s": 12 * 3600.0}
+    assert level(BASE, "confirm", -9) == {"precursor_confirm_s": 24 * 3600.0}
+    off = DetectorConfig(precursor_confirm_s=0.0)
+    assert level(off, "confirm", 2) == level(off, "confirm", -2) == {"precursor_confirm_s": 0.0}

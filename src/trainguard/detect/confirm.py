@@ -1,0 +1,94 @@
+"""A second look before a workload-shaped precursor warns.
+
+Two precursor rules read gauges that a job moves on its own: jitter (power, SM clock) and
+stalls (activity). One GPU of a healthy job can do either for a while (the rank that logs,
+evaluates or loads data; a shard with more work), so a single hit from them is a *watch*, not a
+warning. It becomes a warning when the same GPU confirms it:
+
+* another precursor hit on that GPU within the last `precursor_confirm_s` (the same rule again,
+  another series, or any other rule: recurring error counts, a slow remap trend);
+* or another series of that GPU hits in the same block (power and clock jitter together).
+
+The rules that count physical events (recurring error counts, slow remap growth, a host that
+stopped) warn at once: their counters do not move with the workload. Confirmation delays a real
+warning by the time to the second hit and drops a lone one; `precursor_confirm_s = 0` turns it
+off (every hit warns, as before).
+
+    >>> from trainguard.detect.alerts import Signal
+    >>> c = PrecursorConfirm(window_blocks=180.0, block_s=120.0)
+    >>> jit = Signal("DCGM_FI_DEV_POWER_USAGE", "3", 4.2, "jitter 4.2x")
+    >>> c.merge({}, {0: [(1, jit)]}, clock=0.0, nb=1)     # alone: a watch
+    {}
+    >>> [s.detail for _, s in c.merge({}, {0: [(1, jit)]}, clock=60.0, nb=1)[0]]
+    ['jitter 4.2x; confirmed: another precursor on this GPU 2.0 h earlier']
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from trainguard.detect.alerts import Signal
+
+__all__ = ["PrecursorConfirm"]
+
+Hits = dict[int, list[tuple[int, Signal]]]
+"""Block index (in the chunk) -> (node index, evidence), as `precursors.PrecursorHits`."""
+
+
+@dataclass
+class PrecursorConfirm:
+    """Per GPU: the clock (in blocks) of its last precursor hit, watched or warned."""
+
+    window_blocks: float
+    block_s: float
+    seen: dict[tuple[int, str | None], float] = field(default_factory=dict)
+
+    def merge(self, hits: Hits, watched: Hits, clock: float, nb: int) -> Hits:
+        """`hits` (which warn at once) with the `watched` ones that are confirmed, per block of
+        a chunk whose first block is `clock`; every hit is remembered for later blocks."""
+        if self.window_blocks <= 0 or not watched:
+            merged = {b: hits.get(b, []) + watched.get(b, []) for b in sorted({*hits, *watched})}
+            self._remember(merged, clock)
+            self._forget(clock + nb)
+            return merged
+        out: Hits = {}
+        for b in range(nb):
+            plain, watch = hits.get(b, []), watched.get(b, [])
+            if not plain and not watch:
+                continue
+            now = clock + b
+            kept = list(plain)
+            for ni, sig in watch:
+                note = self._confirmation(ni, sig, plain + watch, now)
+                if note is not None:
+                    kept.append((ni, replace(sig, detail=f"{sig.detail}; confirmed: {note}")))
+            for ni, sig in plain + watch:
+                self.seen[(ni, sig.gpu)] = now
+            if kept:
+                out[b] = kept
+        self._forget(clock + nb)
+        return out
+
+    def _confirmation(self, ni: int, sig: Signal, block: list[tuple[int, Signal]],
+                      now: float) -> str | None:
+        """Why this watched hit warns (``None``: it stays a watch)."""
+        beside = [s.metric for i, s in block if i == ni and s.gpu == sig.gpu
+                  and s.metric != sig.metric]
+        if beside:
+            return f"{beside[0]} of this GPU in the same block"
+        last = self.seen.get((ni, sig.gpu))
+        if last is not None and 0 < now - last <= self.window_blocks:
+            return (f"another precursor on this GPU {(now - last) * self.block_s / 3600:.1f} h "
+                    "earlier")
+        return None
+
+    def _remember(self, hits: Hits, clock: float) -> None:
+        for b, lst in hits.items():
+            for ni, sig in lst:
+                self.seen[(ni, sig.gpu)] = clock + b
+
+    def _forget(self, now: float) -> None:
+        """Drop GPUs whose last hit is older than the window (the map stays small)."""
+        old = [k for k, t in self.seen.items() if now - t > self.window_blocks]
+        for k in old:
+            del self.seen[k]
