@@ -23,6 +23,11 @@ siblings, never against a fixed level:
    fall below `host_collapse_fraction` of both their own recent level and the other nodes',
    for `host_collapse_blocks` blocks in a row (a host that stopped feeding its GPUs).
 
+Jitter and stall hits read gauges a job moves on its own, so they are watched first: they warn
+only when the same GPU confirms them (another precursor hit within `precursor_confirm_s`, or
+another of its series in the same block; `confirm.py`). A jitter that goes on is seen again
+every `jitter_blocks`.
+
 Each hit is a `Signal` for the block in which the rule completed, so an alert's onset is never
 before the samples that carry its evidence. State is carried across chunks per series; results
 do not depend on how the input was chunked.
