@@ -1,18 +1,19 @@
-"""A second look before a workload-shaped precursor warns.
+"""A second look before a jitter precursor warns.
 
-Two precursor rules read gauges that a job moves on its own: jitter (power, SM clock) and
-stalls (activity). One GPU of a healthy job can do either for a while (the rank that logs,
-evaluates or loads data; a shard with more work), so a single hit from them is a *watch*, not a
-warning. It becomes a warning when the same GPU confirms it:
+The jitter rule (`precursors.py`) reads gauges a job moves on its own (power, SM clock), and one
+run of it is enough to fire: one GPU of a healthy job can jitter for a while (the rank that
+logs, evaluates or loads data; a shard with more work). So a jitter hit alone is a *watch*, not
+a warning. It becomes a warning when the same GPU confirms it:
 
-* another precursor hit on that GPU within the last `precursor_confirm_s` (the same rule again,
-  another series, or any other rule: recurring error counts, a slow remap trend);
+* another precursor hit on that GPU within the last `precursor_confirm_s` (the jitter again
+  after a pause or after another `jitter_blocks` in a row, the other jitter series, or any other
+  rule: recurring error counts, stalls, a slow remap trend);
 * or another series of that GPU hits in the same block (power and clock jitter together).
 
-The rules that count physical events (recurring error counts, slow remap growth, a host that
-stopped) warn at once: their counters do not move with the workload. Confirmation delays a real
-warning by the time to the second hit and drops a lone one; `precursor_confirm_s = 0` turns it
-off (every hit warns, as before).
+The other rules warn at once: they already ask for recurrence within their window (4 of 15
+blocks with errors, 3 stalls with the GPU back in between twice, a trend over hours).
+Confirmation delays a real warning by the time to the second hit and drops a lone one;
+`precursor_confirm_s = 0` turns it off (every hit warns, as before).
 
     >>> from trainguard.detect.alerts import Signal
     >>> c = PrecursorConfirm(window_blocks=180.0, block_s=120.0)

@@ -23,10 +23,10 @@ siblings, never against a fixed level:
    fall below `host_collapse_fraction` of both their own recent level and the other nodes',
    for `host_collapse_blocks` blocks in a row (a host that stopped feeding its GPUs).
 
-Jitter and stall hits read gauges a job moves on its own, so they are watched first: they warn
-only when the same GPU confirms them (another precursor hit within `precursor_confirm_s`, or
+A jitter hit is one run of a gauge a job moves on its own, so it is watched first: it warns
+only when the same GPU confirms it (another precursor hit within `precursor_confirm_s`, or
 another of its series in the same block; `confirm.py`). A jitter that goes on is seen again
-every `jitter_blocks`.
+every `jitter_blocks`. The other rules already ask for recurrence within their window.
 
 Each hit is a `Signal` for the block in which the rule completed, so an alert's onset is never
 before the samples that carry its evidence. State is carried across chunks per series; results
@@ -123,7 +123,7 @@ class PrecursorRules:
     clock: float = 0.0
     """Blocks scanned so far (the trend test's time axis)."""
     confirm: PrecursorConfirm = field(init=False)
-    """Jitter and stall hits wait for a second look (`confirm.py`)."""
+    """Jitter hits wait for a second look (`confirm.py`)."""
 
     def __post_init__(self) -> None:
         self.explained = ExplainedActivity(self.cfg)
@@ -154,8 +154,7 @@ class PrecursorRules:
                 self._jittery(name, d.gpu[mi], s, nb, busy & free, warm, watched, lay)
         act = _activity_metric(lay)
         if act is not None:
-            self._stalls(lay.gpu_metrics[act], d.gpu[act], s, nb, busy & free, warm, watched,
-                         lay)
+            self._stalls(lay.gpu_metrics[act], d.gpu[act], s, nb, busy & free, warm, hits, lay)
         for k, name in enumerate(lay.node_metrics):
             x = d.node[k][:, None, :]
             if bool(cumulative[mg + k]) and is_error_counter(name):

@@ -65,7 +65,7 @@ EARLY_GROUPS: dict[str, tuple[str, ...]] = {
 EARLY_KNOBS = tuple(k for knobs in EARLY_GROUPS.values() for k in knobs)
 CONFIRM_LADDER_S = (24 * 3600.0, 12 * 3600.0, 6 * 3600.0, 3 * 3600.0, 3600.0)
 """`precursor_confirm_s` from loosest to strictest: a shorter and shorter time in which the same
-GPU must confirm a jitter or stall hit. Off (0) is the operator's choice, never the search's."""
+GPU must confirm a jitter hit. Off (0) is the operator's choice, never the search's."""
 
 
 def _within(value: float, base: float, lo: float, hi: float) -> float:

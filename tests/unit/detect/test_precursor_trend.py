@@ -4,7 +4,6 @@ application XID or a job start explains (detect/explained.py), through the whole
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -87,10 +86,9 @@ def _stalls(xid: int) -> Shape:
 
 
 def test_stalls_at_application_xids_are_the_applications() -> None:
-    cfg = replace(CFG, precursor_confirm_s=0.0)  # every stall hit warns (no second look)
-    stalls = [d for d in _details(detect(_cluster(_stalls(0), hours=6), cfg)) if "stalls" in d[2]]
+    stalls = [d for d in _details(detect(_cluster(_stalls(0), hours=6), CFG)) if "stalls" in d[2]]
     assert stalls and stalls[0][0] == "n3"  # the same shape without XIDs is a precursor
-    at_app = _details(detect(_cluster(_stalls(13), hours=6), cfg))
+    at_app = _details(detect(_cluster(_stalls(13), hours=6), CFG))
     assert not [d for d in at_app if "stalls" in d[2]]
 
 
