@@ -14,7 +14,9 @@ siblings, never against a fixed level:
 2. **Jitter**: a GPU whose power or SM clock moves from sample to sample `jitter_ratio` times as
    much as its node's other GPUs do, for `jitter_blocks` blocks in a row, while the node is busy
    and that GPU was not like that before (its own long-run ratio is below half the bar). A job
-   whose power oscillates moves every GPU alike.
+   whose power oscillates moves every GPU alike. An SM clock holds still under load on a healthy
+   GPU, so a clock that jitters in short episodes, in `jitter_blocks` of the last
+   `precursor_window_blocks` blocks (each block's own ratio at the bar), is a precursor too.
 3. **Stalls**: a GPU whose activity falls below `stall_fraction` of its siblings' on a busy
    node, in at least `stall_min_events` of the last `precursor_window_blocks` blocks, and
    recovers in between at least twice (a GPU that stalls again and again in a synchronous job;
@@ -48,6 +50,16 @@ from trainguard.detect.explained import ExplainedActivity
 from trainguard.detect.knowledge import ACTIVITY_METRICS, is_hard_counter, is_wear_counter
 from trainguard.detect.layout import DenseChunk, Layout
 from trainguard.detect.numeric import block_means, nanmedian_axis, previous_valid
+from trainguard.detect.precursor_state import (
+    HostState,
+    JitterState,
+    RecurState,
+    grow_host,
+    grow_jitter,
+    grow_recur,
+    pad,
+    popcount,
+)
 from trainguard.detect.trend import TrendRule
 from trainguard.telemetry.frame import FloatArray
 
@@ -62,6 +74,7 @@ _THROTTLE = re.compile(r"THROTTLE_REASONS|CLOCKS_EVENT_REASONS|CLOCK_EVENT_REASO
 _HW_THROTTLE_BITS = 0x8 | 0x20 | 0x40 | 0x80
 """HW slowdown, SW thermal, HW thermal, HW power brake (not power cap, idle or app clocks)."""
 _JITTER = re.compile(r"POWER_USAGE|SM_CLOCK", re.IGNORECASE)
+_CLOCK = re.compile(r"SM_CLOCK", re.IGNORECASE)
 _HOST = re.compile(r"node_intr|context_switches|procs_running", re.IGNORECASE)
 LONG_HALFLIFE_BLOCKS = 360.0
 """Own history: 12 h of 2-min blocks."""
@@ -81,40 +94,14 @@ def is_error_counter(name: str) -> bool:
 
 
 @dataclass
-class _Recur:
-    """Per series: the recent blocks with events (bit mask), the long-run event rate."""
-
-    mask: np.ndarray
-    rate: FloatArray
-    blocks: FloatArray
-    prev: FloatArray
-
-
-@dataclass
-class _Jitter:
-    short: FloatArray
-    long: FloatArray
-    blocks: FloatArray
-    run: FloatArray
-    prev: FloatArray
-
-
-@dataclass
-class _Host:
-    level: FloatArray
-    run: FloatArray
-    prev: FloatArray
-
-
-@dataclass
 class PrecursorRules:
     """Mutable per-series state of the three rules (see the module docstring)."""
 
     cfg: DetectorConfig
-    recur: dict[str, _Recur] = field(default_factory=dict)
-    jitter: dict[str, _Jitter] = field(default_factory=dict)
-    host: dict[str, _Host] = field(default_factory=dict)
-    stall: dict[str, _Recur] = field(default_factory=dict)
+    recur: dict[str, RecurState] = field(default_factory=dict)
+    jitter: dict[str, JitterState] = field(default_factory=dict)
+    host: dict[str, HostState] = field(default_factory=dict)
+    stall: dict[str, RecurState] = field(default_factory=dict)
     stall_back: dict[str, np.ndarray] = field(default_factory=dict)
     """Per activity metric: blocks (bit mask) in which a stalled GPU came back."""
     level: float = float("nan")
@@ -196,7 +183,7 @@ class PrecursorRules:
         n, g, _t = x.shape
         st = self.recur.get(name)
         if st is None or st.rate.shape != (n, g):
-            st = self.recur[name] = _grow_recur(st, (n, g))
+            st = self.recur[name] = grow_recur(st, (n, g))
         if counter:
             prev, st.prev = previous_valid(x, st.prev)
             with np.errstate(invalid="ignore"):
@@ -216,7 +203,7 @@ class PrecursorRules:
             ok = seen_b[..., b]
             # The window is the last w blocks of time: a block without samples counts as quiet.
             st.mask = ((st.mask << 1) | (e & ok).astype(np.int64)) & full
-            count = _popcount(st.mask)
+            count = popcount(st.mask)
             recent = count / w
             fire = (ok & e & (count >= cfg.precursor_min_events) & (st.blocks >= warm)
                     & (recent >= cfg.precursor_background_ratio * st.rate + 0.05))
@@ -241,10 +228,10 @@ class PrecursorRules:
         n, g, _t = x.shape
         st = self.stall.get(name)
         if st is None or st.rate.shape != (n, g):
-            st = self.stall[name] = _grow_recur(st, (n, g))
+            st = self.stall[name] = grow_recur(st, (n, g))
             back = self.stall_back.get(name)
             self.stall_back[name] = (np.zeros((n, g), dtype=np.int64) if back is None
-                                     else _pad(back, (n, g), 0))
+                                     else pad(back, (n, g), 0))
         back = self.stall_back[name]
         act = block_means(x, s)                             # node, gpu, block
         w = cfg.precursor_window_blocks
@@ -261,9 +248,9 @@ class PrecursorRules:
             # The window is the last w blocks of time: idle or missing blocks count as quiet.
             st.mask = ((st.mask << 1) | stalled.astype(np.int64)) & full
             back = ((back << 1) | came_back.astype(np.int64)) & full
-            count = _popcount(st.mask)
+            count = popcount(st.mask)
             fire = (ok & came_back & (count >= cfg.stall_min_events)
-                    & (_popcount(back) >= 2) & (st.blocks >= warm)
+                    & (popcount(back) >= 2) & (st.blocks >= warm)
                     & (count / w >= cfg.precursor_background_ratio * st.rate + 0.05))
             for ni, gi in zip(*np.nonzero(fire), strict=True):
                 hits.setdefault(b, []).append((int(ni), Signal(
@@ -283,7 +270,7 @@ class PrecursorRules:
         n, g, _t = x.shape
         st = self.jitter.get(name)
         if st is None or st.short.shape != (n, g):
-            st = self.jitter[name] = _grow_jitter(st, (n, g))
+            st = self.jitter[name] = grow_jitter(st, (n, g))
         prev, st.prev = previous_valid(x, st.prev)
         step = np.abs(x - prev)
         jit = block_means(step, s)                          # node, gpu, block
@@ -291,6 +278,8 @@ class PrecursorRules:
         a_s = 1.0 - 0.5 ** (1.0 / SHORT_HALFLIFE_BLOCKS)
         a_l = 1.0 - 0.5 ** (1.0 / LONG_HALFLIFE_BLOCKS)
         bar = np.log(cfg.jitter_ratio)
+        full = (1 << cfg.precursor_window_blocks) - 1
+        episodic = bool(_CLOCK.search(_base(name)))
         for b in range(nb):
             j = jit[..., b]
             med, cnt = nanmedian_axis(j, axis=1)
@@ -303,13 +292,26 @@ class PrecursorRules:
             high = ok & (st.short >= bar)
             st.run = np.where(high, st.run + 1, np.where(ok | ~busy[:, b][:, None], 0, st.run))
             # Again at every further `jitter_blocks` in a row: a jitter that goes on is seen again.
-            fire = ((st.run > 0) & (st.run % cfg.jitter_blocks == 0) & (st.blocks >= warm)
-                    & (st.long < bar / 2))
+            new = (st.blocks >= warm) & (st.long < bar / 2)
+            fire = (st.run > 0) & (st.run % cfg.jitter_blocks == 0) & new
+            what = {}
             for ni, gi in zip(*np.nonzero(fire), strict=True):
-                hits.setdefault(b, []).append((int(ni), Signal(
-                    name, lay.gpu_label(int(ni), int(gi)), float(np.exp(st.short[ni, gi])),
-                    f"jitter {float(np.exp(st.short[ni, gi])):.1f}x the node's other GPUs "
-                    f"for {int(st.run[ni, gi])} blocks")))
+                what[(int(ni), int(gi))] = f"for {int(st.run[ni, gi])} blocks"
+            if episodic:
+                # A clock holds still under load on a healthy GPU: one that jitters in short
+                # episodes, in `jitter_blocks` of the window's blocks, is a precursor too.
+                now = ok & (lr >= bar)
+                st.mask = ((st.mask << 1) | now.astype(np.int64)) & full
+                count = popcount(st.mask)
+                ep = now & (count >= cfg.jitter_blocks) & new & ~fire
+                for ni, gi in zip(*np.nonzero(ep), strict=True):
+                    what[(int(ni), int(gi))] = (f"in {int(count[ni, gi])} of the last "
+                                                f"{cfg.precursor_window_blocks} blocks")
+                st.mask[ep | fire] = 0
+            for (ni, gi), when in sorted(what.items()):
+                hits.setdefault(b, []).append((ni, Signal(
+                    name, lay.gpu_label(ni, gi), float(np.exp(st.short[ni, gi])),
+                    f"jitter {float(np.exp(st.short[ni, gi])):.1f}x the node's other GPUs {when}")))
             st.long = np.where(ok, st.long + a_l * (lr - st.long), st.long)
             st.blocks = st.blocks + ok
 
@@ -320,7 +322,7 @@ class PrecursorRules:
         n = x.shape[0]
         st = self.host.get(name)
         if st is None or st.level.shape != (n,):
-            st = self.host[name] = _grow_host(st, n)
+            st = self.host[name] = grow_host(st, n)
         if counter:
             prev, st.prev = previous_valid(x, st.prev)
             with np.errstate(invalid="ignore"):
@@ -356,53 +358,3 @@ def _activity_metric(lay: Layout) -> int | None:
         if name in lay.gpu_metrics:
             return lay.gpu_metrics.index(name)
     return None
-
-
-_POP = np.array([bin(i).count("1") for i in range(1 << 8)], dtype=np.int64)
-
-
-_BITWISE_COUNT = getattr(np, "bitwise_count", None)
-"""numpy 2's popcount ufunc: one pass instead of one per byte (called per rule and block)."""
-
-
-def _popcount(mask: np.ndarray) -> np.ndarray:
-    """Set bits per element of a non-negative int64 `mask`."""
-    if _BITWISE_COUNT is not None:
-        return np.asarray(_BITWISE_COUNT(mask), dtype=np.int64)
-    out = np.zeros(mask.shape, dtype=np.int64)
-    m = mask.copy()
-    while m.any():
-        out += _POP[m & 0xFF]
-        m >>= 8
-    return out
-
-
-def _pad(x: np.ndarray, shape: tuple[int, ...], fill: float) -> np.ndarray:
-    out = np.full(shape, fill, dtype=x.dtype)
-    out[tuple(slice(0, min(a, b)) for a, b in zip(x.shape, shape, strict=True))] = \
-        x[tuple(slice(0, min(a, b)) for a, b in zip(x.shape, shape, strict=True))]
-    return out
-
-
-def _grow_recur(st: _Recur | None, shape: tuple[int, int]) -> _Recur:
-    if st is None:
-        return _Recur(np.zeros(shape, dtype=np.int64), np.zeros(shape), np.zeros(shape),
-                      np.full(shape, np.nan))
-    return _Recur(_pad(st.mask, shape, 0), _pad(st.rate, shape, 0.0),
-                  _pad(st.blocks, shape, 0.0), _pad(st.prev, shape, np.nan))
-
-
-def _grow_jitter(st: _Jitter | None, shape: tuple[int, int]) -> _Jitter:
-    if st is None:
-        z = np.zeros(shape)
-        return _Jitter(z.copy(), z.copy(), z.copy(), z.copy(), np.full(shape, np.nan))
-    return _Jitter(_pad(st.short, shape, 0.0), _pad(st.long, shape, 0.0),
-                   _pad(st.blocks, shape, 0.0), _pad(st.run, shape, 0.0),
-                   _pad(st.prev, shape, np.nan))
-
-
-def _grow_host(st: _Host | None, n: int) -> _Host:
-    if st is None:
-        return _Host(np.zeros(n), np.zeros(n), np.full(n, np.nan))
-    return _Host(_pad(st.level, (n,), 0.0), _pad(st.run, (n,), 0.0),
-                 _pad(st.prev, (n,), np.nan))

@@ -36,7 +36,8 @@ from trainguard.detect.detector import Detector, _MetricFlags
 from trainguard.detect.episodes import EpisodeTracker, _Open
 from trainguard.detect.explained import ExplainedActivity
 from trainguard.detect.layout import DenseChunk, IndexArrays, Layout
-from trainguard.detect.precursors import PrecursorRules, _Host, _Jitter, _Recur
+from trainguard.detect.precursor_state import HostState, JitterState, RecurState
+from trainguard.detect.precursors import PrecursorRules
 from trainguard.detect.scoring import BlockScorer
 from trainguard.detect.signals import (
     BaselineConfig,
@@ -71,8 +72,9 @@ CLASSES: dict[str, type] = {
     "SparseCounters": SparseCounters, "DetectorConfig": DetectorConfig,
     "AlertEpisode": AlertEpisode, "Signal": Signal, "Entity": Entity,
     "IndexArrays": IndexArrays, "MetricFlags": _MetricFlags, "DenseChunk": DenseChunk,
-    "PrecursorRules": PrecursorRules, "PrecursorRecur": _Recur, "PrecursorJitter": _Jitter,
-    "PrecursorHost": _Host, "PrecursorConfirm": PrecursorConfirm,
+    "PrecursorRules": PrecursorRules, "PrecursorRecur": RecurState,
+    "PrecursorJitter": JitterState,
+    "PrecursorHost": HostState, "PrecursorConfirm": PrecursorConfirm,
     "Regime": Regime, "RegimeConfig": RegimeConfig, "PeerDeviation": PeerDeviation,
     "PeerConfig": PeerConfig, "BaselineDeviation": BaselineDeviation,
     "BaselineConfig": BaselineConfig, "CounterDeviation": CounterDeviation,

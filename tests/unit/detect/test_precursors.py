@@ -120,16 +120,16 @@ def test_a_busy_host_whose_runnable_processes_collapse_alerts() -> None:
 def test_popcount_counts_the_set_bits_of_each_window_mask(
         ufunc: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """numpy's popcount ufunc where there is one, the byte table otherwise: the same counts."""
-    import trainguard.detect.precursors as precursors
+    import trainguard.detect.precursor_state as state
 
     if not ufunc:
-        monkeypatch.setattr(precursors, "_BITWISE_COUNT", None)
-    elif precursors._BITWISE_COUNT is None:
+        monkeypatch.setattr(state, "_BITWISE_COUNT", None)
+    elif state._BITWISE_COUNT is None:
         pytest.skip("numpy < 2 has no bitwise_count")
     rng = np.random.default_rng(2)
     mask = rng.integers(0, 1 << 62, size=(7, 5), dtype=np.int64)
     mask[0, 0], mask[0, 1] = 0, (1 << 62) - 1
-    got = precursors._popcount(mask)
+    got = state.popcount(mask)
     assert got.dtype == np.int64
     assert got.tolist() == [[bin(int(v)).count("1") for v in row] for row in mask.tolist()]
 
@@ -163,3 +163,24 @@ def test_jitter_warns_when_the_same_gpu_confirms_it() -> None:
     both = [f for f in _early(detect(_cluster(_jitter_bursts(AT, clock=True)), CFG))
             if "jitter" in f[2]]
     assert both and both[0][0] == "n2" and "of this GPU in the same block" in both[0][2]
+
+
+def _clock_episodes(every: int) -> Shape:
+    """n1's GPU 2's SM clock jitters for 2 blocks, again every `every` samples from AT (short
+    episodes, never 5 blocks in a row)."""
+    def shape(a: dict[str, np.ndarray], rng: np.random.Generator) -> None:
+        a["DCGM_FI_DEV_SM_CLOCK"] = 1980 + rng.normal(0, 3, a["DCGM_FI_DEV_POWER_USAGE"].shape)
+        for s in range(AT, T - 8, every):
+            a["DCGM_FI_DEV_SM_CLOCK"][1, 2, s:s + 8] += rng.normal(0, 150, 8)
+    return shape
+
+
+def test_a_clock_that_jitters_in_short_episodes_warns() -> None:
+    found = [f for f in _early(detect(_cluster(_clock_episodes(12)), CFG)) if "jitter" in f[2]]
+    assert found and found[0][:2] == ("n1", "DCGM_FI_DEV_SM_CLOCK")
+    assert "of the last 15 blocks; confirmed: another precursor on this GPU" in found[0][2]
+
+
+def test_one_short_clock_episode_is_no_precursor() -> None:
+    found = _early(detect(_cluster(_clock_episodes(10_000)), CFG))
+    assert not [f for f in found if "jitter" in f[2]]

@@ -1,0 +1,97 @@
+"""Per-series state of the early-warning rules (`precursors.py`), and how it grows.
+
+Each rule keeps, per series, small arrays over [node, GPU] (or [node]); the layout only grows,
+so the state is padded to the new shape as nodes and GPU slots appear. The state format
+(`watch/statecodec.py`) writes these classes by name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from trainguard.telemetry.frame import FloatArray
+
+__all__ = ["HostState", "JitterState", "RecurState", "grow_host", "grow_jitter", "grow_recur",
+           "pad", "popcount"]
+
+
+@dataclass
+class RecurState:
+    """Per series: the recent blocks with events (bit mask), the long-run event rate."""
+
+    mask: np.ndarray
+    rate: FloatArray
+    blocks: FloatArray
+    prev: FloatArray
+
+
+@dataclass
+class JitterState:
+    short: FloatArray
+    long: FloatArray
+    blocks: FloatArray
+    run: FloatArray
+    prev: FloatArray
+    mask: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
+    """Clock series: the window's blocks in which the GPU's clock jittered (bit mask)."""
+
+
+@dataclass
+class HostState:
+    level: FloatArray
+    run: FloatArray
+    prev: FloatArray
+
+
+_POP = np.array([bin(i).count("1") for i in range(1 << 8)], dtype=np.int64)
+
+
+_BITWISE_COUNT = getattr(np, "bitwise_count", None)
+"""numpy 2's popcount ufunc: one pass instead of one per byte (called per rule and block)."""
+
+
+def popcount(mask: np.ndarray) -> np.ndarray:
+    """Set bits per element of a non-negative int64 `mask`."""
+    if _BITWISE_COUNT is not None:
+        return np.asarray(_BITWISE_COUNT(mask), dtype=np.int64)
+    out = np.zeros(mask.shape, dtype=np.int64)
+    m = mask.copy()
+    while m.any():
+        out += _POP[m & 0xFF]
+        m >>= 8
+    return out
+
+
+def pad(x: np.ndarray, shape: tuple[int, ...], fill: float) -> np.ndarray:
+    """`x` cut or padded with `fill` to `shape` (the layout only grows)."""
+    out = np.full(shape, fill, dtype=x.dtype)
+    out[tuple(slice(0, min(a, b)) for a, b in zip(x.shape, shape, strict=True))] = \
+        x[tuple(slice(0, min(a, b)) for a, b in zip(x.shape, shape, strict=True))]
+    return out
+
+
+def grow_recur(st: RecurState | None, shape: tuple[int, int]) -> RecurState:
+    if st is None:
+        return RecurState(np.zeros(shape, dtype=np.int64), np.zeros(shape), np.zeros(shape),
+                      np.full(shape, np.nan))
+    return RecurState(pad(st.mask, shape, 0), pad(st.rate, shape, 0.0),
+                  pad(st.blocks, shape, 0.0), pad(st.prev, shape, np.nan))
+
+
+def grow_jitter(st: JitterState | None, shape: tuple[int, int]) -> JitterState:
+    if st is None:
+        z = np.zeros(shape)
+        return JitterState(z.copy(), z.copy(), z.copy(), z.copy(), np.full(shape, np.nan),
+                       np.zeros(shape, dtype=np.int64))
+    return JitterState(pad(st.short, shape, 0.0), pad(st.long, shape, 0.0),
+                   pad(st.blocks, shape, 0.0), pad(st.run, shape, 0.0),
+                   pad(st.prev, shape, np.nan), pad(st.mask, shape, 0))
+
+
+def grow_host(st: HostState | None, n: int) -> HostState:
+    if st is None:
+        return HostState(np.zeros(n), np.zeros(n), np.full(n, np.nan))
+    return HostState(pad(st.level, (n,), 0.0), pad(st.run, (n,), 0.0),
+                 pad(st.prev, (n,), np.nan))
