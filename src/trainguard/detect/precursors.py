@@ -95,7 +95,7 @@ def is_error_counter(name: str) -> bool:
 
 @dataclass
 class PrecursorRules:
-    """Mutable per-series state of the three rules (see the module docstring)."""
+    """Mutable per-series state of the early-warning rules (see the module docstring)."""
 
     cfg: DetectorConfig
     recur: dict[str, RecurState] = field(default_factory=dict)
