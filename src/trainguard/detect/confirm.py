@@ -16,7 +16,8 @@ Confirmation delays a real warning by the time to the second hit and drops a lon
 `precursor_confirm_s = 0` turns it off (every hit warns, as before).
 
     >>> from trainguard.detect.alerts import Signal
-    >>> c = PrecursorConfirm(window_blocks=180.0, block_s=120.0)
+    >>> from trainguard.detect.config import DetectorConfig
+    >>> c = PrecursorConfirm(DetectorConfig(block_s=120.0, precursor_confirm_s=6 * 3600.0))
     >>> jit = Signal("DCGM_FI_DEV_POWER_USAGE", "3", 4.2, "jitter 4.2x")
     >>> c.merge({}, {0: [(1, jit)]}, clock=0.0, nb=1)     # alone: a watch
     {}
@@ -29,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from trainguard.detect.alerts import Signal
+from trainguard.detect.config import DetectorConfig
 
 __all__ = ["PrecursorConfirm"]
 
@@ -40,18 +42,18 @@ Hits = dict[int, list[tuple[int, Signal]]]
 class PrecursorConfirm:
     """Per GPU: the clock (in blocks) of its last precursor hit, watched or warned."""
 
-    window_blocks: float
-    block_s: float
+    cfg: DetectorConfig
     seen: dict[tuple[int, str | None], float] = field(default_factory=dict)
+
+    @property
+    def window_blocks(self) -> float:
+        """`precursor_confirm_s` in blocks (0: confirmation off)."""
+        return self.cfg.precursor_confirm_s / self.cfg.block_s
 
     def merge(self, hits: Hits, watched: Hits, clock: float, nb: int) -> Hits:
         """`hits` (which warn at once) with the `watched` ones that are confirmed, per block of
         a chunk whose first block is `clock`; every hit is remembered for later blocks."""
-        if self.window_blocks <= 0 or not watched:
-            merged = {b: hits.get(b, []) + watched.get(b, []) for b in sorted({*hits, *watched})}
-            self._remember(merged, clock)
-            self._forget(clock + nb)
-            return merged
+        off = self.window_blocks <= 0
         out: Hits = {}
         for b in range(nb):
             plain, watch = hits.get(b, []), watched.get(b, [])
@@ -60,8 +62,9 @@ class PrecursorConfirm:
             now = clock + b
             kept = list(plain)
             for ni, sig in watch:
-                note = self._confirmation(ni, sig, plain + watch, now)
-                if note is not None:
+                if off:
+                    kept.append((ni, sig))
+                elif (note := self._confirmation(ni, sig, plain + watch, now)) is not None:
                     kept.append((ni, replace(sig, detail=f"{sig.detail}; confirmed: {note}")))
             for ni, sig in plain + watch:
                 self.seen[(ni, sig.gpu)] = now
@@ -79,14 +82,9 @@ class PrecursorConfirm:
             return f"{beside[0]} of this GPU in the same block"
         last = self.seen.get((ni, sig.gpu))
         if last is not None and 0 < now - last <= self.window_blocks:
-            return (f"another precursor on this GPU {(now - last) * self.block_s / 3600:.1f} h "
-                    "earlier")
+            return (f"another precursor on this GPU {(now - last) * self.cfg.block_s / 3600:.1f} "
+                    "h earlier")
         return None
-
-    def _remember(self, hits: Hits, clock: float) -> None:
-        for b, lst in hits.items():
-            for ni, sig in lst:
-                self.seen[(ni, sig.gpu)] = clock + b
 
     def _forget(self, now: float) -> None:
         """Drop GPUs whose last hit is older than the window (the map stays small)."""

@@ -7,7 +7,7 @@ so the state is padded to the new shape as nodes and GPU slots appear. The state
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -34,7 +34,7 @@ class JitterState:
     blocks: FloatArray
     run: FloatArray
     prev: FloatArray
-    mask: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
+    mask: np.ndarray
     """Clock series: the window's blocks in which the GPU's clock jittered (bit mask)."""
 
 

@@ -115,8 +115,7 @@ class PrecursorRules:
     def __post_init__(self) -> None:
         self.explained = ExplainedActivity(self.cfg)
         self.trend = TrendRule(self.cfg)
-        self.confirm = PrecursorConfirm(self.cfg.precursor_confirm_s / self.cfg.block_s,
-                                        self.cfg.block_s)
+        self.confirm = PrecursorConfirm(self.cfg)
 
     def scan(self, d: DenseChunk, lay: Layout, cumulative: np.ndarray, s: int
              ) -> tuple[PrecursorHits, np.ndarray]:

@@ -21,7 +21,8 @@ def _sig(metric: str, gpu: str | None = "3") -> Signal:
 
 
 def _confirm(window_blocks: float = 180.0) -> PrecursorConfirm:
-    return PrecursorConfirm(window_blocks=window_blocks, block_s=120.0)
+    return PrecursorConfirm(DetectorConfig(block_s=120.0,
+                                           precursor_confirm_s=window_blocks * 120.0))
 
 
 def test_a_lone_watched_hit_stays_a_watch() -> None:
