@@ -18,7 +18,8 @@ siblings, never against a fixed level:
    GPU, so a clock that jitters in short episodes, in `jitter_blocks` of the last
    `precursor_window_blocks` blocks (each block's own ratio at the bar), is a precursor too.
 3. **Stalls**: a GPU whose activity falls below `stall_fraction` of its siblings' on a busy
-   node, in at least `stall_min_events` of the last `precursor_window_blocks` blocks, and
+   node (the only one of them that does in that block), in at least `stall_min_events` of the
+   last `precursor_window_blocks` blocks, and
    recovers in between at least twice (a GPU that stalls again and again in a synchronous job;
    one that stays idle, or whose job ended, is not stalling), beyond its own usual rate.
 4. **Host collapse**: a busy node whose interrupt rate, context switches or runnable processes
@@ -127,8 +128,8 @@ class PrecursorRules:
         if nb == 0:
             return hits, np.zeros((len(lay.nodes), 0), dtype=bool)
         mg = len(lay.gpu_metrics)
-        busy = self._busy(d, lay, s, nb)
-        free, app_recent = self.explained.scan(d, lay, s, nb, busy)
+        busy, active = self._busy(d, lay, s, nb)
+        free, app_recent = self.explained.scan(d, lay, s, nb, active)
         warm = self.cfg.precursor_warmup_s / self.cfg.block_s
         watched: PrecursorHits = {}
         for mi, name in enumerate(lay.gpu_metrics):
@@ -152,18 +153,22 @@ class PrecursorRules:
         return hits, app_recent
 
     # -- activity ---------------------------------------------------------------------------
-    def _busy(self, d: DenseChunk, lay: Layout, s: int, nb: int) -> np.ndarray:
-        """[node, block]: the node's GPUs are busy (median activity >= half the cluster's)."""
+    def _busy(self, d: DenseChunk, lay: Layout, s: int, nb: int
+              ) -> tuple[np.ndarray, np.ndarray]:
+        """[node, block] twice: the node's GPUs are busy (median activity >= half the
+        cluster's), and they are not idle (>= `idle_fraction` of it: a checkpoint's or an
+        evaluation's dip is not a new start)."""
         n = len(lay.nodes)
         for name in ACTIVITY_METRICS:
             if name in lay.gpu_metrics:
                 x = d.gpu[lay.gpu_metrics.index(name)]
                 break
         else:
-            return np.ones((n, nb), dtype=bool)
+            return np.ones((n, nb), dtype=bool), np.ones((n, nb), dtype=bool)
         blocks = block_means(x, s)                          # node, gpu, block
         med, _ = nanmedian_axis(blocks, axis=1)             # node, block
         out = np.zeros((n, nb), dtype=bool)
+        active = np.zeros((n, nb), dtype=bool)
         for b in range(nb):
             col = med[:, b]
             finite = col[np.isfinite(col)]
@@ -171,8 +176,10 @@ class PrecursorRules:
                 p90 = float(np.percentile(finite, 90))
                 self.level = p90 if np.isnan(self.level) else 0.98 * self.level + 0.02 * p90
             level = self.level if np.isfinite(self.level) and self.level > 0 else 1.0
-            out[:, b] = np.nan_to_num(col, nan=0.0) >= 0.5 * level
-        return out
+            col = np.nan_to_num(col, nan=0.0)
+            out[:, b] = col >= 0.5 * level
+            active[:, b] = col >= self.cfg.idle_fraction * level
+        return out, active
 
     # -- rule 1: recurring error counts ------------------------------------------------------
     def _recurring(self, name: str, x: FloatArray, s: int, nb: int, counter: bool,
@@ -242,6 +249,11 @@ class PrecursorRules:
             ok = (np.isfinite(a) & (cnt >= cfg.min_gpus)[:, None] & busy[:, b][:, None]
                   & (med > 0)[:, None])
             stalled = ok & (a < cfg.stall_fraction * med[:, None])
+            # Several GPUs of a node below their siblings at once is the node's doing (a job
+            # starting or changing, ranks loading in turn), not one GPU's: the block is not read.
+            ragged = stalled.sum(axis=1) > 1
+            ok &= ~ragged[:, None]
+            stalled &= ok
             was = (st.mask & 1).astype(bool)
             came_back = ok & ~stalled & was
             # The window is the last w blocks of time: idle or missing blocks count as quiet.
