@@ -18,8 +18,9 @@ siblings, never against a fixed level:
    GPU, so a clock that jitters in short episodes, in `jitter_blocks` of the last
    `precursor_window_blocks` blocks (each block's own ratio at the bar), is a precursor too.
 3. **Stalls**: a GPU whose activity falls below `stall_fraction` of its siblings' on a busy
-   node (the only one of them that does in that block), in at least `stall_min_events` of the
-   last `precursor_window_blocks` blocks, and
+   node (its lowest sample in a block against theirs: a stall of 30 s barely moves a 2-minute
+   mean; and the only one of them that does in that block), in at least `stall_min_events` of
+   the last `precursor_window_blocks` blocks, and
    recovers in between at least twice (a GPU that stalls again and again in a synchronous job;
    one that stays idle, or whose job ended, is not stalling), beyond its own usual rate.
 4. **Host collapse**: a busy node whose interrupt rate, context switches or runnable processes
@@ -50,7 +51,7 @@ from trainguard.detect.confirm import PrecursorConfirm
 from trainguard.detect.explained import ExplainedActivity
 from trainguard.detect.knowledge import ACTIVITY_METRICS, is_hard_counter, is_wear_counter
 from trainguard.detect.layout import DenseChunk, Layout
-from trainguard.detect.numeric import block_means, nanmedian_axis, previous_valid
+from trainguard.detect.numeric import block_means, block_minima, nanmedian_axis, previous_valid
 from trainguard.detect.precursor_state import (
     HostState,
     JitterState,
@@ -239,7 +240,7 @@ class PrecursorRules:
             self.stall_back[name] = (np.zeros((n, g), dtype=np.int64) if back is None
                                      else pad(back, (n, g), 0))
         back = self.stall_back[name]
-        act = block_means(x, s)                             # node, gpu, block
+        act = block_minima(x, s)                            # node, gpu, block
         w = cfg.precursor_window_blocks
         full = (1 << w) - 1
         alpha = 1.0 - 0.5 ** (1.0 / LONG_HALFLIFE_BLOCKS)
@@ -266,8 +267,8 @@ class PrecursorRules:
             for ni, gi in zip(*np.nonzero(fire), strict=True):
                 hits.setdefault(b, []).append((int(ni), Signal(
                     name, lay.gpu_label(int(ni), int(gi)), float(count[ni, gi]),
-                    f"GPU stalls while its siblings run: {int(count[ni, gi])} of the last {w} "
-                    f"blocks below {cfg.stall_fraction:.0%} of theirs")))
+                    f"GPU stalls while its siblings run: in {int(count[ni, gi])} of the last {w} "
+                    f"blocks it fell below {cfg.stall_fraction:.0%} of theirs")))
                 st.mask[ni, gi] = 0
                 back[ni, gi] = 0
             st.rate = np.where(ok, st.rate + alpha * (stalled - st.rate), st.rate)

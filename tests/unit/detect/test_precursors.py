@@ -220,3 +220,12 @@ def test_ranks_loading_in_turn_are_not_a_stalling_gpu() -> None:
             low = rng.choice(GPUS, size=2, replace=False)
             a["DCGM_FI_DEV_GPU_UTIL"][3, low, start:start + 4] = 30.0
     assert not [f for f in _early(detect(_cluster(shape), CFG)) if "stalls" in f[2]]
+
+
+def test_a_gpu_that_stalls_for_30_seconds_again_and_again_alerts() -> None:
+    """One sample in four low barely moves a 2-minute mean (81% of its siblings'): the stall
+    rule reads each block's lowest sample."""
+    def shape(a: dict[str, np.ndarray], _rng: np.random.Generator) -> None:
+        a["DCGM_FI_DEV_GPU_UTIL"][3, 1, AT + 1:T - 8:12] = 30.0
+    found = [f for f in _early(detect(_cluster(shape), CFG)) if "stalls" in f[2]]
+    assert found and found[0][:2] == ("n3", "DCGM_FI_DEV_GPU_UTIL")
