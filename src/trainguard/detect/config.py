@@ -91,6 +91,9 @@ class DetectorConfig:
     """... or on at least this fraction of the reporting nodes, if that is more."""
     settle_s: float = 900.0
     """After a node starts, stops or changes job, its soft scores are ignored this long."""
+    settle_idle_s: float = 600.0
+    """Early warnings: a node that sat idle at least this long and works again has (re)started
+    and settles for `settle_s`; a shorter pause (a checkpoint, an evaluation) does not."""
     gone_reset_s: float = 1800.0
     """A series missing this long restarts learning when it returns (reboot, repair)."""
     min_gpus: int = 3

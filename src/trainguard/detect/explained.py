@@ -9,8 +9,11 @@ Two ordinary things do that too:
   application XID within the last `precursor_app_xid_quiet_s` is the application's, not a
   precursor of a hardware failure. Only the onset of an XID counts (a gauge that keeps showing
   the last XID does not explain later drops).
-* **Settling.** For `settle_s` after a node becomes busy (a job starts), clocks, power and
-  utilisation are ragged on every GPU in turn.
+* **Settling.** For `settle_s` after a node starts work (a job starts or restarts after the
+  node sat idle, below `idle_fraction` of the cluster's busy level, for at least
+  `settle_idle_s`), clocks, power and utilisation are ragged on every GPU in turn. A shorter
+  pause inside a job (a checkpoint, an evaluation, a data-loader stall) is not a start: a job
+  that checkpoints every 20 minutes would otherwise be settling most of the time.
 
 `ExplainedActivity.scan` gives, per node and block, whether the stall/jitter rules may count it.
 State is carried across chunks; results do not depend on how the input was chunked.
@@ -41,29 +44,32 @@ def application_xid_mask(values: np.ndarray) -> np.ndarray:
 
 @dataclass
 class ExplainedActivity:
-    """Per node: blocks since an application XID began, busy blocks in a row."""
+    """Per node: blocks since an application XID began, working blocks since it last started,
+    idle blocks in a row."""
 
     cfg: DetectorConfig
     since: np.ndarray = field(default_factory=lambda: np.zeros(0))
     busy_run: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    idle_run: np.ndarray = field(default_factory=lambda: np.zeros(0))
     showing: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=bool))
 
     def _grow(self, n: int, g: int) -> None:
         if self.since.shape != (n,):
             since = np.full(n, np.inf)
-            run = np.zeros(n)
+            run, idle = np.zeros(n), np.zeros(n)
             m = min(n, self.since.size)
-            since[:m], run[:m] = self.since[:m], self.busy_run[:m]
-            self.since, self.busy_run = since, run
+            since[:m], run[:m], idle[:m] = self.since[:m], self.busy_run[:m], self.idle_run[:m]
+            self.since, self.busy_run, self.idle_run = since, run, idle
         if self.showing.shape != (n, g):
             showing = np.zeros((n, g), dtype=bool)
             a, b = min(n, self.showing.shape[0]), min(g, self.showing.shape[1])
             showing[:a, :b] = self.showing[:a, :b]
             self.showing = showing
 
-    def scan(self, d: DenseChunk, lay: Layout, s: int, nb: int, busy: np.ndarray
+    def scan(self, d: DenseChunk, lay: Layout, s: int, nb: int, active: np.ndarray
              ) -> tuple[np.ndarray, np.ndarray]:
-        """([node, block] True where the node's activity may count as a precursor,
+        """Given `active` ([node, block]: the node is not idle), ([node, block] True where the
+        node's activity may count as a precursor,
         [node, block] True where an application XID began on the node within the quiet
         window: its activity is the application's)."""
         n = len(lay.nodes)
@@ -76,13 +82,17 @@ class ExplainedActivity:
             app_b = np.asarray(app.reshape(n, g, nb, s).any(axis=-1), dtype=bool)
         quiet = self.cfg.precursor_app_xid_quiet_s / self.cfg.block_s
         settle = self.cfg.settle_s / self.cfg.block_s
+        pause = self.cfg.settle_idle_s / self.cfg.block_s
         out = np.zeros((n, nb), dtype=bool)
         recent = np.zeros((n, nb), dtype=bool)
         for b in range(nb):
             onset = (app_b[..., b] & ~self.showing).any(axis=1)
             self.showing = app_b[..., b]
             self.since = np.where(onset, 0.0, self.since + 1)
-            self.busy_run = np.where(busy[:, b], self.busy_run + 1, 0.0)
+            self.idle_run = np.where(active[:, b], 0.0, self.idle_run + 1)
+            restart = self.idle_run >= pause
+            self.busy_run = np.where(active[:, b], self.busy_run + 1,
+                                     np.where(restart, 0.0, self.busy_run))
             recent[:, b] = self.since <= quiet
             out[:, b] = ~recent[:, b] & (self.busy_run > settle)
         return out, recent

@@ -16,6 +16,7 @@ from trainguard.telemetry.frame import FloatArray, IntArray
 
 __all__ = [
     "block_means",
+    "block_minima",
     "ffill",
     "last_valid",
     "nanmedian_axis",
@@ -134,6 +135,18 @@ def previous_valid_and_time(x: FloatArray, carry: FloatArray, times: FloatArray,
             flat[rows] = np.take(full.reshape(-1), idx)
             tflat[rows] = np.take(tfull.reshape(-1), idx)
     return full[..., :-1], full[..., -1].copy(), tfull[..., :-1], tfull[..., -1].copy()
+
+
+def block_minima(x: FloatArray, block: int) -> FloatArray:
+    """The lowest valid sample of each group of `block` consecutive samples on the last axis
+    (NaN for a group with none); only whole groups.
+
+    >>> block_minima(np.array([1.0, np.nan, 3.0, 0.5, np.nan, np.nan]), 2).tolist()
+    [1.0, 0.5, nan]
+    """
+    nb = x.shape[-1] // block
+    groups = x[..., : nb * block].reshape(*x.shape[:-1], nb, block)
+    return np.asarray(np.fmin.reduce(groups, axis=-1))  # fmin skips NaN (all NaN: NaN)
 
 
 def block_means(x: FloatArray, block: int) -> FloatArray:

@@ -18,7 +18,9 @@ siblings, never against a fixed level:
    GPU, so a clock that jitters in short episodes, in `jitter_blocks` of the last
    `precursor_window_blocks` blocks (each block's own ratio at the bar), is a precursor too.
 3. **Stalls**: a GPU whose activity falls below `stall_fraction` of its siblings' on a busy
-   node, in at least `stall_min_events` of the last `precursor_window_blocks` blocks, and
+   node (its lowest sample in a block against theirs: a stall of 30 s barely moves a 2-minute
+   mean; and the only one of them that does in that block), in at least `stall_min_events` of
+   the last `precursor_window_blocks` blocks, and
    recovers in between at least twice (a GPU that stalls again and again in a synchronous job;
    one that stays idle, or whose job ended, is not stalling), beyond its own usual rate.
 4. **Host collapse**: a busy node whose interrupt rate, context switches or runnable processes
@@ -49,7 +51,7 @@ from trainguard.detect.confirm import PrecursorConfirm
 from trainguard.detect.explained import ExplainedActivity
 from trainguard.detect.knowledge import ACTIVITY_METRICS, is_hard_counter, is_wear_counter
 from trainguard.detect.layout import DenseChunk, Layout
-from trainguard.detect.numeric import block_means, nanmedian_axis, previous_valid
+from trainguard.detect.numeric import block_means, block_minima, nanmedian_axis, previous_valid
 from trainguard.detect.precursor_state import (
     HostState,
     JitterState,
@@ -127,8 +129,8 @@ class PrecursorRules:
         if nb == 0:
             return hits, np.zeros((len(lay.nodes), 0), dtype=bool)
         mg = len(lay.gpu_metrics)
-        busy = self._busy(d, lay, s, nb)
-        free, app_recent = self.explained.scan(d, lay, s, nb, busy)
+        busy, active = self._busy(d, lay, s, nb)
+        free, app_recent = self.explained.scan(d, lay, s, nb, active)
         warm = self.cfg.precursor_warmup_s / self.cfg.block_s
         watched: PrecursorHits = {}
         for mi, name in enumerate(lay.gpu_metrics):
@@ -152,18 +154,22 @@ class PrecursorRules:
         return hits, app_recent
 
     # -- activity ---------------------------------------------------------------------------
-    def _busy(self, d: DenseChunk, lay: Layout, s: int, nb: int) -> np.ndarray:
-        """[node, block]: the node's GPUs are busy (median activity >= half the cluster's)."""
+    def _busy(self, d: DenseChunk, lay: Layout, s: int, nb: int
+              ) -> tuple[np.ndarray, np.ndarray]:
+        """[node, block] twice: the node's GPUs are busy (median activity >= half the
+        cluster's), and they are not idle (>= `idle_fraction` of it: a checkpoint's or an
+        evaluation's dip is not a new start)."""
         n = len(lay.nodes)
         for name in ACTIVITY_METRICS:
             if name in lay.gpu_metrics:
                 x = d.gpu[lay.gpu_metrics.index(name)]
                 break
         else:
-            return np.ones((n, nb), dtype=bool)
+            return np.ones((n, nb), dtype=bool), np.ones((n, nb), dtype=bool)
         blocks = block_means(x, s)                          # node, gpu, block
         med, _ = nanmedian_axis(blocks, axis=1)             # node, block
         out = np.zeros((n, nb), dtype=bool)
+        active = np.zeros((n, nb), dtype=bool)
         for b in range(nb):
             col = med[:, b]
             finite = col[np.isfinite(col)]
@@ -171,8 +177,10 @@ class PrecursorRules:
                 p90 = float(np.percentile(finite, 90))
                 self.level = p90 if np.isnan(self.level) else 0.98 * self.level + 0.02 * p90
             level = self.level if np.isfinite(self.level) and self.level > 0 else 1.0
-            out[:, b] = np.nan_to_num(col, nan=0.0) >= 0.5 * level
-        return out
+            col = np.nan_to_num(col, nan=0.0)
+            out[:, b] = col >= 0.5 * level
+            active[:, b] = col >= self.cfg.idle_fraction * level
+        return out, active
 
     # -- rule 1: recurring error counts ------------------------------------------------------
     def _recurring(self, name: str, x: FloatArray, s: int, nb: int, counter: bool,
@@ -232,7 +240,7 @@ class PrecursorRules:
             self.stall_back[name] = (np.zeros((n, g), dtype=np.int64) if back is None
                                      else pad(back, (n, g), 0))
         back = self.stall_back[name]
-        act = block_means(x, s)                             # node, gpu, block
+        act = block_minima(x, s)                            # node, gpu, block
         w = cfg.precursor_window_blocks
         full = (1 << w) - 1
         alpha = 1.0 - 0.5 ** (1.0 / LONG_HALFLIFE_BLOCKS)
@@ -242,6 +250,11 @@ class PrecursorRules:
             ok = (np.isfinite(a) & (cnt >= cfg.min_gpus)[:, None] & busy[:, b][:, None]
                   & (med > 0)[:, None])
             stalled = ok & (a < cfg.stall_fraction * med[:, None])
+            # Several GPUs of a node below their siblings at once is the node's doing (a job
+            # starting or changing, ranks loading in turn), not one GPU's: the block is not read.
+            ragged = stalled.sum(axis=1) > 1
+            ok &= ~ragged[:, None]
+            stalled &= ok
             was = (st.mask & 1).astype(bool)
             came_back = ok & ~stalled & was
             # The window is the last w blocks of time: idle or missing blocks count as quiet.
@@ -254,8 +267,8 @@ class PrecursorRules:
             for ni, gi in zip(*np.nonzero(fire), strict=True):
                 hits.setdefault(b, []).append((int(ni), Signal(
                     name, lay.gpu_label(int(ni), int(gi)), float(count[ni, gi]),
-                    f"GPU stalls while its siblings run: {int(count[ni, gi])} of the last {w} "
-                    f"blocks below {cfg.stall_fraction:.0%} of theirs")))
+                    f"GPU stalls while its siblings run: in {int(count[ni, gi])} of the last {w} "
+                    f"blocks it fell below {cfg.stall_fraction:.0%} of theirs")))
                 st.mask[ni, gi] = 0
                 back[ni, gi] = 0
             st.rate = np.where(ok, st.rate + alpha * (stalled - st.rate), st.rate)

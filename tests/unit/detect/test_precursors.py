@@ -184,3 +184,48 @@ def test_a_clock_that_jitters_in_short_episodes_warns() -> None:
 def test_one_short_clock_episode_is_no_precursor() -> None:
     found = _early(detect(_cluster(_clock_episodes(10_000)), CFG))
     assert not [f for f in found if "jitter" in f[2]]
+
+
+def _stalls_every_6_min(a: dict[str, np.ndarray]) -> None:
+    for start in range(AT, T - 8, 12):  # n3's GPU 1: a 2-min stall every 6 minutes
+        a["DCGM_FI_DEV_GPU_UTIL"][3, 1, start:start + 4] = 20.0
+
+
+def test_a_job_that_checkpoints_often_does_not_hide_a_stalling_gpu() -> None:
+    """Every GPU idles for 2 minutes every 15 (a checkpoint): a pause, not a job start, so the
+    node is not 'settling' all the time and the stalls still count."""
+    def shape(a: dict[str, np.ndarray], _rng: np.random.Generator) -> None:
+        _stalls_every_6_min(a)
+        for start in range(6, T, 30):
+            a["DCGM_FI_DEV_GPU_UTIL"][:, :, start:start + 4] = 0.0
+    found = [f for f in _early(detect(_cluster(shape), CFG)) if "stalls" in f[2]]
+    assert found and found[0][:2] == ("n3", "DCGM_FI_DEV_GPU_UTIL")
+
+
+def test_a_node_idle_for_a_while_settles_before_its_stalls_count() -> None:
+    """The same stalls right after the node sat idle for 20 minutes (a job starting) are its
+    start-up, not a precursor, until `settle_s` has passed."""
+    def shape(a: dict[str, np.ndarray], _rng: np.random.Generator) -> None:
+        _stalls_every_6_min(a)
+        a["DCGM_FI_DEV_GPU_UTIL"][3, :, AT - 40:AT] = 0.0
+    cfg = replace(CFG, settle_s=3600.0)  # longer than the stalls last
+    assert not [f for f in _early(detect(_cluster(shape), cfg)) if "stalls" in f[2]]
+
+
+def test_ranks_loading_in_turn_are_not_a_stalling_gpu() -> None:
+    """A job change on a busy node: a few GPUs at a time lag their siblings for half an hour
+    (ranks loading, compiling in turn). Several GPUs low in one block is the node's doing."""
+    def shape(a: dict[str, np.ndarray], rng: np.random.Generator) -> None:
+        for start in range(AT, AT + 60, 4):
+            low = rng.choice(GPUS, size=2, replace=False)
+            a["DCGM_FI_DEV_GPU_UTIL"][3, low, start:start + 4] = 30.0
+    assert not [f for f in _early(detect(_cluster(shape), CFG)) if "stalls" in f[2]]
+
+
+def test_a_gpu_that_stalls_for_30_seconds_again_and_again_alerts() -> None:
+    """One sample in four low barely moves a 2-minute mean (81% of its siblings'): the stall
+    rule reads each block's lowest sample."""
+    def shape(a: dict[str, np.ndarray], _rng: np.random.Generator) -> None:
+        a["DCGM_FI_DEV_GPU_UTIL"][3, 1, AT + 1:T - 8:12] = 30.0
+    found = [f for f in _early(detect(_cluster(shape), CFG)) if "stalls" in f[2]]
+    assert found and found[0][:2] == ("n3", "DCGM_FI_DEV_GPU_UTIL")
