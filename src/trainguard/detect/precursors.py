@@ -157,8 +157,8 @@ class PrecursorRules:
     def _busy(self, d: DenseChunk, lay: Layout, s: int, nb: int
               ) -> tuple[np.ndarray, np.ndarray]:
         """[node, block] twice: the node's GPUs are busy (median activity >= half the
-        cluster's), and they are not idle (>= `idle_fraction` of it: a checkpoint's or an
-        evaluation's dip is not a new start)."""
+        cluster's busy level), and they are not idle (>= `idle_fraction` of it; how long a node
+        must sit idle to count as starting again is `ExplainedActivity`'s)."""
         n = len(lay.nodes)
         for name in ACTIVITY_METRICS:
             if name in lay.gpu_metrics:
