@@ -16,7 +16,7 @@ the overall rate). Its counts and the probability above which it overrides a rul
 never lost an action in cross-validation (``actfit.py``).
 
     >>> sorted(cues_in("ImportError: libcudnn.so.8: cannot open shared object file"))
-    ['import_env']
+    ['import_env', 'python_error']
 """
 
 from __future__ import annotations
