@@ -73,8 +73,7 @@ HELDOUT8_CASES = 11
 HELDOUT8_CATEGORIES = 6
 """The eighth corpus (the launch and orchestration layer: torchrun/elastic, Ray, KubeRay, Kubeflow,
 SkyPilot, Lightning, accelerate, DeepSpeed launcher, Horovod and Slurm launchers, led by how the job
-ended):
-its size and category coverage when it was frozen (see its README)."""
+ended): its size and category coverage when it was frozen (see its README)."""
 
 EARLIER5 = (DEV, DATA / "realworld_heldout", DATA / "realworld_heldout3",
             DATA / "realworld_heldout4")
