@@ -1,6 +1,7 @@
 """Structure of the held-out real-world corpora (tests/data/realworld_heldout/,
 tests/data/realworld_heldout3/, tests/data/realworld_heldout4/, tests/data/realworld_heldout5/,
-tests/data/realworld_heldout6/ and tests/data/realworld_heldout7/).
+tests/data/realworld_heldout6/, tests/data/realworld_heldout7/ and
+tests/data/realworld_heldout8/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -68,10 +69,17 @@ HELDOUT7_CATEGORIES = 5
 """The seventh corpus (hardware and fabric first, from non-framework and ops-tool repositories and
 Chinese-language threads): its size and category coverage when it was frozen (see its README)."""
 
+HELDOUT8_CASES = 11
+HELDOUT8_CATEGORIES = 6
+"""The eighth corpus (the launch and orchestration layer: torchrun/elastic, Ray, KubeRay, Kubeflow,
+SkyPilot, Lightning, accelerate, DeepSpeed launcher, Horovod and Slurm launchers, led by how the job
+ended): its size and category coverage when it was frozen (see its README)."""
+
 EARLIER5 = (DEV, DATA / "realworld_heldout", DATA / "realworld_heldout3",
             DATA / "realworld_heldout4")
 EARLIER6 = (*EARLIER5, DATA / "realworld_heldout5")
 EARLIER7 = (*EARLIER6, DATA / "realworld_heldout6")
+EARLIER8 = (*EARLIER7, DATA / "realworld_heldout7")
 
 CORPORA = (
     Corpus(DATA / "realworld_heldout", 112, 3, (DEV,), len(LOG_CATEGORIES)),
@@ -81,6 +89,7 @@ CORPORA = (
     Corpus(DATA / "realworld_heldout5", HELDOUT5_CASES, 1, EARLIER5, HELDOUT5_CATEGORIES),
     Corpus(DATA / "realworld_heldout6", HELDOUT6_CASES, 1, EARLIER6, HELDOUT6_CATEGORIES),
     Corpus(DATA / "realworld_heldout7", HELDOUT7_CASES, 1, EARLIER7, HELDOUT7_CATEGORIES),
+    Corpus(DATA / "realworld_heldout8", HELDOUT8_CASES, 1, EARLIER8, HELDOUT8_CATEGORIES),
 )
 CASES = [(c, lab) for c in CORPORA for lab in labels(c.path)]
 
