@@ -69,8 +69,8 @@ HELDOUT7_CATEGORIES = 5
 """The seventh corpus (hardware and fabric first, from non-framework and ops-tool repositories and
 Chinese-language threads): its size and category coverage when it was frozen (see its README)."""
 
-HELDOUT8_CASES = 11
-HELDOUT8_CATEGORIES = 6
+HELDOUT8_CASES = 16
+HELDOUT8_CATEGORIES = 8
 """The eighth corpus (the launch and orchestration layer: torchrun/elastic, Ray, KubeRay, Kubeflow,
 SkyPilot, Lightning, accelerate, DeepSpeed launcher, Horovod and Slurm launchers, led by how the job
 ended): its size and category coverage when it was frozen (see its README)."""
