@@ -17,6 +17,7 @@ from trainguard.telemetry.frame import FloatArray, IntArray
 __all__ = [
     "block_means",
     "block_minima",
+    "busy_level",
     "ffill",
     "last_valid",
     "nanmedian_axis",
@@ -135,6 +136,23 @@ def previous_valid_and_time(x: FloatArray, carry: FloatArray, times: FloatArray,
             flat[rows] = np.take(full.reshape(-1), idx)
             tflat[rows] = np.take(tfull.reshape(-1), idx)
     return full[..., :-1], full[..., -1].copy(), tfull[..., :-1], tfull[..., -1].copy()
+
+
+def busy_level(level: float, activity: FloatArray) -> tuple[float, float]:
+    """The cluster's busy level, tracked slowly: (the state after this block, the level to
+    compare a node's `activity` with, 1.0 until one is known). The 90th percentile of the
+    block's finite node activities sets it at first, then moves it 2% of the way each block.
+
+    >>> busy_level(float("nan"), np.array([10.0, 90.0, np.nan]))[0]
+    82.0
+    >>> busy_level(float("nan"), np.array([np.nan]))[1]
+    1.0
+    """
+    finite = activity[np.isfinite(activity)]
+    if finite.size:
+        p90 = float(np.percentile(finite, 90))
+        level = p90 if np.isnan(level) else 0.98 * level + 0.02 * p90
+    return level, level if np.isfinite(level) and level > 0 else 1.0
 
 
 def block_minima(x: FloatArray, block: int) -> FloatArray:

@@ -51,7 +51,13 @@ from trainguard.detect.confirm import PrecursorConfirm
 from trainguard.detect.explained import ExplainedActivity
 from trainguard.detect.knowledge import ACTIVITY_METRICS, is_hard_counter, is_wear_counter
 from trainguard.detect.layout import DenseChunk, Layout
-from trainguard.detect.numeric import block_means, block_minima, nanmedian_axis, previous_valid
+from trainguard.detect.numeric import (
+    block_means,
+    block_minima,
+    busy_level,
+    nanmedian_axis,
+    previous_valid,
+)
 from trainguard.detect.precursor_state import (
     HostState,
     JitterState,
@@ -171,13 +177,8 @@ class PrecursorRules:
         out = np.zeros((n, nb), dtype=bool)
         active = np.zeros((n, nb), dtype=bool)
         for b in range(nb):
-            col = med[:, b]
-            finite = col[np.isfinite(col)]
-            if finite.size:
-                p90 = float(np.percentile(finite, 90))
-                self.level = p90 if np.isnan(self.level) else 0.98 * self.level + 0.02 * p90
-            level = self.level if np.isfinite(self.level) and self.level > 0 else 1.0
-            col = np.nan_to_num(col, nan=0.0)
+            self.level, level = busy_level(self.level, med[:, b])
+            col = np.nan_to_num(med[:, b], nan=0.0)
             out[:, b] = col >= 0.5 * level
             active[:, b] = col >= self.cfg.idle_fraction * level
         return out, active

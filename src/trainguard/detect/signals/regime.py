@@ -16,7 +16,7 @@ import numpy as np
 from trainguard.detect.config import DetectorConfig
 from trainguard.detect.groups import infer_groups
 from trainguard.detect.hard import BoolArray
-from trainguard.detect.numeric import nanmedian_axis
+from trainguard.detect.numeric import busy_level, nanmedian_axis
 from trainguard.telemetry.frame import FloatArray, IntArray
 
 __all__ = ["BlockContext", "Regime", "RegimeConfig"]
@@ -110,11 +110,7 @@ class Regime:
             a, _ = nanmedian_axis(x[act], axis=1)
         else:
             a = np.where(node_pres, 1.0, np.nan)
-        finite = a[np.isfinite(a)]
-        if finite.size:
-            p90 = float(np.percentile(finite, 90))
-            self.level = p90 if np.isnan(self.level) else 0.98 * self.level + 0.02 * p90
-        level = self.level if np.isfinite(self.level) and self.level > 0 else 1.0
+        self.level, level = busy_level(self.level, a)
         busy = np.nan_to_num(a, nan=0.0) >= cfg.idle_fraction * level
         self.history = np.roll(self.history, -1, axis=1)
         self.history[:, -1] = a
