@@ -75,8 +75,8 @@ HELDOUT8_CATEGORIES = 8
 SkyPilot, Lightning, accelerate, DeepSpeed launcher, Horovod and Slurm launchers, led by how the job
 ended): its size and category coverage when it was frozen (see its README)."""
 
-HELDOUT9_CASES = 8
-HELDOUT9_CATEGORIES = 7
+HELDOUT9_CASES = 10
+HELDOUT9_CATEGORIES = 8
 """The ninth corpus (issue threads of large-scale pretraining codebases: Megatron-LM, NeMo,
 torchtitan, OLMo, GPT-NeoX, Levanter and its home project Marin, and the like, led by checkpoint,
 GPU-hardware, ECC, NVLink and NaN failures): its size and category coverage when it was frozen
