@@ -75,7 +75,7 @@ HELDOUT8_CATEGORIES = 8
 SkyPilot, Lightning, accelerate, DeepSpeed launcher, Horovod and Slurm launchers, led by how the job
 ended): its size and category coverage when it was frozen (see its README)."""
 
-HELDOUT9_CASES = 10
+HELDOUT9_CASES = 11
 HELDOUT9_CATEGORIES = 8
 """The ninth corpus (issue threads of large-scale pretraining codebases: Megatron-LM, NeMo,
 torchtitan, OLMo, GPT-NeoX, Levanter and its home project Marin, and the like, led by checkpoint,
