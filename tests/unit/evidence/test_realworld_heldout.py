@@ -1,7 +1,7 @@
 """Structure of the held-out real-world corpora (tests/data/realworld_heldout/,
 tests/data/realworld_heldout3/, tests/data/realworld_heldout4/, tests/data/realworld_heldout5/,
-tests/data/realworld_heldout6/, tests/data/realworld_heldout7/ and
-tests/data/realworld_heldout8/).
+tests/data/realworld_heldout6/, tests/data/realworld_heldout7/,
+tests/data/realworld_heldout8/ and tests/data/realworld_heldout10/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -75,11 +75,19 @@ HELDOUT8_CATEGORIES = 8
 SkyPilot, Lightning, accelerate, DeepSpeed launcher, Horovod and Slurm launchers, led by how the job
 ended): its size and category coverage when it was frozen (see its README)."""
 
+HELDOUT10_CASES = 5
+HELDOUT10_CATEGORIES = 5
+"""The tenth corpus (RL / RLHF post-training frameworks whose jobs run a trainer with rollout
+engines: verl, OpenRLHF, TRL, NeMo-RL, EasyR1, open-r1 and similar, led by how the run ended): its
+size and category coverage when it was frozen (see its README). It was built in parallel with a
+ninth corpus (pretraining codebases) that was not yet in the tree, so EARLIER10 does not list it."""
+
 EARLIER5 = (DEV, DATA / "realworld_heldout", DATA / "realworld_heldout3",
             DATA / "realworld_heldout4")
 EARLIER6 = (*EARLIER5, DATA / "realworld_heldout5")
 EARLIER7 = (*EARLIER6, DATA / "realworld_heldout6")
 EARLIER8 = (*EARLIER7, DATA / "realworld_heldout7")
+EARLIER10 = (*EARLIER8, DATA / "realworld_heldout8")
 
 CORPORA = (
     Corpus(DATA / "realworld_heldout", 112, 3, (DEV,), len(LOG_CATEGORIES)),
@@ -90,6 +98,7 @@ CORPORA = (
     Corpus(DATA / "realworld_heldout6", HELDOUT6_CASES, 1, EARLIER6, HELDOUT6_CATEGORIES),
     Corpus(DATA / "realworld_heldout7", HELDOUT7_CASES, 1, EARLIER7, HELDOUT7_CATEGORIES),
     Corpus(DATA / "realworld_heldout8", HELDOUT8_CASES, 1, EARLIER8, HELDOUT8_CATEGORIES),
+    Corpus(DATA / "realworld_heldout10", HELDOUT10_CASES, 1, EARLIER10, HELDOUT10_CATEGORIES),
 )
 CASES = [(c, lab) for c in CORPORA for lab in labels(c.path)]
 
