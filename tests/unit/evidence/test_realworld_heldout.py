@@ -1,7 +1,7 @@
 """Structure of the held-out real-world corpora (tests/data/realworld_heldout/,
 tests/data/realworld_heldout3/, tests/data/realworld_heldout4/, tests/data/realworld_heldout5/,
-tests/data/realworld_heldout6/, tests/data/realworld_heldout7/, tests/data/realworld_heldout8/ and
-tests/data/realworld_heldout9/).
+tests/data/realworld_heldout6/, tests/data/realworld_heldout7/, tests/data/realworld_heldout8/,
+tests/data/realworld_heldout9/ and tests/data/realworld_heldout10/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -82,12 +82,20 @@ torchtitan, OLMo, GPT-NeoX, Levanter and its home project Marin, and the like, l
 GPU-hardware, ECC, NVLink and NaN failures): its size and category coverage when it was frozen
 (see its README)."""
 
+HELDOUT10_CASES = 5
+HELDOUT10_CATEGORIES = 5
+"""The tenth corpus (RL / RLHF post-training frameworks whose jobs run a trainer with rollout
+engines: verl, OpenRLHF, TRL, NeMo-RL, EasyR1, open-r1 and similar, led by how the run ended): its
+size and category coverage when it was frozen (see its README). It was built in parallel with the
+ninth corpus (pretraining codebases); the two are checked against each other since the merge."""
+
 EARLIER5 = (DEV, DATA / "realworld_heldout", DATA / "realworld_heldout3",
             DATA / "realworld_heldout4")
 EARLIER6 = (*EARLIER5, DATA / "realworld_heldout5")
 EARLIER7 = (*EARLIER6, DATA / "realworld_heldout6")
 EARLIER8 = (*EARLIER7, DATA / "realworld_heldout7")
 EARLIER9 = (*EARLIER8, DATA / "realworld_heldout8")
+EARLIER10 = (*EARLIER9, DATA / "realworld_heldout9")
 
 CORPORA = (
     Corpus(DATA / "realworld_heldout", 112, 3, (DEV,), len(LOG_CATEGORIES)),
@@ -99,6 +107,7 @@ CORPORA = (
     Corpus(DATA / "realworld_heldout7", HELDOUT7_CASES, 1, EARLIER7, HELDOUT7_CATEGORIES),
     Corpus(DATA / "realworld_heldout8", HELDOUT8_CASES, 1, EARLIER8, HELDOUT8_CATEGORIES),
     Corpus(DATA / "realworld_heldout9", HELDOUT9_CASES, 1, EARLIER9, HELDOUT9_CATEGORIES),
+    Corpus(DATA / "realworld_heldout10", HELDOUT10_CASES, 1, EARLIER10, HELDOUT10_CATEGORIES),
 )
 CASES = [(c, lab) for c in CORPORA for lab in labels(c.path)]
 
