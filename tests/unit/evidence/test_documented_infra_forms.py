@@ -1,8 +1,9 @@
 """Infrastructure error forms from vendor and project documentation (issue #30, round 6): Slurm
 drain reasons and refused requests (slurmctld sources, slurm_errno.c, sinfo/scontrol man pages,
 Slurm FAQ, LBNL NHC), NVIDIA Fabric Manager and the CUDA "system not ready" error, nvidia-smi's
-Fabric block, RDMA verbs under a low locked-memory limit (NCCL, UCX, Open MPI FAQ), mlx4/mlx5
-firmware messages, PyTorch shared-memory files, framework NaN/inf wordings.
+Fabric block, RDMA verbs under a low locked-memory limit (NCCL, UCX, Open MPI FAQ), libibverbs
+load warnings, Open MPI's "no active ports", mlx4/mlx5 firmware messages, PyTorch shared-memory
+files, framework NaN/inf wordings.
 
 The lines are written from the documented message formats (with the prefixes the tools print),
 not copied from any corpus. Each must be claimed by the named rule; the look-alikes below them
@@ -126,6 +127,15 @@ DOCUMENTED = [
     ("The OpenFabrics (openib) BTL failed to initialize while trying to allocate some locked "
      "memory.  This typically can indicate that the memlock limits are set too low.",
      "ib_memlock_limit", "network_ib", "fix_config"),
+    ("libibverbs: Warning: no userspace device-specific driver found for "
+     "/sys/class/infiniband_verbs/uverbs0", "ib_userspace_setup", "network_ib", "fix_config"),
+    ("libibverbs: Warning: couldn't load driver 'libmlx5-rdmav34.so': libmlx5-rdmav34.so: cannot "
+     "open shared object file: No such file or directory", "ib_userspace_setup", "network_ib",
+     "fix_config"),
+    ("libibverbs: Warning: RLIMIT_MEMLOCK is 32768 bytes.", "ib_userspace_setup", "network_ib",
+     "fix_config"),
+    ("but there are no active ports detected (or Open MPI was unable to use", "ib_port_state_down",
+     "network_ib", "check_network"),
     # HCA firmware and driver (kernel mlx4/mlx5).
     (KERN + "mlx4_core 0000:05:00.0: Installed FW has unsupported command interface revision 2",
      "ib_firmware_unsupported", "network_ib", "fix_config"),
@@ -151,6 +161,10 @@ DOCUMENTED = [
     ("RuntimeError: The total norm of order 2.0 for gradients from `parameters` is non-finite, so"
      " it cannot be clipped. To disable this error and scale the gradients by the non-finite norm"
      " anyway, set `error_if_nonfinite=False`", "nan_loss", "numerical_nan", "fix_config"),
+    (" iteration     1200/  500000 | consumed samples:       153600 | learning rate: 1.234E-04 | "
+     "global batch size:   128 | loss scale: 1.0 | grad norm: 1.234 | number of skipped "
+     "iterations:   0 | number of nan iterations:   3 |", "nan_loss", "numerical_nan",
+     "fix_config"),
     ("FloatingPointError: Minimum loss scale reached (0.0001). Your loss is probably exploding. "
      "Try lowering the learning rate, using gradient clipping or increasing the batch size.",
      "loss_scale_collapse", "numerical_nan", "fix_config"),
@@ -176,6 +190,10 @@ LOOK_ALIKES = [
     ("OSError: [Errno 28] No space left on device: '/scratch/ckpt/model.pt'",
      "shm_or_dataloader_killed"),
     ("Batch 1200: loss 2.3104", "nan_loss"),
+    (" iteration     1200/  500000 | lm loss: 2.104E+00 | loss scale: 1.0 | number of skipped "
+     "iterations:   0 | number of nan iterations:   0 |", "nan_loss"),
+    ("libibverbs: Warning: couldn't open config directory '/etc/libibverbs.d'.",
+     "ib_userspace_setup"),
     ("  min_loss_scale: 0.0001", "loss_scale_collapse"),
 ]
 
