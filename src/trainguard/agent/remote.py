@@ -31,7 +31,7 @@ from trainguard.agent.mirror import AppendFiles
 from trainguard.agent.validate import check_message, rank_entries, rank_key
 from trainguard.agent.wire import WireError, integer
 from trainguard.errors import LaunchError, TrainguardError
-from trainguard.evidence.events import EvidenceLine, FailureEvent
+from trainguard.evidence.events import STORED_CHARS, EvidenceLine, FailureEvent
 from trainguard.recover.backend import LaunchPlan, RankExit
 from trainguard.recover.liveness import ProcSample
 from trainguard.taxonomy import Action, Category, Severity
@@ -111,7 +111,7 @@ def node_lost_event(node: str, why: str) -> FailureEvent:
     return FailureEvent(
         category=Category.SCHEDULER_NODE_FAILURE, action=Action.EXCLUDE_NODE,
         severity=Severity.FATAL, signature="node_lost", summary=summary[:300], host=node,
-        evidence=(EvidenceLine("agent", 0, summary[:2000]),))
+        evidence=(EvidenceLine("agent", 0, summary[:STORED_CHARS]),))
 
 
 def _event_key(ev: FailureEvent) -> tuple[object, ...]:

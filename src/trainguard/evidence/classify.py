@@ -14,7 +14,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from trainguard.evidence.events import EvidenceLine, FailureEvent, TimeKind
+from trainguard.evidence.events import STORED_CHARS, EvidenceLine, FailureEvent, TimeKind
 from trainguard.evidence.lineparse import LinePrefix
 from trainguard.evidence.rules import RuleMatch, RuleSet, render_summary
 from trainguard.evidence.suspicion import SIGNATURE as SUSPICION_SIGNATURE
@@ -62,7 +62,7 @@ def _base_kwargs(ctx: LineContext, text: str) -> dict[str, object]:
         "host": p.host or ctx.host_hint,
         "rank": p.rank,
         "gpu_index": p.gpu_index,
-        "evidence": (EvidenceLine(ctx.path, ctx.line_no, text[:2000]),),
+        "evidence": (EvidenceLine(ctx.path, ctx.line_no, text[:STORED_CHARS]),),
     }
 
 

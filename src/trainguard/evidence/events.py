@@ -28,6 +28,10 @@ class TimeKind(StrEnum):
     NONE = "none"
 
 
+STORED_CHARS = 2000
+"""An evidence line or event summary is stored, sent and shown up to this many characters: a
+multi-megabyte line (a JSON dump, a tensor printed whole) must not travel whole with an event."""
+
 CUE_CHARS = 2000
 """The cue readers (actions, alternatives, remedies, suspicion) read a line only up to this many
 characters: a bound on their regex work, and the same cut however long a stored line is."""
@@ -120,7 +124,7 @@ class FailureEvent:
         return FailureEvent(
             category=Category(d["category"]), action=Action(d["action"]),
             severity=Severity(d["severity"]), signature=str(d["signature"])[:200],
-            summary=str(d["summary"])[:2000], time=_number(t),
+            summary=str(d["summary"])[:STORED_CHARS], time=_number(t),
             time_kind=kind, host=opt("host", str),
             gpu_pci=opt("gpu", str), gpu_index=opt("gpu_index", int), rank=opt("rank", int),
             xid=opt("xid", int), caused_by_xid=opt("caused_by_xid", int),
@@ -138,4 +142,4 @@ def _number(value: object) -> float | None:
     return float(value)
 
 
-__all__ = ["CUE_CHARS", "EvidenceLine", "FailureEvent", "TimeKind"]
+__all__ = ["CUE_CHARS", "STORED_CHARS", "EvidenceLine", "FailureEvent", "TimeKind"]

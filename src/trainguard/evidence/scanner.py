@@ -31,7 +31,7 @@ from typing import BinaryIO
 from trainguard.evidence.aggregate import EventAggregator
 from trainguard.evidence.classify import LineContext, classify_line
 from trainguard.evidence.context import FileContext, checkpoint_io
-from trainguard.evidence.events import EvidenceLine, FailureEvent
+from trainguard.evidence.events import STORED_CHARS, EvidenceLine, FailureEvent
 from trainguard.evidence.inputs import (
     DEFAULT_MAX_BYTES,
     BoundedReader,
@@ -176,7 +176,7 @@ class _FileScan:
         ev = classify_line(self.rules, found.raw, ctx, after[found.offset:found.offset + 200])
         if ev is None:
             ev = python_exception_event(self.rules, found, ctx)
-        ev = with_traceback(ev, found, EvidenceLine(self.path, line_no, header[:2000]))
+        ev = with_traceback(ev, found, EvidenceLine(self.path, line_no, header[:STORED_CHARS]))
         return self.file_context.observe(exc_no, found.raw,
                                          checkpoint_io(ev, found.frames, found.raw))
 

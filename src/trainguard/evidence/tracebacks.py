@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from trainguard.evidence.classify import LineContext, event_from_rule
-from trainguard.evidence.events import EvidenceLine, FailureEvent
+from trainguard.evidence.events import STORED_CHARS, EvidenceLine, FailureEvent
 from trainguard.evidence.rules import RuleMatch, RuleSet
 from trainguard.taxonomy import Action, Category, Severity
 
@@ -98,7 +98,7 @@ def python_exception_event(rules: RuleSet, found: ExceptionLine, ctx: LineContex
         summary=found.body.strip()[:300], confidence=0.45,
         time=ctx.prefix.time, time_kind=ctx.prefix.time_kind,
         host=ctx.prefix.host or ctx.host_hint, rank=ctx.prefix.rank,
-        evidence=(EvidenceLine(ctx.path, ctx.line_no, found.raw[:2000]),))
+        evidence=(EvidenceLine(ctx.path, ctx.line_no, found.raw[:STORED_CHARS]),))
 
 
 def with_traceback(ev: FailureEvent, found: ExceptionLine, header: EvidenceLine

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from trainguard.evidence.events import EvidenceLine, FailureEvent
+from trainguard.evidence.events import STORED_CHARS, EvidenceLine, FailureEvent
 from trainguard.evidence.rules import RuleSet
 from trainguard.filetail import read_tail
 from trainguard.recover.backend import AttemptHandle, ReportsNodeEvents
@@ -51,7 +51,7 @@ def checkpoint_events(skipped: tuple[Mapping[str, Any], ...],
             category=Category.CHECKPOINT, action=Action.CHECK_STORAGE,
             severity=Severity.NON_FATAL, signature="checkpoint_rejected",
             summary=summary[:300], host=w.node, rank=w.rank,
-            evidence=(EvidenceLine(str(w.events_path), 0, summary[:2000]),)))
+            evidence=(EvidenceLine(str(w.events_path), 0, summary[:STORED_CHARS]),)))
     return events
 
 

@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainguard.evidence.events import EvidenceLine, FailureEvent, TimeKind
+from trainguard.evidence.events import STORED_CHARS, EvidenceLine, FailureEvent, TimeKind
 from trainguard.evidence.rules import RuleSet
 from trainguard.evidence.scanner import scan_bytes
 from trainguard.filetail import FileTail, parse_json_lines
@@ -240,7 +240,7 @@ class NodeWatch:
             time_kind=TimeKind.ABSOLUTE if isinstance(start, (int, float)) else TimeKind.NONE,
             host=node, confidence=0.8 if kind == "hard" else 0.5,
             fields=tuple(fields),
-            evidence=(EvidenceLine(where, line, summary[:2000]),))
+            evidence=(EvidenceLine(where, line, summary[:STORED_CHARS]),))
 
 
 def alert_summary(kind: str, signals: object, most: int = 3) -> str:

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from trainguard.errors import TrainguardError
-from trainguard.evidence.events import EvidenceLine, FailureEvent, TimeKind
+from trainguard.evidence.events import STORED_CHARS, EvidenceLine, FailureEvent, TimeKind
 from trainguard.recover.nodename import node_name_problem
 from trainguard.store import Store
 from trainguard.taxonomy import Action, Category, Severity
@@ -149,7 +149,8 @@ class ReceivedAlert:
             fields=(("alertname", self.name), ("status", self.alert.status),
                     ("fingerprint", self.alert.fingerprint), ("source", SOURCE),
                     ("severity", self.alert.labels.get("severity", ""))),
-            evidence=(EvidenceLine(f"alertmanager:{self.receiver}", 0, self.summary[:2000]),))
+            evidence=(EvidenceLine(f"alertmanager:{self.receiver}", 0,
+                                   self.summary[:STORED_CHARS]),))
 
 
 # -- parsing -----------------------------------------------------------------------------------
