@@ -22,6 +22,7 @@ __all__ = [
     "is_known_precursor",
     "is_supporting_only",
     "is_temperature",
+    "is_volume_counter",
     "is_wear_counter",
     "is_workload_following",
     "is_workload_shaped",
@@ -65,6 +66,11 @@ _TEMPERATURE = re.compile(r"TEMP", re.IGNORECASE)
 _WORKLOAD_FOLLOWING = re.compile(
     r"UTIL|_ACTIVE|OCCUPANCY|POWER_USAGE|POWER_DRAW|FB_USED|FB_FREE|FB_RESERVED|_BYTES|"
     r"BANDWIDTH", re.IGNORECASE)
+# Counters that accumulate whenever the device works (energy drawn, bytes moved, time spent):
+# quiet on an idle node, moving on every busy one. Their increments are never error events, however
+# long the cluster sat idle before a job started.
+_VOLUME = re.compile(r"ENERGY|_BYTES|BYTES_TOTAL|_SECONDS_TOTAL|_PACKETS|THROUGHPUT|BANDWIDTH",
+                     re.IGNORECASE)
 _HW_CATEGORIES = frozenset({Category.GPU_HARDWARE, Category.GPU_MEMORY_ECC,
                             Category.NVLINK_INTERCONNECT})
 
@@ -113,6 +119,17 @@ def is_wear_counter(name: str) -> bool:
 
 def is_workload_shaped(name: str) -> bool:
     return bool(_WORKLOAD.search(_base(name)))
+
+
+def is_volume_counter(name: str) -> bool:
+    """A counter of work done (energy, bytes, packets, seconds), not of errors.
+
+        >>> is_volume_counter("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION_total")
+        True
+        >>> is_volume_counter("DCGM_FI_DEV_PCIE_REPLAY_COUNTER")
+        False
+    """
+    return bool(_VOLUME.search(_base(name)))
 
 
 def is_hardware_xid(xid: int) -> bool:

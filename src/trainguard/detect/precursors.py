@@ -251,9 +251,12 @@ class PrecursorRules:
             ok = (np.isfinite(a) & (cnt >= cfg.min_gpus)[:, None] & busy[:, b][:, None]
                   & (med > 0)[:, None])
             stalled = ok & (a < cfg.stall_fraction * med[:, None])
-            # Several GPUs of a node below their siblings at once is the node's doing (a job
-            # starting or changing, ranks loading in turn), not one GPU's: the block is not read.
-            ragged = stalled.sum(axis=1) > 1
+            # Several GPUs of a node lagging at once is the node's doing (a job starting or
+            # changing, ranks loading in turn), not one GPU's: the block is not read. Lagging is
+            # against the node's best GPU: with few GPUs, or few samples a block, the laggards
+            # pull the median down until only the slowest of them is below it.
+            best = np.where(ok, a, -np.inf).max(axis=1)
+            ragged = (ok & (a < cfg.stall_fraction * best[:, None])).sum(axis=1) > 1
             ok &= ~ragged[:, None]
             stalled &= ok
             was = (st.mask & 1).astype(bool)

@@ -222,6 +222,17 @@ def test_ranks_loading_in_turn_are_not_a_stalling_gpu() -> None:
     assert not [f for f in _early(detect(_cluster(shape), CFG)) if "stalls" in f[2]]
 
 
+def test_a_job_starting_with_ranks_at_uneven_speeds_is_not_a_stalling_gpu() -> None:
+    """Four GPUs, a job change with no idle gap: for 20 minutes every other block the ranks run
+    at uneven speeds, the same rank always slowest. Only that one is below 80% of the median of
+    four, but two lag the node's best GPU: the node's doing, not one GPU's."""
+    def shape(a: dict[str, np.ndarray], _rng: np.random.Generator) -> None:
+        for start in range(AT, AT + 40, 8):
+            a["DCGM_FI_DEV_GPU_UTIL"][3, :, start:start + 4] = \
+                np.array([10.0, 50.0, 60.0, 70.0])[:, None]
+    assert not [f for f in _early(detect(_cluster(shape), CFG)) if "stalls" in f[2]]
+
+
 def test_a_gpu_that_stalls_for_30_seconds_again_and_again_alerts() -> None:
     """One sample in four low barely moves a 2-minute mean (81% of its siblings'): the stall
     rule reads each block's lowest sample."""

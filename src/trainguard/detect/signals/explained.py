@@ -34,6 +34,7 @@ from trainguard.detect.knowledge import (
     is_cooling_control,
     is_supporting_only,
     is_temperature,
+    is_volume_counter,
     is_workload_following,
 )
 from trainguard.telemetry.frame import FloatArray
@@ -60,6 +61,8 @@ class MetricRoles:
     """GPU temperatures."""
     activity: BoolArray
     """GPU activity and power: what an application crash moves."""
+    volume: BoolArray
+    """Counters of work done (energy, bytes, seconds): never error-like, GPU and node rows."""
 
     @classmethod
     def of(cls, gpu_metrics: list[str], node_metrics: list[str]) -> MetricRoles:
@@ -73,7 +76,9 @@ class MetricRoles:
                    rows([is_workload_following(m) or is_temperature(m) for m in gpu_metrics]),
                    rows([is_cooling_control(m) for m in gpu_metrics]),
                    rows([is_temperature(m) for m in gpu_metrics]),
-                   rows([m in ACTIVITY_METRICS for m in gpu_metrics]))
+                   rows([m in ACTIVITY_METRICS for m in gpu_metrics]),
+                   np.array([is_volume_counter(m) for m in (*gpu_metrics, *node_metrics)],
+                            dtype=bool))
 
 
 def mute_cooling_explained(z1: FloatArray, z2: FloatArray, roles: MetricRoles,

@@ -17,11 +17,16 @@ def _unit() -> CounterDeviation:
     return c
 
 
-def _run(c: CounterDeviation, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+NO_VOLUME = np.array([False, False])
+
+
+def _run(c: CounterDeviation, x: np.ndarray, volume: np.ndarray = NO_VOLUME
+         ) -> tuple[np.ndarray, np.ndarray]:
     """One block: metric 0 a gauge, metric 1 a counter (rates, one event per block = 1.0)."""
     z1 = np.full((2, N, G), 0.25)
     z2 = np.full((2, N), 0.25)
-    led = c.step(x, np.zeros((0, N)), np.array([1.0, 1.0]), np.array([False, True]), z1, z2)
+    led = c.step(x, np.zeros((0, N)), np.array([1.0, 1.0]), np.array([False, True]), z1, z2,
+                 volume)
     return z1, led
 
 
@@ -52,6 +57,24 @@ def test_a_counter_with_events_everywhere_is_not_error_like() -> None:
     assert c.busy_frac[1] == 1.0 and np.isnan(c.busy_frac[0])
 
 
+def _idle_then_busy(volume: np.ndarray) -> list[float]:
+    """A counter quiet on every GPU for hours (an idle cluster), then moving on a few nodes as a
+    job starts there: the scores of one of its series over the job's first blocks."""
+    c = _unit()
+    for _ in range(200):
+        _run(c, np.zeros((2, N, G)), volume)
+    x = np.zeros((2, N, G))
+    x[1, :3] = 3.0  # the job runs on three nodes
+    return [float(_run(c, x, volume)[0][1, 0, 0]) for _ in range(6)]
+
+
+def test_a_counter_of_work_done_is_not_error_like_after_a_long_idle_spell() -> None:
+    # Energy or bytes counted on an idle cluster look as rare as errors; when a job starts,
+    # every block of it would recur as an event and page on a healthy GPU.
+    assert max(_idle_then_busy(NO_VOLUME)) >= 10  # the failure this guards against
+    assert _idle_then_busy(np.array([False, True])) == [0.25] * 6  # baseline deviation kept
+
+
 def test_reset_forgets_a_metric() -> None:
     c = _unit()
     x = np.zeros((2, N, G))
@@ -79,9 +102,9 @@ def test_a_first_isolated_burst_of_a_counter_never_seen_moving_stays_bounded() -
     unit = np.array([1.0, 0.0])  # the counter's typical increment is not known
     for _ in range(8):
         c.step(quiet, np.zeros((0, N)), unit, np.array([False, True]),
-               np.zeros((2, N, G)), np.zeros((2, N)))
+               np.zeros((2, N, G)), np.zeros((2, N)), NO_VOLUME)
     x = quiet.copy()
     x[1, 4, 6] = 1e4
     z1 = np.zeros((2, N, G))
-    c.step(x, np.zeros((0, N)), unit, np.array([False, True]), z1, np.zeros((2, N)))
+    c.step(x, np.zeros((0, N)), unit, np.array([False, True]), z1, np.zeros((2, N)), NO_VOLUME)
     assert 2.5 < z1[1, 4, 6] < 5.0  # one active block: 2.5 + its one-event excess
