@@ -1,7 +1,8 @@
 """Structure of the held-out real-world corpora (tests/data/realworld_heldout/,
 tests/data/realworld_heldout3/, tests/data/realworld_heldout4/, tests/data/realworld_heldout5/,
 tests/data/realworld_heldout6/, tests/data/realworld_heldout7/, tests/data/realworld_heldout8/,
-tests/data/realworld_heldout9/ and tests/data/realworld_heldout10/).
+tests/data/realworld_heldout9/, tests/data/realworld_heldout10/ and
+tests/data/realworld_heldout12/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -89,6 +90,14 @@ engines: verl, OpenRLHF, TRL, NeMo-RL, EasyR1, open-r1 and similar, led by how t
 size and category coverage when it was frozen (see its README). It was built in parallel with the
 ninth corpus (pretraining codebases); the two are checked against each other since the merge."""
 
+HELDOUT12_CASES = 3
+HELDOUT12_CATEGORIES = 1
+"""The twelfth corpus (the Hugging Face and DeepSpeed fine-tuning ecosystem: accelerate, transformers
+Trainer, PEFT, DeepSpeed, axolotl, alignment-handbook, Liger-Kernel, streaming, multi-GPU and
+multi-node runs only, led by how the run ended): its size and category coverage when it was frozen
+(see its README). It was built in parallel with the eleventh corpus (pytorch/pytorch and PyTorch-org
+repositories); the lead checks the two against each other when merging."""
+
 EARLIER5 = (DEV, DATA / "realworld_heldout", DATA / "realworld_heldout3",
             DATA / "realworld_heldout4")
 EARLIER6 = (*EARLIER5, DATA / "realworld_heldout5")
@@ -96,6 +105,7 @@ EARLIER7 = (*EARLIER6, DATA / "realworld_heldout6")
 EARLIER8 = (*EARLIER7, DATA / "realworld_heldout7")
 EARLIER9 = (*EARLIER8, DATA / "realworld_heldout8")
 EARLIER10 = (*EARLIER9, DATA / "realworld_heldout9")
+EARLIER12 = (*EARLIER10, DATA / "realworld_heldout10")
 
 CORPORA = (
     Corpus(DATA / "realworld_heldout", 112, 3, (DEV,), len(LOG_CATEGORIES)),
@@ -108,6 +118,7 @@ CORPORA = (
     Corpus(DATA / "realworld_heldout8", HELDOUT8_CASES, 1, EARLIER8, HELDOUT8_CATEGORIES),
     Corpus(DATA / "realworld_heldout9", HELDOUT9_CASES, 1, EARLIER9, HELDOUT9_CATEGORIES),
     Corpus(DATA / "realworld_heldout10", HELDOUT10_CASES, 1, EARLIER10, HELDOUT10_CATEGORIES),
+    Corpus(DATA / "realworld_heldout12", HELDOUT12_CASES, 1, EARLIER12, HELDOUT12_CATEGORIES),
 )
 CASES = [(c, lab) for c in CORPORA for lab in labels(c.path)]
 
