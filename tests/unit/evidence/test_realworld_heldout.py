@@ -90,7 +90,7 @@ engines: verl, OpenRLHF, TRL, NeMo-RL, EasyR1, open-r1 and similar, led by how t
 size and category coverage when it was frozen (see its README). It was built in parallel with the
 ninth corpus (pretraining codebases); the two are checked against each other since the merge."""
 
-HELDOUT12_CASES = 3
+HELDOUT12_CASES = 5
 HELDOUT12_CATEGORIES = 1
 """The twelfth corpus (the Hugging Face and DeepSpeed fine-tuning ecosystem: accelerate, transformers
 Trainer, PEFT, DeepSpeed, axolotl, alignment-handbook, Liger-Kernel, streaming, multi-GPU and
