@@ -1,8 +1,8 @@
 """Structure of the held-out real-world corpora (tests/data/realworld_heldout/,
 tests/data/realworld_heldout3/, tests/data/realworld_heldout4/, tests/data/realworld_heldout5/,
 tests/data/realworld_heldout6/, tests/data/realworld_heldout7/, tests/data/realworld_heldout8/,
-tests/data/realworld_heldout9/, tests/data/realworld_heldout10/ and
-tests/data/realworld_heldout11/).
+tests/data/realworld_heldout9/, tests/data/realworld_heldout10/, tests/data/realworld_heldout11/
+and tests/data/realworld_heldout12/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -97,6 +97,14 @@ ProcessGroupNCCL, FSDP, DTensor, distributed checkpoint, torchrun / elastic, and
 libraries torchtune and pytorch/xla, led by how the run ended): its size and category coverage
 when it was frozen (see its README)."""
 
+HELDOUT12_CASES = 5
+HELDOUT12_CATEGORIES = 1
+"""The twelfth corpus (the Hugging Face and DeepSpeed fine-tuning ecosystem: accelerate,
+transformers Trainer, PEFT, DeepSpeed, axolotl, alignment-handbook, Liger-Kernel, streaming,
+multi-GPU and multi-node runs only, led by how the run ended): its size and category coverage when
+it was frozen (see its README). It was built in parallel with the eleventh corpus (pytorch/pytorch
+and PyTorch-org repositories); the two are checked against each other since the merge."""
+
 EARLIER5 = (DEV, DATA / "realworld_heldout", DATA / "realworld_heldout3",
             DATA / "realworld_heldout4")
 EARLIER6 = (*EARLIER5, DATA / "realworld_heldout5")
@@ -105,6 +113,7 @@ EARLIER8 = (*EARLIER7, DATA / "realworld_heldout7")
 EARLIER9 = (*EARLIER8, DATA / "realworld_heldout8")
 EARLIER10 = (*EARLIER9, DATA / "realworld_heldout9")
 EARLIER11 = (*EARLIER10, DATA / "realworld_heldout10")
+EARLIER12 = (*EARLIER11, DATA / "realworld_heldout11")
 
 CORPORA = (
     Corpus(DATA / "realworld_heldout", 112, 3, (DEV,), len(LOG_CATEGORIES)),
@@ -118,6 +127,7 @@ CORPORA = (
     Corpus(DATA / "realworld_heldout9", HELDOUT9_CASES, 1, EARLIER9, HELDOUT9_CATEGORIES),
     Corpus(DATA / "realworld_heldout10", HELDOUT10_CASES, 1, EARLIER10, HELDOUT10_CATEGORIES),
     Corpus(DATA / "realworld_heldout11", HELDOUT11_CASES, 1, EARLIER11, HELDOUT11_CATEGORIES),
+    Corpus(DATA / "realworld_heldout12", HELDOUT12_CASES, 1, EARLIER12, HELDOUT12_CATEGORIES),
 )
 CASES = [(c, lab) for c in CORPORA for lab in labels(c.path)]
 
