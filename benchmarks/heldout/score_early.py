@@ -55,9 +55,11 @@ def score(cluster: Path, alerts_path: Path) -> Figures:
     fails = [x for x in labels if x["type"] == "failure"]
     maint = [x for x in labels if x["type"] == "maintenance"]
     app = [x for x in labels if x["type"] == "app_xid"]
+    # Style b knows nodes only by their exporter's address: its alerts name the instance.
+    by_instance = {str(x["instance"]): str(x["node"]) for x in labels if "instance" in x}
     on: dict[str, list[float]] = {}
     for a in alerts:
-        on.setdefault(a["node"], []).append(float(a["start"]))
+        on.setdefault(by_instance.get(a["node"], a["node"]), []).append(float(a["start"]))
 
     def at_app(node: str, x: float) -> bool:
         return any(x - 300 <= float(p["time"]) <= x + 300 for p in app if p["node"] == node)
