@@ -19,7 +19,8 @@ siblings, never against a fixed level:
    `precursor_window_blocks` blocks (each block's own ratio at the bar), is a precursor too.
 3. **Stalls**: a GPU whose activity falls below `stall_fraction` of its siblings' on a busy
    node (its lowest sample in a block against theirs: a stall of 30 s barely moves a 2-minute
-   mean; and the only one of them that does in that block), in at least `stall_min_events` of
+   mean; the only one of them below 80% of the node's best in that block; and the siblings
+   running through it, their lowest sample near their mean), in at least `stall_min_events` of
    the last `precursor_window_blocks` blocks, and
    recovers in between at least twice (a GPU that stalls again and again in a synchronous job;
    one that stays idle, or whose job ended, is not stalling), beyond its own usual rate.
@@ -242,14 +243,20 @@ class PrecursorRules:
                                      else pad(back, (n, g), 0))
         back = self.stall_back[name]
         act = block_minima(x, s)                            # node, gpu, block
+        mean = block_means(x, s)
         w = cfg.precursor_window_blocks
         full = (1 << w) - 1
         alpha = 1.0 - 0.5 ** (1.0 / LONG_HALFLIFE_BLOCKS)
         for b in range(nb):
             a = act[..., b]
             med, cnt = nanmedian_axis(a, axis=1)
+            # The siblings must run through the block: when their own lowest sample is far below
+            # their mean, the whole node dipped (a checkpoint, an evaluation straddling the
+            # block), and one GPU's 2% against its siblings' 3% is noise, not a stall.
+            typical, _ = nanmedian_axis(mean[..., b], axis=1)
+            steady = med >= cfg.stall_fraction * typical
             ok = (np.isfinite(a) & (cnt >= cfg.min_gpus)[:, None] & busy[:, b][:, None]
-                  & (med > 0)[:, None])
+                  & (med > 0)[:, None] & steady[:, None])
             stalled = ok & (a < cfg.stall_fraction * med[:, None])
             # Several GPUs of a node lagging at once is the node's doing (a job starting or
             # changing, ranks loading in turn), not one GPU's: the block is not read. Lagging is

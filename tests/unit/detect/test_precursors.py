@@ -233,6 +233,18 @@ def test_a_job_starting_with_ranks_at_uneven_speeds_is_not_a_stalling_gpu() -> N
     assert not [f for f in _early(detect(_cluster(shape), CFG)) if "stalls" in f[2]]
 
 
+def test_a_whole_node_pausing_across_block_edges_is_not_a_stalling_gpu() -> None:
+    """Every 12 minutes all GPUs of a node pause for a minute, straddling two blocks (a
+    checkpoint). In those blocks every GPU's lowest sample is near zero and one of them is always
+    a little lower than the rest (2% against 3%): the node paused, no GPU stalled."""
+    def shape(a: dict[str, np.ndarray], _rng: np.random.Generator) -> None:
+        u = a["DCGM_FI_DEV_GPU_UTIL"]
+        for start in range(AT + 3, T - 4, 24):
+            u[3, :, start:start + 2] = 3.0
+            u[3, 1, start:start + 2] = 2.0
+    assert not [f for f in _early(detect(_cluster(shape), CFG)) if "stalls" in f[2]]
+
+
 def test_a_gpu_that_stalls_for_30_seconds_again_and_again_alerts() -> None:
     """One sample in four low barely moves a 2-minute mean (81% of its siblings'): the stall
     rule reads each block's lowest sample."""
