@@ -20,7 +20,8 @@ siblings, never against a fixed level:
 3. **Stalls**: a GPU whose activity falls below `stall_fraction` of its siblings' on a busy
    node (its lowest sample in a block against theirs: a stall of 30 s barely moves a 2-minute
    mean; the only one of them below 80% of the node's best in that block; and the siblings
-   running through it, their lowest sample near their mean), in at least `stall_min_events` of
+   running through it, their lowest sample at least `STEADY_FRACTION` of their mean), in at
+   least `stall_min_events` of
    the last `precursor_window_blocks` blocks, and
    recovers in between at least twice (a GPU that stalls again and again in a synchronous job;
    one that stays idle, or whose job ended, is not stalling), beyond its own usual rate.
@@ -88,6 +89,10 @@ _HOST = re.compile(r"node_intr|context_switches|procs_running", re.IGNORECASE)
 LONG_HALFLIFE_BLOCKS = 360.0
 """Own history: 12 h of 2-min blocks."""
 SHORT_HALFLIFE_BLOCKS = 3.0
+STEADY_FRACTION = 0.5
+"""The stall rule reads a block only when the siblings' lowest activity sample is at least this
+fraction of their mean: a whole node pausing (a checkpoint) leaves every GPU's lowest sample
+near zero, while a job changing phase moves them less (a quarter down keeps the block)."""
 
 PrecursorHits = dict[int, list[tuple[int, Signal]]]
 """Block index (in the chunk) -> (node index, evidence) completed in that block."""
@@ -254,7 +259,7 @@ class PrecursorRules:
             # their mean, the whole node dipped (a checkpoint, an evaluation straddling the
             # block), and one GPU's 2% against its siblings' 3% is noise, not a stall.
             typical, _ = nanmedian_axis(mean[..., b], axis=1)
-            steady = med >= cfg.stall_fraction * typical
+            steady = med >= STEADY_FRACTION * typical
             ok = (np.isfinite(a) & (cnt >= cfg.min_gpus)[:, None] & busy[:, b][:, None]
                   & (med > 0)[:, None] & steady[:, None])
             stalled = ok & (a < cfg.stall_fraction * med[:, None])
