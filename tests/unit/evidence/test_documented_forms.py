@@ -13,8 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from rule_forms import assert_claimed, assert_not_claimed, scan_lines
 
-from trainguard.evidence import ScanOptions, correlate, load_rules, scan_paths
+from trainguard.evidence import load_rules
 
 NCCL = "gpu-07:41233:41290 [3] "
 KERN = "Mar  3 04:12:55 gpu-07 kernel: [123456.789012] "
@@ -262,26 +263,18 @@ LOOK_ALIKES = [
                          ids=[f"{r}-{i}" for i, (_, r, _, _) in enumerate(DOCUMENTED)])
 def test_documented_form_is_claimed_by_its_rule(line: str, rule_id: str, category: str,
                                                 action: str) -> None:
-    m = load_rules().match(line)
-    assert m is not None, "no rule"
-    assert m.rule.id == rule_id
-    assert m.rule.category.value == category
-    assert m.rule.action.value == action
+    assert_claimed(line, rule_id, category, action)
 
 
 @pytest.mark.parametrize(("line", "rule_id"), LOOK_ALIKES,
                          ids=[f"not-{r}-{i}" for i, (_, r) in enumerate(LOOK_ALIKES)])
 def test_look_alike_is_not_claimed_by_the_documented_rule(line: str, rule_id: str) -> None:
-    m = load_rules().match(line)
-    assert m is None or m.rule.id != rule_id
+    assert_not_claimed(line, rule_id)
 
 
 def _first_incident(tmp_path: Path, lines: list[str]) -> tuple[str, str]:
-    path = tmp_path / "job.log"
-    path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
-    rules = load_rules()
-    events, _ = scan_paths([str(path)], rules, ScanOptions(suspicious_lines=True))
-    incidents = [i for i in correlate(events, rules) if not i.suspicious]
+    _, found = scan_lines(tmp_path, lines, suspicious=True)
+    incidents = [i for i in found if not i.suspicious]
     assert incidents
     return incidents[0].category.value, incidents[0].action.value
 
