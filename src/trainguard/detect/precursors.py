@@ -19,11 +19,10 @@ siblings, never against a fixed level:
    `precursor_window_blocks` blocks (each block's own ratio at the bar), is a precursor too.
 3. **Stalls**: a GPU whose activity falls below `stall_fraction` of its siblings' on a busy
    node (its lowest sample in a block against theirs: a stall of 30 s barely moves a 2-minute
-   mean; the only one of them below 80% of the node's best in that block; and the siblings
+   mean; the only one of them below `stall_fraction` of the node's best in that block; the siblings
    running through it, their lowest sample at least `STEADY_FRACTION` of their mean), in at
-   least `stall_min_events` of
-   the last `precursor_window_blocks` blocks, and
-   recovers in between at least twice (a GPU that stalls again and again in a synchronous job;
+   least `stall_min_events` of the last `precursor_window_blocks` blocks, and recovers in
+   between at least twice (a GPU that stalls again and again in a synchronous job;
    one that stays idle, or whose job ended, is not stalling), beyond its own usual rate.
 4. **Host collapse**: a busy node whose interrupt rate, context switches or runnable processes
    fall below `host_collapse_fraction` of both their own recent level and the other nodes',
