@@ -4,7 +4,9 @@ Log lines are somebody else's bytes: a rank, a kernel, a pasted file. Printed as
 escape sequence in one of them can recolour the terminal, move the cursor, rewrite the window
 title or (with OSC 52) reach the clipboard. :func:`terminal_safe` drops ANSI escape sequences
 (CSI, OSC, DCS and the rest) and turns every other control character into a visible ``?``; tabs
-stay, and newlines stay only when asked for.
+stay, and newlines stay only when asked for. :func:`strip_escapes` only drops the sequences:
+the log classifier reads a coloured line (a coloured logger, a terminal recorded with
+``script``) as its plain text.
 
     >>> terminal_safe("\\x1b[31mred\\x1b[0m alert\\x1b]0;owned\\x07!")
     'red alert!'
@@ -27,6 +29,15 @@ _CONTROLS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
 _CONTROLS_KEEP_NL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
+def strip_escapes(text: str) -> str:
+    """``text`` without ANSI escape sequences; every other character is kept.
+
+        >>> strip_escapes("\\x1b[1;31mKilled\\x1b[0m")
+        'Killed'
+    """
+    return _ESCAPES.sub("", text) if "\x1b" in text or "\x9b" in text else text
+
+
 def terminal_safe(text: str, *, keep_newlines: bool = False) -> str:
     """``text`` without escape sequences; other control characters become ``?``."""
     if text.isprintable():
@@ -35,4 +46,4 @@ def terminal_safe(text: str, *, keep_newlines: bool = False) -> str:
     return (_CONTROLS_KEEP_NL if keep_newlines else _CONTROLS).sub("?", text)
 
 
-__all__ = ["terminal_safe"]
+__all__ = ["strip_escapes", "terminal_safe"]

@@ -97,7 +97,7 @@ def corpus_cases(corpus: Path) -> list[Case]:
             continue
         inc = incidents[0]
         out.append(Case(cat, act, inc.category, inc.action,
-                        tuple(e.text for e in inc.root_cause.evidence), inc.lines,
+                        tuple(e.program_text for e in inc.root_cause.evidence), inc.lines,
                         inc.suspicious))
     return out
 
@@ -107,7 +107,7 @@ def decide(case: Case, cal: Calibration, model: ConfigModel, answer_threshold: f
     """(category, action) the classifier gives with these models and thresholds."""
     alts = alternatives(case.lines, cal) if case.suspicious else ()
     inf = infer(case.rule_category, case.rule_action, case.root_lines, alts,
-                (model, answer_threshold), lines=[e.text for e in case.lines])
+                (model, answer_threshold), lines=[e.program_text for e in case.lines])
     cat, act = inf.applied(case.rule_category, case.rule_action)
     return cat.value, act.value
 

@@ -214,7 +214,7 @@ def alternatives(lines: Sequence[EvidenceLine], cal: Calibration | None = None
     confidence and the lines (at most :data:`LINES_PER_ALTERNATIVE`) whose cues favour each
     (when none does, the first lines: the ranking rests on the cues they lack)."""
     cal = cal or builtin_calibration()
-    per_line = [(line, cues_in(line.text)) for line in lines]
+    per_line = [(line, cues_in(line.program_text)) for line in lines]
     if not per_line:
         return ()
     cues = frozenset().union(*(c for _, c in per_line))

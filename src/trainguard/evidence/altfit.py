@@ -22,7 +22,7 @@ _KNOWN = frozenset(c.value for c in CATEGORIES)
 def case_lines(path: Path, rules: RuleSet) -> list[str]:
     """The text of every evidence line of every event the scan reports for one file."""
     events, _ = scan_paths([str(path)], rules, ScanOptions(suspicious_lines=True))
-    return list(dict.fromkeys(line.text for e in events for line in e.evidence))
+    return list(dict.fromkeys(line.program_text for e in events for line in e.evidence))
 
 
 def corpus_samples(corpus: Path) -> list[tuple[frozenset[str], str]]:

@@ -43,6 +43,14 @@ class LineContext:
     line_no: int
     prefix: LinePrefix
     host_hint: str | None = None
+    raw: str | None = None
+    """The line as read, when the classifier reads a cleaned copy (``unwrap.unwrap_line``):
+    evidence keeps the line as it was."""
+
+    def evidence(self, text: str) -> EvidenceLine:
+        """This line as evidence: as read, or ``text`` when it was read as is."""
+        shown = self.raw if self.raw is not None else text
+        return EvidenceLine(self.path, self.line_no, shown[:STORED_CHARS])
 
 
 def _int(value: str | None) -> int | None:
@@ -62,7 +70,7 @@ def _base_kwargs(ctx: LineContext, text: str) -> dict[str, object]:
         "host": p.host or ctx.host_hint,
         "rank": p.rank,
         "gpu_index": p.gpu_index,
-        "evidence": (EvidenceLine(ctx.path, ctx.line_no, text[:STORED_CHARS]),),
+        "evidence": (ctx.evidence(text),),
     }
 
 

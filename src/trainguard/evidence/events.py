@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from trainguard.evidence.unwrap import unwrap_line
 from trainguard.taxonomy import Action, Category, Severity
 
 
@@ -44,6 +45,11 @@ class EvidenceLine:
     path: str
     line_no: int
     text: str
+
+    @property
+    def program_text(self) -> str:
+        """The line as the program wrote it (``unwrap.unwrap_line``): what the models read."""
+        return unwrap_line(self.text)
 
 
 @dataclass(frozen=True, slots=True)

@@ -422,8 +422,8 @@ def with_inference(inc: Incident) -> Incident:
     # look-alike, a launcher's bare exit summary) has read the line already.
     alts = inc.alternatives if inc.suspicious else ()
     return replace(inc, inference=infer(root.category, root.action,
-                                        [e.text for e in root.evidence], alts,
-                                        lines=[e.text for e in inc.lines]))
+                                        [e.program_text for e in root.evidence], alts,
+                                        lines=[e.program_text for e in inc.lines]))
 
 
 __all__ = ["DEFAULT_WINDOW_S", "Incident", "correlate", "deduplicate", "event_priority",

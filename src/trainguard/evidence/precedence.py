@@ -116,8 +116,8 @@ def adjusted_priorities(cluster: Sequence[FailureEvent],
 def is_abort(ev: FailureEvent) -> bool:
     """A native-crash event whose lines say the process aborted (SIGABRT), not a SIGSEGV."""
     return ev.signature == NATIVE_CRASH_SIGNATURE and any(
-        _ABORT.search(line.text) is not None for line in ev.evidence) and not any(
-        "segmentation" in line.text.lower() or "sigsegv" in line.text.lower()
+        _ABORT.search(line.program_text) is not None for line in ev.evidence) and not any(
+        "segmentation" in line.program_text.lower() or "sigsegv" in line.program_text.lower()
         for line in ev.evidence)
 
 

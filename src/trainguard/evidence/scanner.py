@@ -6,8 +6,10 @@ Outline:
 2. read fixed-size chunks, dropping NUL bytes (crash-time padding); keep a look-ahead tail so
    multi-line reports (tracebacks, torchrun's failure summary) can be read past a chunk
    boundary; memory stays flat as files grow (``scan_paths`` can fold repeats of one event);
-3. run the combined prefilter over each chunk; for each hit, cut out its line, parse the prefix
-   (time, host, rank) and classify it;
+3. run the combined prefilter over each chunk; for each hit, cut out its line, read it as the
+   program wrote it (``unwrap.py``: no ANSI colour, no ``kubectl logs --prefix``,
+   out of Docker's json-file record; evidence keeps the line as read), parse the prefix (time,
+   host, rank) and classify it;
 4. Python tracebacks are read forward to their final exception line (``tracebacks.py``), which
    is classified by the same rules and credited with the traceback's last frame;
 5. each file keeps a little context (``context.py``): a storage error inside a checkpoint save is
@@ -55,6 +57,7 @@ from trainguard.evidence.tracebacks import (
     python_exception_event,
     with_traceback,
 )
+from trainguard.evidence.unwrap import unwrap_line
 from trainguard.evidence.xid import FALLEN_OFF_START
 
 CHUNK_BYTES = 4 << 20
@@ -132,7 +135,7 @@ class _FileScan:
             self.bad_utf8 += 1
         return text.rstrip("\r")
 
-    def context(self, line_no: int, text: str) -> LineContext:
+    def context(self, line_no: int, text: str, raw: str | None = None) -> LineContext:
         prefix = parse_prefix(text, self.year)
         if prefix.time is not None and self.mtime is not None and prefix.time_kind.value == \
                 "absolute":
@@ -140,17 +143,21 @@ class _FileScan:
             if shifted != prefix.time:
                 prefix = type(prefix)(shifted, prefix.time_kind, prefix.host, prefix.rank,
                                       prefix.gpu_index)
-        return LineContext(self.path, line_no, prefix, self.host_hint)
+        return LineContext(self.path, line_no, prefix, self.host_hint,
+                           None if raw == text else raw)
 
-    def classify(self, line_no: int, text: str, following: Callable[[int], list[str]]) -> \
+    def classify(self, line_no: int, raw: str, following: Callable[[int], list[str]]) -> \
             FailureEvent | None:
+        """Classify the line as the program wrote it (``unwrap_line``); its evidence keeps
+        ``raw``."""
         if line_no in self.consumed:
             return None
         self.stats.candidate_lines += 1
+        text = unwrap_line(raw)
         if TRACEBACK_KEYWORD in text:
-            return self.traceback(line_no, text, following(_TRACEBACK_MAX_LINES))
-        ctx = self.context(line_no, text)
-        after = following(200) if self._needs_after(text) else []
+            return self.traceback(line_no, raw, following(_TRACEBACK_MAX_LINES))
+        ctx = self.context(line_no, text, raw)
+        after = [unwrap_line(x) for x in following(200)] if self._needs_after(text) else []
         ev = self.file_context.observe(
             line_no, text, classify_line(self.rules, text, ctx, after, self.suspicious))
         if ev is not None and FALLEN_OFF_START in text and "fallen off" not in text:
@@ -165,14 +172,16 @@ class _FileScan:
         multi = self.rules.multiline_start
         return FALLEN_OFF_START in text or (multi is not None and multi.search(text) is not None)
 
-    def traceback(self, line_no: int, header: str, after: list[str]) -> FailureEvent | None:
+    def traceback(self, line_no: int, header: str, raw_after: list[str]
+                  ) -> FailureEvent | None:
         """Read a traceback forward to its exception line and classify that line."""
-        found = find_exception_line(header, after)
+        after = [unwrap_line(x) for x in raw_after]
+        found = find_exception_line(unwrap_line(header), after)
         if found is None:
             return None
         exc_no = line_no + found.offset
         self.consumed.add(exc_no)
-        ctx = self.context(exc_no, found.raw)
+        ctx = self.context(exc_no, found.raw, raw_after[found.offset - 1])
         ev = classify_line(self.rules, found.raw, ctx, after[found.offset:found.offset + 200])
         if ev is None:
             ev = python_exception_event(self.rules, found, ctx)

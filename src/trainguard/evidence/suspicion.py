@@ -39,9 +39,11 @@ _WEAK = (r"errors?|fail(?:ed|ure|ures|s|ing)?|time[- ]?out|timed out|exceptions?
          r"unreachable|denied|unavailable|cannot|could not|unable to")
 WORD_ALTERNATIVES = f"{_STRONG}|{_WEAK}"
 """The failure words as one regex alternation (no context): for benchmarks and documentation."""
-# Words only: '_' and '.' next to a word make it part of an identifier or a file name. The
-# context never crosses a line end: the prefilter runs over whole chunks of a log.
-WORDS_SOURCE = rf"(?im:(?:^|[^\w.\n])(?:{WORD_ALTERNATIVES})(?:$|[^\w.\n]))"
+# Words only: '_' and '.' next to a word make it part of an identifier or a file name; a
+# colour code just before a word ("ESC[31mERROR") still leaves it a word (the prefilter reads
+# the raw chunk). The context never crosses a line end: the prefilter runs over whole chunks.
+WORDS_SOURCE = (rf"(?im:(?:^|[^\w.\n]|\x1b\[[\d;]*m)(?:{WORD_ALTERNATIVES})"
+                rf"(?:$|[^\w.\n]))")
 """RE2 source of the failure words, for the scanner's prefilter."""
 
 _WORDS: Pattern = compile_re2(WORDS_SOURCE)

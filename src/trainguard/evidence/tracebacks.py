@@ -10,18 +10,19 @@ the header and the last frame.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from trainguard.evidence.classify import LineContext, event_from_rule
-from trainguard.evidence.events import STORED_CHARS, EvidenceLine, FailureEvent
-from trainguard.evidence.rules import RuleMatch, RuleSet
+from trainguard.evidence.events import EvidenceLine, FailureEvent
+from trainguard.evidence.rules import TRACEBACK_KEYWORD, RuleMatch, RuleSet
 from trainguard.taxonomy import Action, Category, Severity
 
 _RANK_PREFIX = re.compile(r"^(?:\[(?:rank|default)\d+\]:|\[\d+,\d+\]<std(?:out|err)>:|\d{1,5}: )")
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
 _EXC_NAME = re.compile(r"(?:Error|Exception|Exit|Interrupt|Failure|Warning)$")
 MAX_FRAME_LINES = 120
+_DIGIT = re.compile(r"\d")
 _EXC_LINE = re.compile(r"^(?P<exc_type>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*)(?::\s?(?P<message>.*))?$")
 
 
@@ -57,15 +58,67 @@ def strip_rank_prefix(line: str, indent: int | None = None) -> tuple[str, str, i
     return m.group(0), body[cut:], pad
 
 
+def _shape(text: str) -> str:
+    """``text`` with every digit read as 0: a collector's prefix keeps its shape from line to
+    line while its time stamp, counter or pid changes."""
+    return _DIGIT.sub("0", text)
+
+
+def collector_prefix(header: str) -> str:
+    """What a collector wrote before ``Traceback (most recent call last):`` on the header line
+    (a time stamp, ``(RayTrainWorker pid=..)``, ``[pod/../..]``, ``worker-1  | ``, a quoting
+    ``> ``), without the spaces after it; ``""`` when the header starts the line or the prefix
+    is a launcher's rank prefix (:func:`strip_rank_prefix` reads those)."""
+    at = header.find(TRACEBACK_KEYWORD)
+    if at <= 0 or _RANK_PREFIX.match(header):
+        return ""
+    return header[:at].rstrip(" ")
+
+
+def strip_collector_prefix(line: str, prefix: str, indent: int) -> tuple[bool, str]:
+    """Whether ``line`` carries ``prefix`` (digits aside), and its body without the prefix and
+    the ``indent`` spaces the collector put after it (the body's own indentation stays)."""
+    head = line[:len(prefix)]
+    if head != prefix and _shape(head) != _shape(prefix):
+        return False, line
+    body = line[len(prefix):]
+    return True, body[min(indent, len(body) - len(body.lstrip(" "))):]
+
+
 def find_exception_line(header: str, after: Sequence[str]) -> ExceptionLine | None:
-    """The exception line ending the traceback that starts at ``header``, if it is in ``after``."""
+    """The exception line ending the traceback that starts at ``header``, if it is in ``after``.
+
+    Lines carrying the header's launcher prefix (``[rank3]:``) or collector prefix (see
+    :func:`collector_prefix`) are the traceback's; others are interleaved output. A header whose
+    prefix its frames do not carry (a logger's ``ERROR ...`` before the banner) is read as
+    before, prefix-free.
+    """
+    collector = collector_prefix(header)
+    if collector:
+        after_header = header[len(collector):]
+        indent = len(after_header) - len(after_header.lstrip(" "))
+        found = _read_traceback(
+            after, lambda raw: strip_collector_prefix(raw, collector, indent))
+        if found is not None:
+            return found
     prefix, _, pad = strip_rank_prefix(header)
+
+    def by_rank(raw: str) -> tuple[bool, str]:
+        p, body, _ = strip_rank_prefix(raw, pad)
+        return p == prefix, body
+
+    return _read_traceback(after, by_rank)
+
+
+def _read_traceback(after: Sequence[str], own: Callable[[str], tuple[bool, str]]
+                    ) -> ExceptionLine | None:
+    """The first exception line in ``after`` among the lines ``own`` claims (with their body)."""
     last_frame: str | None = None
     frames: list[str] = []
     for offset, raw in enumerate(after, start=1):
-        p, body, _ = strip_rank_prefix(raw, pad)
-        if p != prefix:
-            continue  # another rank's interleaved output
+        mine, body = own(raw)
+        if not mine:
+            continue  # another rank's or source's interleaved output
         fm = _FRAME.match(body)
         if fm or not body.strip() or body.startswith((" ", "\t")) or body.startswith("^"):
             if fm:
@@ -98,7 +151,7 @@ def python_exception_event(rules: RuleSet, found: ExceptionLine, ctx: LineContex
         summary=found.body.strip()[:300], confidence=0.45,
         time=ctx.prefix.time, time_kind=ctx.prefix.time_kind,
         host=ctx.prefix.host or ctx.host_hint, rank=ctx.prefix.rank,
-        evidence=(EvidenceLine(ctx.path, ctx.line_no, found.raw[:STORED_CHARS]),))
+        evidence=(ctx.evidence(found.raw),))
 
 
 def with_traceback(ev: FailureEvent, found: ExceptionLine, header: EvidenceLine
@@ -112,5 +165,6 @@ def with_traceback(ev: FailureEvent, found: ExceptionLine, header: EvidenceLine
     return replace(ev, fields=fields, evidence=(header, *ev.evidence))
 
 
-__all__ = ["MAX_FRAME_LINES", "ExceptionLine", "find_exception_line", "python_exception_event",
+__all__ = ["MAX_FRAME_LINES", "ExceptionLine", "collector_prefix",
+           "find_exception_line", "python_exception_event", "strip_collector_prefix",
            "strip_rank_prefix", "with_traceback"]
