@@ -105,7 +105,7 @@ multi-GPU and multi-node runs only, led by how the run ended): its size and cate
 it was frozen (see its README). It was built in parallel with the eleventh corpus (pytorch/pytorch
 and PyTorch-org repositories); the two are checked against each other since the merge."""
 
-HELDOUT13_CASES = 16
+HELDOUT13_CASES = 17
 HELDOUT13_CATEGORIES = 7
 """The thirteenth corpus (issue threads of training codebases outside large-language-model
 training: computer vision, speech and audio, diffusion and generative image/video training, and
