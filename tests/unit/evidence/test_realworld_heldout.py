@@ -1,8 +1,8 @@
 """Structure of the held-out real-world corpora (tests/data/realworld_heldout/,
 tests/data/realworld_heldout3/, tests/data/realworld_heldout4/, tests/data/realworld_heldout5/,
 tests/data/realworld_heldout6/, tests/data/realworld_heldout7/, tests/data/realworld_heldout8/,
-tests/data/realworld_heldout9/, tests/data/realworld_heldout10/, tests/data/realworld_heldout11/
-and tests/data/realworld_heldout12/).
+tests/data/realworld_heldout9/, tests/data/realworld_heldout10/, tests/data/realworld_heldout11/,
+tests/data/realworld_heldout12/ and tests/data/realworld_heldout13/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -105,6 +105,13 @@ multi-GPU and multi-node runs only, led by how the run ended): its size and cate
 it was frozen (see its README). It was built in parallel with the eleventh corpus (pytorch/pytorch
 and PyTorch-org repositories); the two are checked against each other since the merge."""
 
+HELDOUT13_CASES = 17
+HELDOUT13_CATEGORIES = 7
+"""The thirteenth corpus (issue threads of training codebases outside large-language-model
+training: computer vision, speech and audio, diffusion and generative image/video training, and
+recommendation / graph training, led by how the run ended): its size and category coverage when
+it was frozen (see its README)."""
+
 EARLIER5 = (DEV, DATA / "realworld_heldout", DATA / "realworld_heldout3",
             DATA / "realworld_heldout4")
 EARLIER6 = (*EARLIER5, DATA / "realworld_heldout5")
@@ -114,6 +121,7 @@ EARLIER9 = (*EARLIER8, DATA / "realworld_heldout8")
 EARLIER10 = (*EARLIER9, DATA / "realworld_heldout9")
 EARLIER11 = (*EARLIER10, DATA / "realworld_heldout10")
 EARLIER12 = (*EARLIER11, DATA / "realworld_heldout11")
+EARLIER13 = (*EARLIER12, DATA / "realworld_heldout12")
 
 CORPORA = (
     Corpus(DATA / "realworld_heldout", 112, 3, (DEV,), len(LOG_CATEGORIES)),
@@ -128,6 +136,7 @@ CORPORA = (
     Corpus(DATA / "realworld_heldout10", HELDOUT10_CASES, 1, EARLIER10, HELDOUT10_CATEGORIES),
     Corpus(DATA / "realworld_heldout11", HELDOUT11_CASES, 1, EARLIER11, HELDOUT11_CATEGORIES),
     Corpus(DATA / "realworld_heldout12", HELDOUT12_CASES, 1, EARLIER12, HELDOUT12_CATEGORIES),
+    Corpus(DATA / "realworld_heldout13", HELDOUT13_CASES, 1, EARLIER13, HELDOUT13_CATEGORIES),
 )
 CASES = [(c, lab) for c in CORPORA for lab in labels(c.path)]
 
