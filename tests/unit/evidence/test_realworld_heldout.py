@@ -1,8 +1,8 @@
 """Structure of the held-out real-world corpora (tests/data/realworld_heldout/,
 tests/data/realworld_heldout3/, tests/data/realworld_heldout4/, tests/data/realworld_heldout5/,
 tests/data/realworld_heldout6/, tests/data/realworld_heldout7/, tests/data/realworld_heldout8/,
-tests/data/realworld_heldout9/, tests/data/realworld_heldout10/, tests/data/realworld_heldout11/
-and tests/data/realworld_heldout12/).
+tests/data/realworld_heldout9/, tests/data/realworld_heldout10/, tests/data/realworld_heldout11/,
+tests/data/realworld_heldout12/ and tests/data/realworld_heldout14/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -105,6 +105,15 @@ multi-GPU and multi-node runs only, led by how the run ended): its size and cate
 it was frozen (see its README). It was built in parallel with the eleventh corpus (pytorch/pytorch
 and PyTorch-org repositories); the two are checked against each other since the merge."""
 
+HELDOUT14_CASES = 8
+HELDOUT14_CATEGORIES = 4
+"""The fourteenth corpus (issue threads of non-PyTorch training stacks and of the GPU kernel and
+library layer under training: JAX / Flax / Orbax, TensorFlow / Keras distribution, PaddleNLP and
+PaddleDetection, MindSpore, MXNet, OneFlow, Flux, TransformerEngine, flash-attention, xformers,
+bitsandbytes, Triton, CuPy, DALI, led by how the run ended): its size and category coverage when it
+was frozen (see its README). It was built in parallel with the thirteenth corpus (vision, speech
+and diffusion PyTorch codebases), which was not in this branch."""
+
 EARLIER5 = (DEV, DATA / "realworld_heldout", DATA / "realworld_heldout3",
             DATA / "realworld_heldout4")
 EARLIER6 = (*EARLIER5, DATA / "realworld_heldout5")
@@ -114,6 +123,7 @@ EARLIER9 = (*EARLIER8, DATA / "realworld_heldout8")
 EARLIER10 = (*EARLIER9, DATA / "realworld_heldout9")
 EARLIER11 = (*EARLIER10, DATA / "realworld_heldout10")
 EARLIER12 = (*EARLIER11, DATA / "realworld_heldout11")
+EARLIER14 = (*EARLIER12, DATA / "realworld_heldout12")
 
 CORPORA = (
     Corpus(DATA / "realworld_heldout", 112, 3, (DEV,), len(LOG_CATEGORIES)),
@@ -128,6 +138,7 @@ CORPORA = (
     Corpus(DATA / "realworld_heldout10", HELDOUT10_CASES, 1, EARLIER10, HELDOUT10_CATEGORIES),
     Corpus(DATA / "realworld_heldout11", HELDOUT11_CASES, 1, EARLIER11, HELDOUT11_CATEGORIES),
     Corpus(DATA / "realworld_heldout12", HELDOUT12_CASES, 1, EARLIER12, HELDOUT12_CATEGORIES),
+    Corpus(DATA / "realworld_heldout14", HELDOUT14_CASES, 1, EARLIER14, HELDOUT14_CATEGORIES),
 )
 CASES = [(c, lab) for c in CORPORA for lab in labels(c.path)]
 
