@@ -105,8 +105,8 @@ multi-GPU and multi-node runs only, led by how the run ended): its size and cate
 it was frozen (see its README). It was built in parallel with the eleventh corpus (pytorch/pytorch
 and PyTorch-org repositories); the two are checked against each other since the merge."""
 
-HELDOUT14_CASES = 8
-HELDOUT14_CATEGORIES = 4
+HELDOUT14_CASES = 9
+HELDOUT14_CATEGORIES = 5
 """The fourteenth corpus (issue threads of non-PyTorch training stacks and of the GPU kernel and
 library layer under training: JAX / Flax / Orbax, TensorFlow / Keras distribution, PaddleNLP and
 PaddleDetection, MindSpore, MXNet, OneFlow, Flux, TransformerEngine, flash-attention, xformers,
