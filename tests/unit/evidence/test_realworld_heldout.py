@@ -2,7 +2,8 @@
 tests/data/realworld_heldout3/, tests/data/realworld_heldout4/, tests/data/realworld_heldout5/,
 tests/data/realworld_heldout6/, tests/data/realworld_heldout7/, tests/data/realworld_heldout8/,
 tests/data/realworld_heldout9/, tests/data/realworld_heldout10/, tests/data/realworld_heldout11/,
-tests/data/realworld_heldout12/ and tests/data/realworld_heldout13/).
+tests/data/realworld_heldout12/, tests/data/realworld_heldout13/ and
+tests/data/realworld_heldout14/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -111,6 +112,14 @@ HELDOUT13_CATEGORIES = 7
 training: computer vision, speech and audio, diffusion and generative image/video training, and
 recommendation / graph training, led by how the run ended): its size and category coverage when
 it was frozen (see its README)."""
+HELDOUT14_CASES = 9
+HELDOUT14_CATEGORIES = 5
+"""The fourteenth corpus (issue threads of non-PyTorch training stacks and of the GPU kernel and
+library layer under training: JAX / Flax / Orbax, TensorFlow / Keras distribution, PaddleNLP and
+PaddleDetection, MindSpore, MXNet, OneFlow, Flux, TransformerEngine, flash-attention, xformers,
+bitsandbytes, Triton, CuPy, DALI, led by how the run ended): its size and category coverage when it
+was frozen (see its README). It was built in parallel with the thirteenth corpus (vision, speech
+and diffusion PyTorch codebases), which was not in this branch."""
 
 EARLIER5 = (DEV, DATA / "realworld_heldout", DATA / "realworld_heldout3",
             DATA / "realworld_heldout4")
@@ -122,6 +131,7 @@ EARLIER10 = (*EARLIER9, DATA / "realworld_heldout9")
 EARLIER11 = (*EARLIER10, DATA / "realworld_heldout10")
 EARLIER12 = (*EARLIER11, DATA / "realworld_heldout11")
 EARLIER13 = (*EARLIER12, DATA / "realworld_heldout12")
+EARLIER14 = (*EARLIER13, DATA / "realworld_heldout13")
 
 CORPORA = (
     Corpus(DATA / "realworld_heldout", 112, 3, (DEV,), len(LOG_CATEGORIES)),
@@ -137,6 +147,7 @@ CORPORA = (
     Corpus(DATA / "realworld_heldout11", HELDOUT11_CASES, 1, EARLIER11, HELDOUT11_CATEGORIES),
     Corpus(DATA / "realworld_heldout12", HELDOUT12_CASES, 1, EARLIER12, HELDOUT12_CATEGORIES),
     Corpus(DATA / "realworld_heldout13", HELDOUT13_CASES, 1, EARLIER13, HELDOUT13_CATEGORIES),
+    Corpus(DATA / "realworld_heldout14", HELDOUT14_CASES, 1, EARLIER14, HELDOUT14_CATEGORIES),
 )
 CASES = [(c, lab) for c in CORPORA for lab in labels(c.path)]
 
