@@ -1,8 +1,11 @@
-"""Documented forms of round 9 (issue #30): a GPU allocation refused by the stream-ordered CUDA
-allocator (`cuMemAllocAsync failed to allocate N bytes`, as XLA and TensorFlow print it), and an
-object-store transfer that libcurl aborted (error 28, "Timeout was reached"; the low-speed abort
-"Operation too slow. Less than N bytes/sec transferred the last N seconds", from
-CURLOPT_LOW_SPEED_LIMIT/TIME), as clients built on libcurl print them.
+"""Documented forms of rounds 9 and 10 (issue #30): a GPU allocation refused by the stream-ordered
+CUDA allocator (`cuMemAllocAsync failed to allocate N bytes`, as XLA and TensorFlow print it) or
+by a CUDA library for its workspace (`*_ALLOC_FAILED`, cuDNN/cuSOLVER/cuSPARSE/cuFFT status
+codes); an object-store transfer that libcurl aborted (error 28, "Timeout was reached"; the
+low-speed abort "Operation too slow. Less than N bytes/sec transferred the last N seconds", from
+CURLOPT_LOW_SPEED_LIMIT/TIME), as clients built on libcurl print them; a CUDA library a framework
+could not load itself (jaxlib's "Unable to load NCCL library"); a NaN loss printed as a quoted
+value of a metrics dict (`'loss': 'nan'`).
 
 The lines are written from the documented message formats, not copied from any corpus. Each must
 be claimed by the named rule; the look-alikes must not be.
@@ -18,6 +21,20 @@ from rule_forms import assert_claimed, assert_not_claimed, scan_lines
 GLOG = "E0303 04:12:55.123456  41233 "
 
 DOCUMENTED = [
+    ("ERROR: LoadError: cudnnConvolutionBackwardFilter: 2: CUDNN_STATUS_ALLOC_FAILED",
+     "cuda_oom", "oom_gpu", "fix_config"),
+    (GLOG + "cusolver_context.cc:82] CUSOLVER_STATUS_ALLOC_FAILED in cusolverDnCreate",
+     "cuda_oom", "oom_gpu", "fix_config"),
+    ("RuntimeError: cuFFT error: CUFFT_ALLOC_FAILED", "cuda_oom", "oom_gpu", "fix_config"),
+    (GLOG + "nccl_api.cc:41] NCCL operation ncclCommInitRank failed: Unable to load NCCL "
+     "library. Multi-GPU collectives will not work.", "cuda_library_load_failed",
+     "cuda_software_bug", "fix_config"),
+    ("RuntimeError: Unable to load cuDNN library: check that it is installed",
+     "cuda_library_load_failed", "cuda_software_bug", "fix_config"),
+    ("2026-03-03 04:12:55,123 - INFO - step 420 {'loss': 'nan', 'lr': 0.0002, 'epoch': 1.3}",
+     "nan_loss", "numerical_nan", "fix_config"),
+    ('epoch 2 iter 880 "loss_bbox": "NaN", "loss": "nan"', "nan_loss", "numerical_nan",
+     "fix_config"),
     (GLOG + "gpu_cudamallocasync_allocator.cc:290] cuMemAllocAsync failed to allocate "
      "4294967296 bytes", "cuda_oom", "oom_gpu", "fix_config"),
     ("cuMemAllocAsync failed to allocate 17,179,869,184 bytes (16.00 GiB)", "cuda_oom",
@@ -41,6 +58,9 @@ NOT_CLAIMED = [
     ("Timeout was reached while waiting for rank 3 at the barrier", "object_store_error"),
     # The allocator refusing for another reason than memory.
     ("cuMemAllocAsync failed: CUDA error: invalid argument", "cuda_oom"),
+    ("CUDNN_STATUS_EXECUTION_FAILED in cudnnConvolutionForward", "cuda_oom"),
+    # A metric named after the loss whose value is a string that merely starts with nan.
+    ("step 5 {'loss': 'nanometers', 'unit': 'x'}", "nan_loss"),
 ]
 
 
