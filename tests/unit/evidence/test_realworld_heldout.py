@@ -121,13 +121,13 @@ bitsandbytes, Triton, CuPy, DALI, led by how the run ended): its size and catego
 was frozen (see its README). It was built in parallel with the thirteenth corpus (vision, speech
 and diffusion PyTorch codebases), which was not in this branch."""
 
-HELDOUT15_CASES = 3
-HELDOUT15_CATEGORIES = 2
+HELDOUT15_CASES = 5
+HELDOUT15_CATEGORIES = 4
 """The fifteenth corpus (issue threads of managed training platforms and experiment / cluster
-managers: SageMaker and its containers, Azure ML, Vertex AI and Google Cloud ML, determined-ai,
-ClearML, Polyaxon, Volcano, Kueue, NVIDIA device plugin and launcher repositories, led by how the
-job ended): its size and category coverage when it was frozen (see its README). It was built in
-parallel with the sixteenth corpus, which was not in this branch."""
+managers, searched across SageMaker and its containers, Azure ML, Vertex AI and Google Cloud ML,
+determined-ai, ClearML, Polyaxon, Volcano, Kueue and the NVIDIA device-plugin, container-toolkit and
+launcher repositories, led by how the job ended): its size and category coverage when it was frozen
+(see its README). It was built in parallel with the sixteenth corpus, which was not in this branch."""
 
 EARLIER5 = (DEV, DATA / "realworld_heldout", DATA / "realworld_heldout3",
             DATA / "realworld_heldout4")
