@@ -121,6 +121,14 @@ bitsandbytes, Triton, CuPy, DALI, led by how the run ended): its size and catego
 was frozen (see its README). It was built in parallel with the thirteenth corpus (vision, speech
 and diffusion PyTorch codebases), which was not in this branch."""
 
+HELDOUT15_CASES = 5
+HELDOUT15_CATEGORIES = 4
+"""The fifteenth corpus (issue threads of managed training platforms and experiment / cluster
+managers, searched across SageMaker and its containers, Azure ML, Vertex AI and Google Cloud ML,
+determined-ai, ClearML, Polyaxon, Volcano, Kueue and the NVIDIA device-plugin, container-toolkit and
+launcher repositories, led by how the job ended): its size and category coverage when it was frozen
+(see its README). It was built in parallel with the sixteenth corpus, which was not in this branch."""
+
 EARLIER5 = (DEV, DATA / "realworld_heldout", DATA / "realworld_heldout3",
             DATA / "realworld_heldout4")
 EARLIER6 = (*EARLIER5, DATA / "realworld_heldout5")
@@ -132,6 +140,7 @@ EARLIER11 = (*EARLIER10, DATA / "realworld_heldout10")
 EARLIER12 = (*EARLIER11, DATA / "realworld_heldout11")
 EARLIER13 = (*EARLIER12, DATA / "realworld_heldout12")
 EARLIER14 = (*EARLIER13, DATA / "realworld_heldout13")
+EARLIER15 = (*EARLIER14, DATA / "realworld_heldout14")
 
 CORPORA = (
     Corpus(DATA / "realworld_heldout", 112, 3, (DEV,), len(LOG_CATEGORIES)),
@@ -148,6 +157,7 @@ CORPORA = (
     Corpus(DATA / "realworld_heldout12", HELDOUT12_CASES, 1, EARLIER12, HELDOUT12_CATEGORIES),
     Corpus(DATA / "realworld_heldout13", HELDOUT13_CASES, 1, EARLIER13, HELDOUT13_CATEGORIES),
     Corpus(DATA / "realworld_heldout14", HELDOUT14_CASES, 1, EARLIER14, HELDOUT14_CATEGORIES),
+    Corpus(DATA / "realworld_heldout15", HELDOUT15_CASES, 1, EARLIER15, HELDOUT15_CATEGORIES),
 )
 CASES = [(c, lab) for c in CORPORA for lab in labels(c.path)]
 
