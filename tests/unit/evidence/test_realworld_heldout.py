@@ -121,8 +121,8 @@ bitsandbytes, Triton, CuPy, DALI, led by how the run ended): its size and catego
 was frozen (see its README). It was built in parallel with the thirteenth corpus (vision, speech
 and diffusion PyTorch codebases), which was not in this branch."""
 
-HELDOUT16_CASES = 6
-HELDOUT16_CATEGORIES = 4
+HELDOUT16_CASES = 7
+HELDOUT16_CATEGORIES = 5
 """The sixteenth corpus (issue threads of scientific-ML and non-LLM reinforcement-learning training
 codebases: protein and molecular models, interatomic potentials, weather and PDE models, Isaac
 Lab / Isaac Gym robot learning and other RL libraries, led by how the run ended): its size and
