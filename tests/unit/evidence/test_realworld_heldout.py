@@ -121,7 +121,7 @@ bitsandbytes, Triton, CuPy, DALI, led by how the run ended): its size and catego
 was frozen (see its README). It was built in parallel with the thirteenth corpus (vision, speech
 and diffusion PyTorch codebases), which was not in this branch."""
 
-HELDOUT16_CASES = 7
+HELDOUT16_CASES = 8
 HELDOUT16_CATEGORIES = 5
 """The sixteenth corpus (issue threads of scientific-ML and non-LLM reinforcement-learning training
 codebases: protein and molecular models, interatomic potentials, weather and PDE models, Isaac
