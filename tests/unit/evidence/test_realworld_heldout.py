@@ -2,8 +2,9 @@
 tests/data/realworld_heldout3/, tests/data/realworld_heldout4/, tests/data/realworld_heldout5/,
 tests/data/realworld_heldout6/, tests/data/realworld_heldout7/, tests/data/realworld_heldout8/,
 tests/data/realworld_heldout9/, tests/data/realworld_heldout10/, tests/data/realworld_heldout11/,
-tests/data/realworld_heldout12/, tests/data/realworld_heldout13/ and
-tests/data/realworld_heldout14/).
+tests/data/realworld_heldout12/, tests/data/realworld_heldout13/,
+tests/data/realworld_heldout14/, tests/data/realworld_heldout15/ and
+tests/data/realworld_heldout16/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -125,9 +126,17 @@ HELDOUT15_CASES = 5
 HELDOUT15_CATEGORIES = 4
 """The fifteenth corpus (issue threads of managed training platforms and experiment / cluster
 managers, searched across SageMaker and its containers, Azure ML, Vertex AI and Google Cloud ML,
-determined-ai, ClearML, Polyaxon, Volcano, Kueue and the NVIDIA device-plugin, container-toolkit and
-launcher repositories, led by how the job ended): its size and category coverage when it was frozen
-(see its README). It was built in parallel with the sixteenth corpus, which was not in this branch."""
+determined-ai, ClearML, Polyaxon, Volcano, Kueue and the NVIDIA device-plugin, container-toolkit
+and launcher repositories, led by how the job ended): its size and category coverage when it was
+frozen (see its README). It was built in parallel with the sixteenth corpus, which was not in
+this branch."""
+HELDOUT16_CASES = 8
+HELDOUT16_CATEGORIES = 5
+"""The sixteenth corpus (issue threads of scientific-ML and non-LLM reinforcement-learning training
+codebases: protein and molecular models, interatomic potentials, weather and PDE models, Isaac
+Lab / Isaac Gym robot learning and other RL libraries, led by how the run ended): its size and
+category coverage when it was frozen (see its README). It was built in parallel with a fifteenth
+corpus (managed training platforms), which was not in this branch."""
 
 EARLIER5 = (DEV, DATA / "realworld_heldout", DATA / "realworld_heldout3",
             DATA / "realworld_heldout4")
@@ -141,6 +150,7 @@ EARLIER12 = (*EARLIER11, DATA / "realworld_heldout11")
 EARLIER13 = (*EARLIER12, DATA / "realworld_heldout12")
 EARLIER14 = (*EARLIER13, DATA / "realworld_heldout13")
 EARLIER15 = (*EARLIER14, DATA / "realworld_heldout14")
+EARLIER16 = (*EARLIER15, DATA / "realworld_heldout15")
 
 CORPORA = (
     Corpus(DATA / "realworld_heldout", 112, 3, (DEV,), len(LOG_CATEGORIES)),
@@ -158,6 +168,7 @@ CORPORA = (
     Corpus(DATA / "realworld_heldout13", HELDOUT13_CASES, 1, EARLIER13, HELDOUT13_CATEGORIES),
     Corpus(DATA / "realworld_heldout14", HELDOUT14_CASES, 1, EARLIER14, HELDOUT14_CATEGORIES),
     Corpus(DATA / "realworld_heldout15", HELDOUT15_CASES, 1, EARLIER15, HELDOUT15_CATEGORIES),
+    Corpus(DATA / "realworld_heldout16", HELDOUT16_CASES, 1, EARLIER16, HELDOUT16_CATEGORIES),
 )
 CASES = [(c, lab) for c in CORPORA for lab in labels(c.path)]
 
