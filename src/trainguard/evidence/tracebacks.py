@@ -34,7 +34,7 @@ class ExceptionLine:
     """Lines after the header."""
     raw: str
     body: str
-    """``raw`` without the launcher's rank prefix."""
+    """``raw`` without the launcher's rank prefix or the collector's prefix."""
     exc_type: str
     last_frame: str | None
     """``file:line in func`` of the innermost frame."""
@@ -66,7 +66,7 @@ def _shape(text: str) -> str:
 
 def collector_prefix(header: str) -> str:
     """What a collector wrote before ``Traceback (most recent call last):`` on the header line
-    (a time stamp, ``(RayTrainWorker pid=..)``, ``[pod/../..]``, ``worker-1  | ``, a quoting
+    (a time stamp, ``(RayTrainWorker pid=..)``, docker compose's ``worker-1  | ``, a quoting
     ``> ``), without the spaces after it; ``""`` when the header starts the line or the prefix
     is a launcher's rank prefix (:func:`strip_rank_prefix` reads those)."""
     at = header.find(TRACEBACK_KEYWORD)
