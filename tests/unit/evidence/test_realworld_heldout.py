@@ -3,8 +3,8 @@ tests/data/realworld_heldout3/, tests/data/realworld_heldout4/, tests/data/realw
 tests/data/realworld_heldout6/, tests/data/realworld_heldout7/, tests/data/realworld_heldout8/,
 tests/data/realworld_heldout9/, tests/data/realworld_heldout10/, tests/data/realworld_heldout11/,
 tests/data/realworld_heldout12/, tests/data/realworld_heldout13/,
-tests/data/realworld_heldout14/, tests/data/realworld_heldout15/ and
-tests/data/realworld_heldout16/).
+tests/data/realworld_heldout14/, tests/data/realworld_heldout15/,
+tests/data/realworld_heldout16/ and tests/data/realworld_heldout17/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -137,6 +137,12 @@ codebases: protein and molecular models, interatomic potentials, weather and PDE
 Lab / Isaac Gym robot learning and other RL libraries, led by how the run ended): its size and
 category coverage when it was frozen (see its README). It was built in parallel with a fifteenth
 corpus (managed training platforms), which was not in this branch."""
+HELDOUT17_CASES = 2
+HELDOUT17_CATEGORIES = 2
+"""The seventeenth corpus (Q&A and forum threads and HPC-centre knowledge-base pages found through
+the stored-pages search, not GitHub issues, led by how the job ended): its size and category
+coverage when it was frozen (see its README). It was built in parallel with an eighteenth corpus
+(issue threads of inference and serving engines), which was not in this branch."""
 
 EARLIER5 = (DEV, DATA / "realworld_heldout", DATA / "realworld_heldout3",
             DATA / "realworld_heldout4")
@@ -151,6 +157,7 @@ EARLIER13 = (*EARLIER12, DATA / "realworld_heldout12")
 EARLIER14 = (*EARLIER13, DATA / "realworld_heldout13")
 EARLIER15 = (*EARLIER14, DATA / "realworld_heldout14")
 EARLIER16 = (*EARLIER15, DATA / "realworld_heldout15")
+EARLIER17 = (*EARLIER16, DATA / "realworld_heldout16")
 
 CORPORA = (
     Corpus(DATA / "realworld_heldout", 112, 3, (DEV,), len(LOG_CATEGORIES)),
@@ -169,6 +176,7 @@ CORPORA = (
     Corpus(DATA / "realworld_heldout14", HELDOUT14_CASES, 1, EARLIER14, HELDOUT14_CATEGORIES),
     Corpus(DATA / "realworld_heldout15", HELDOUT15_CASES, 1, EARLIER15, HELDOUT15_CATEGORIES),
     Corpus(DATA / "realworld_heldout16", HELDOUT16_CASES, 1, EARLIER16, HELDOUT16_CATEGORIES),
+    Corpus(DATA / "realworld_heldout17", HELDOUT17_CASES, 1, EARLIER17, HELDOUT17_CATEGORIES),
 )
 CASES = [(c, lab) for c in CORPORA for lab in labels(c.path)]
 
