@@ -138,8 +138,8 @@ Lab / Isaac Gym robot learning and other RL libraries, led by how the run ended)
 category coverage when it was frozen (see its README). It was built in parallel with a fifteenth
 corpus (managed training platforms), which was not in this branch."""
 
-HELDOUT18_CASES = 4
-HELDOUT18_CATEGORIES = 2
+HELDOUT18_CASES = 6
+HELDOUT18_CATEGORIES = 3
 """The eighteenth corpus (issue threads of multi-GPU inference / serving engines and RLHF rollout
 servers other than vLLM: SGLang, TensorRT-LLM and its Triton backend, text-generation-inference,
 LMDeploy, llama.cpp CUDA multi-GPU, Mooncake and similar, led by how the process ended): its size
