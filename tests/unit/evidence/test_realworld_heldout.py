@@ -4,7 +4,8 @@ tests/data/realworld_heldout6/, tests/data/realworld_heldout7/, tests/data/realw
 tests/data/realworld_heldout9/, tests/data/realworld_heldout10/, tests/data/realworld_heldout11/,
 tests/data/realworld_heldout12/, tests/data/realworld_heldout13/,
 tests/data/realworld_heldout14/, tests/data/realworld_heldout15/,
-tests/data/realworld_heldout16/ and tests/data/realworld_heldout17/).
+tests/data/realworld_heldout16/, tests/data/realworld_heldout17/ and
+tests/data/realworld_heldout18/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -144,6 +145,14 @@ the stored-pages search, not GitHub issues, led by how the job ended): its size 
 coverage when it was frozen (see its README). It was built in parallel with an eighteenth corpus
 (issue threads of inference and serving engines), which was not in this branch."""
 
+HELDOUT18_CASES = 6
+HELDOUT18_CATEGORIES = 3
+"""The eighteenth corpus (issue threads of multi-GPU inference / serving engines and RLHF rollout
+servers other than vLLM: SGLang, TensorRT-LLM and its Triton backend, text-generation-inference,
+LMDeploy, llama.cpp CUDA multi-GPU, Mooncake and similar, led by how the process ended): its size
+and category coverage when it was frozen (see its README). It was built in parallel with a
+seventeenth corpus (Q&A forums), which was not in this branch."""
+
 EARLIER5 = (DEV, DATA / "realworld_heldout", DATA / "realworld_heldout3",
             DATA / "realworld_heldout4")
 EARLIER6 = (*EARLIER5, DATA / "realworld_heldout5")
@@ -158,6 +167,7 @@ EARLIER14 = (*EARLIER13, DATA / "realworld_heldout13")
 EARLIER15 = (*EARLIER14, DATA / "realworld_heldout14")
 EARLIER16 = (*EARLIER15, DATA / "realworld_heldout15")
 EARLIER17 = (*EARLIER16, DATA / "realworld_heldout16")
+EARLIER18 = (*EARLIER17, DATA / "realworld_heldout17")
 
 CORPORA = (
     Corpus(DATA / "realworld_heldout", 112, 3, (DEV,), len(LOG_CATEGORIES)),
@@ -177,6 +187,7 @@ CORPORA = (
     Corpus(DATA / "realworld_heldout15", HELDOUT15_CASES, 1, EARLIER15, HELDOUT15_CATEGORIES),
     Corpus(DATA / "realworld_heldout16", HELDOUT16_CASES, 1, EARLIER16, HELDOUT16_CATEGORIES),
     Corpus(DATA / "realworld_heldout17", HELDOUT17_CASES, 1, EARLIER17, HELDOUT17_CATEGORIES),
+    Corpus(DATA / "realworld_heldout18", HELDOUT18_CASES, 1, EARLIER18, HELDOUT18_CATEGORIES),
 )
 CASES = [(c, lab) for c in CORPORA for lab in labels(c.path)]
 
