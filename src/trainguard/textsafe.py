@@ -25,6 +25,7 @@ _ESCAPES = re.compile(
     r"|(?:\x1b[\]PX^_]|[\x90\x9d\x98\x9e\x9f])[^\x07\x1b\x9c]{0,4096}(?:\x07|\x1b\\|\x9c)?"
     r"|\x1b[ -/]*[0-~]?"
 )
+_INTRODUCER = re.compile(r"[\x1b\x90\x98\x9b\x9d\x9e\x9f]")
 _CONTROLS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
 _CONTROLS_KEEP_NL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
@@ -35,7 +36,7 @@ def strip_escapes(text: str) -> str:
         >>> strip_escapes("\\x1b[1;31mKilled\\x1b[0m")
         'Killed'
     """
-    return _ESCAPES.sub("", text) if "\x1b" in text or "\x9b" in text else text
+    return _ESCAPES.sub("", text) if _INTRODUCER.search(text) else text
 
 
 def terminal_safe(text: str, *, keep_newlines: bool = False) -> str:

@@ -97,7 +97,8 @@ def test_a_throttled_link_names_its_host_and_nobody_else(cluster: HostCluster,
         code, report, err = check(cluster, *FAST)
     finally:
         cluster.unthrottle("host5")
-    assert code == 1, err[-2000:]
+    links = [f for f in report["findings"] if f["check"] == "link"]
+    assert code == 1, (tenth_mbit, links, err[-2000:])
     assert named(report) == {"host5"}, (report["findings"], err[-2000:])
 
 

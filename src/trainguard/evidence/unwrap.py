@@ -35,20 +35,26 @@ def unwrap_line(line: str) -> str:
         >>> unwrap_line('{"log":"Killed\\\\n","stream":"stderr","time":"2026-03-03T04:12:55Z"}')
         '2026-03-03T04:12:55Z Killed'
     """
+    if line.startswith(_DOCKER_JSON):
+        line = _docker_record(line)
     line = strip_escapes(line)
     if line.startswith("[pod/") and (m := _KUBECTL_PREFIX.match(line)):
         return line[m.end():]
-    if line.startswith(_DOCKER_JSON):
-        try:
-            record = json.loads(line)
-        except ValueError:
-            return line
-        text = record.get("log") if isinstance(record, dict) else None
-        if isinstance(text, str):
-            when = record.get("time")
-            text = text.rstrip("\r\n")
-            return f"{when} {text}" if isinstance(when, str) and when else text
     return line
+
+
+def _docker_record(line: str) -> str:
+    """A Docker json-file record's line, its ``time`` in front; ``line`` if it is not one."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return line
+    text = record.get("log") if isinstance(record, dict) else None
+    if not isinstance(text, str):
+        return line
+    when = record.get("time")
+    text = text.rstrip("\r\n")
+    return f"{when} {text}" if isinstance(when, str) and when else text
 
 
 __all__ = ["unwrap_line"]

@@ -116,6 +116,9 @@ def test_docker_json_file_record_keeps_its_time(tmp_path: Path) -> None:
     assert events and events[0].time is not None
     assert abs(events[0].time - 1772511175.123456) < 1e-3
     assert unwrap_line('{"log": broken') == '{"log": broken'
+    # A coloured line inside a record: JSON escapes the colour codes, unwrapping drops them.
+    coloured = json.dumps({"log": "\x1b[31mKilled\x1b[0m\n", "time": "2026-03-03T04:12:55Z"})
+    assert unwrap_line(coloured) == "2026-03-03T04:12:55Z Killed"
 
 
 # ---------------------------------------------------------------------- the promise -----------
