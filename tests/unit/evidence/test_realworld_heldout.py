@@ -153,42 +153,39 @@ LMDeploy, llama.cpp CUDA multi-GPU, Mooncake and similar, led by how the process
 and category coverage when it was frozen (see its README). It was built in parallel with a
 seventeenth corpus (Q&A forums), which was not in this branch."""
 
-EARLIER5 = (DEV, DATA / "realworld_heldout", DATA / "realworld_heldout3",
-            DATA / "realworld_heldout4")
-EARLIER6 = (*EARLIER5, DATA / "realworld_heldout5")
-EARLIER7 = (*EARLIER6, DATA / "realworld_heldout6")
-EARLIER8 = (*EARLIER7, DATA / "realworld_heldout7")
-EARLIER9 = (*EARLIER8, DATA / "realworld_heldout8")
-EARLIER10 = (*EARLIER9, DATA / "realworld_heldout9")
-EARLIER11 = (*EARLIER10, DATA / "realworld_heldout10")
-EARLIER12 = (*EARLIER11, DATA / "realworld_heldout11")
-EARLIER13 = (*EARLIER12, DATA / "realworld_heldout12")
-EARLIER14 = (*EARLIER13, DATA / "realworld_heldout13")
-EARLIER15 = (*EARLIER14, DATA / "realworld_heldout14")
-EARLIER16 = (*EARLIER15, DATA / "realworld_heldout15")
-EARLIER17 = (*EARLIER16, DATA / "realworld_heldout16")
-EARLIER18 = (*EARLIER17, DATA / "realworld_heldout17")
-
-CORPORA = (
-    Corpus(DATA / "realworld_heldout", 112, 3, (DEV,), len(LOG_CATEGORIES)),
-    Corpus(DATA / "realworld_heldout3", 41, 1, (DEV, DATA / "realworld_heldout"), 12),
-    Corpus(DATA / "realworld_heldout4", HELDOUT4_CASES, 1,
-           (DEV, DATA / "realworld_heldout", DATA / "realworld_heldout3"), HELDOUT4_CATEGORIES),
-    Corpus(DATA / "realworld_heldout5", HELDOUT5_CASES, 1, EARLIER5, HELDOUT5_CATEGORIES),
-    Corpus(DATA / "realworld_heldout6", HELDOUT6_CASES, 1, EARLIER6, HELDOUT6_CATEGORIES),
-    Corpus(DATA / "realworld_heldout7", HELDOUT7_CASES, 1, EARLIER7, HELDOUT7_CATEGORIES),
-    Corpus(DATA / "realworld_heldout8", HELDOUT8_CASES, 1, EARLIER8, HELDOUT8_CATEGORIES),
-    Corpus(DATA / "realworld_heldout9", HELDOUT9_CASES, 1, EARLIER9, HELDOUT9_CATEGORIES),
-    Corpus(DATA / "realworld_heldout10", HELDOUT10_CASES, 1, EARLIER10, HELDOUT10_CATEGORIES),
-    Corpus(DATA / "realworld_heldout11", HELDOUT11_CASES, 1, EARLIER11, HELDOUT11_CATEGORIES),
-    Corpus(DATA / "realworld_heldout12", HELDOUT12_CASES, 1, EARLIER12, HELDOUT12_CATEGORIES),
-    Corpus(DATA / "realworld_heldout13", HELDOUT13_CASES, 1, EARLIER13, HELDOUT13_CATEGORIES),
-    Corpus(DATA / "realworld_heldout14", HELDOUT14_CASES, 1, EARLIER14, HELDOUT14_CATEGORIES),
-    Corpus(DATA / "realworld_heldout15", HELDOUT15_CASES, 1, EARLIER15, HELDOUT15_CATEGORIES),
-    Corpus(DATA / "realworld_heldout16", HELDOUT16_CASES, 1, EARLIER16, HELDOUT16_CATEGORIES),
-    Corpus(DATA / "realworld_heldout17", HELDOUT17_CASES, 1, EARLIER17, HELDOUT17_CATEGORIES),
-    Corpus(DATA / "realworld_heldout18", HELDOUT18_CASES, 1, EARLIER18, HELDOUT18_CATEGORIES),
+FROZEN = (
+    ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
+    ("realworld_heldout3", 41, 1, 12),
+    ("realworld_heldout4", HELDOUT4_CASES, 1, HELDOUT4_CATEGORIES),
+    ("realworld_heldout5", HELDOUT5_CASES, 1, HELDOUT5_CATEGORIES),
+    ("realworld_heldout6", HELDOUT6_CASES, 1, HELDOUT6_CATEGORIES),
+    ("realworld_heldout7", HELDOUT7_CASES, 1, HELDOUT7_CATEGORIES),
+    ("realworld_heldout8", HELDOUT8_CASES, 1, HELDOUT8_CATEGORIES),
+    ("realworld_heldout9", HELDOUT9_CASES, 1, HELDOUT9_CATEGORIES),
+    ("realworld_heldout10", HELDOUT10_CASES, 1, HELDOUT10_CATEGORIES),
+    ("realworld_heldout11", HELDOUT11_CASES, 1, HELDOUT11_CATEGORIES),
+    ("realworld_heldout12", HELDOUT12_CASES, 1, HELDOUT12_CATEGORIES),
+    ("realworld_heldout13", HELDOUT13_CASES, 1, HELDOUT13_CATEGORIES),
+    ("realworld_heldout14", HELDOUT14_CASES, 1, HELDOUT14_CATEGORIES),
+    ("realworld_heldout15", HELDOUT15_CASES, 1, HELDOUT15_CATEGORIES),
+    ("realworld_heldout16", HELDOUT16_CASES, 1, HELDOUT16_CATEGORIES),
+    ("realworld_heldout17", HELDOUT17_CASES, 1, HELDOUT17_CATEGORIES),
+    ("realworld_heldout18", HELDOUT18_CASES, 1, HELDOUT18_CATEGORIES),
 )
+"""(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
+they were collected: each must share nothing with the development corpus and every one before it."""
+
+
+def _in_order(frozen: tuple[tuple[str, int, int, int], ...]) -> tuple[Corpus, ...]:
+    earlier = [DEV]
+    out = []
+    for name, cases, lines, categories in frozen:
+        out.append(Corpus(DATA / name, cases, lines, tuple(earlier), categories))
+        earlier.append(DATA / name)
+    return tuple(out)
+
+
+CORPORA = _in_order(FROZEN)
 CASES = [(c, lab) for c in CORPORA for lab in labels(c.path)]
 
 
