@@ -155,7 +155,7 @@ class _FileScan:
         self.stats.candidate_lines += 1
         text = unwrap_line(raw)
         if TRACEBACK_KEYWORD in text:
-            return self.traceback(line_no, raw, following(_TRACEBACK_MAX_LINES))
+            return self.traceback(line_no, raw, text, following(_TRACEBACK_MAX_LINES))
         ctx = self.context(line_no, text, raw)
         after = [unwrap_line(x) for x in following(200)] if self._needs_after(text) else []
         ev = self.file_context.observe(
@@ -172,11 +172,12 @@ class _FileScan:
         multi = self.rules.multiline_start
         return FALLEN_OFF_START in text or (multi is not None and multi.search(text) is not None)
 
-    def traceback(self, line_no: int, header: str, raw_after: list[str]
+    def traceback(self, line_no: int, header: str, header_text: str, raw_after: list[str]
                   ) -> FailureEvent | None:
-        """Read a traceback forward to its exception line and classify that line."""
+        """Read a traceback forward to its exception line and classify that line (``header``
+        as read, ``header_text`` unwrapped)."""
         after = [unwrap_line(x) for x in raw_after]
-        found = find_exception_line(unwrap_line(header), after)
+        found = find_exception_line(header_text, after)
         if found is None:
             return None
         exc_no = line_no + found.offset
