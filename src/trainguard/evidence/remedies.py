@@ -11,6 +11,12 @@ wrong way. Three documented cases, all ``fix_config``:
    the fix is a setting (a longer ``timeout`` for the process group, e.g. ``ddp_timeout``, or
    preparing the data before the group is created). Every timeout line in the incident has to
    name an early collective: one later number means training had been running.
+
+   Likewise a watchdog whose own line says it was set far below PyTorch's defaults (``WorkNCCL(...,
+   Timeout(ms)=60000)``, Gloo's ``Timed out waiting 60000ms``; the defaults are 10 minutes for
+   NCCL and 30 for other back ends): a rank that validates, caches a dataset or consolidates a
+   checkpoint alone for a minute or two trips it, and a rerun trips it again. Every timeout line
+   that names its limit has to name one under :data:`SHORT_TIMEOUT_MS`.
 2. **The installation does not match the hardware or itself.** The dynamic loader's
    ``cannot open shared object file`` and ``undefined symbol:`` / ``version `GLIBCXX_...' not
    found``, CUDA's ``invalid device function`` and ``no kernel image is available`` (the kernels
@@ -51,11 +57,16 @@ from trainguard.taxonomy import Action, Category
 EARLY_COLLECTIVES = 5
 """Collectives a process group issues while being set up (parameter checks and broadcasts of
 DDP/FSDP/DeepSpeed, a first barrier): a timeout at or below this number came before training."""
+SHORT_TIMEOUT_MS = 300_000
+"""A collective timeout set below this (half the shortest default PyTorch has used, 10 minutes
+for NCCL) is shorter than ordinary single-rank work between collectives takes."""
 EARLY_TIMEOUT = "early_collective_timeout"
+SHORT_TIMEOUT = "short_collective_timeout"
 INSTALL_MISMATCH = "install_mismatch"
 NETWORK_SETUP = "network_setup"
 
 _SEQ = compile_re2(r"WorkNCCL\(\s*SeqNum=(\d+)|detected by watchdog at work: (\d+)")
+_LIMIT = compile_re2(r"Timeout\(ms\)=(\d+)|[Tt]imed out waiting (\d+) ?ms\b")
 _MISMATCH = compile_re2(
     r"cannot open shared object file|undefined symbol: |version `[A-Z_]+[0-9.]*' not found|"
     r"invalid device function|no kernel image is available|"
@@ -100,6 +111,22 @@ def early_timeout(lines: Iterable[str]) -> bool:
     return bool(seqs) and max(seqs) <= EARLY_COLLECTIVES
 
 
+def timeout_limits_ms(lines: Iterable[str]) -> list[int]:
+    """The limits (ms) the collective timeout lines say they were set to, in line order."""
+    out: list[int] = []
+    for text in lines:
+        m = _LIMIT.search(text[:CUE_CHARS])
+        if m is not None:
+            out.append(int(m.group(1) or m.group(2)))
+    return out
+
+
+def short_timeout(lines: Iterable[str]) -> bool:
+    """Some timeout line names its limit and every limit named is under SHORT_TIMEOUT_MS."""
+    limits = timeout_limits_ms(lines)
+    return bool(limits) and max(limits) < SHORT_TIMEOUT_MS
+
+
 def install_mismatch(lines: Iterable[str]) -> bool:
     """A line says a library, a build or a driver is of the wrong version."""
     return any(_MISMATCH.search(text[:CUE_CHARS]) is not None for text in lines)
@@ -122,6 +149,8 @@ def evidence_remedy(category: Category, action: Action, lines: Sequence[str]) ->
         return None
     if category is Category.NCCL_TIMEOUT_HANG and early_timeout(lines):
         return Remedy(Action.FIX_CONFIG, EARLY_TIMEOUT)
+    if category is Category.NCCL_TIMEOUT_HANG and short_timeout(lines):
+        return Remedy(Action.FIX_CONFIG, SHORT_TIMEOUT)
     if action is Action.FIX_CODE and install_mismatch(lines):
         return Remedy(Action.FIX_CONFIG, INSTALL_MISMATCH)
     if action is Action.CHECK_NETWORK and network_setup(lines):
@@ -129,6 +158,7 @@ def evidence_remedy(category: Category, action: Action, lines: Sequence[str]) ->
     return None
 
 
-__all__ = ["EARLY_COLLECTIVES", "EARLY_TIMEOUT", "INSTALL_MISMATCH", "NETWORK_SETUP", "Remedy",
-           "early_timeout", "evidence_remedy", "install_mismatch", "network_setup",
+__all__ = ["EARLY_COLLECTIVES", "EARLY_TIMEOUT", "INSTALL_MISMATCH", "NETWORK_SETUP",
+           "SHORT_TIMEOUT", "SHORT_TIMEOUT_MS", "Remedy", "early_timeout", "evidence_remedy",
+           "install_mismatch", "network_setup", "short_timeout", "timeout_limits_ms",
            "timeout_sequence_numbers"]

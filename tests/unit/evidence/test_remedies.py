@@ -15,10 +15,14 @@ from trainguard.evidence.remedies import (
     EARLY_TIMEOUT,
     INSTALL_MISMATCH,
     NETWORK_SETUP,
+    SHORT_TIMEOUT,
+    SHORT_TIMEOUT_MS,
     early_timeout,
     evidence_remedy,
     install_mismatch,
     network_setup,
+    short_timeout,
+    timeout_limits_ms,
     timeout_sequence_numbers,
 )
 from trainguard.taxonomy import Action, Category
@@ -34,10 +38,11 @@ def first(tmp_path: Path, lines: list[str]) -> Incident:
     return incidents[0]
 
 
-def watchdog(seq: int, rank: int = 3) -> str:
+def watchdog(seq: int, rank: int = 3, limit_ms: int = 600000) -> str:
     return (f"[rank{rank}]:[E ProcessGroupNCCL.cpp:612] [Rank {rank}] Watchdog caught collective "
             f"operation timeout: WorkNCCL(SeqNum={seq}, OpType=BROADCAST, NumelIn=4096, "
-            f"NumelOut=4096, Timeout(ms)=600000) ran for 600104 milliseconds before timing out.")
+            f"NumelOut=4096, Timeout(ms)={limit_ms}) ran for {limit_ms + 104} milliseconds "
+            "before timing out.")
 
 
 def test_sequence_numbers_in_both_watchdog_forms() -> None:
@@ -73,6 +78,41 @@ def test_a_hang_in_the_first_collectives_is_a_setting(tmp_path: Path) -> None:
 def test_a_hang_after_training_started_stays_a_restart(tmp_path: Path) -> None:
     inc = first(tmp_path, ["step 5000 loss 1.71", watchdog(48211)])
     assert (inc.category, inc.action) == (Category.NCCL_TIMEOUT_HANG, Action.RESTART_JOB)
+
+
+def test_limits_in_the_nccl_and_gloo_forms() -> None:
+    lines = [watchdog(812, limit_ms=60000),
+             "[E ProcessGroupGloo.cpp:138] Rank 1 failed to pass monitoredBarrier in 30000 ms",
+             "RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:84] Timed "
+             "out waiting 45000ms for recv operation to complete",
+             "epoch 3 step 60000 loss 1.21"]
+    assert timeout_limits_ms(lines) == [60000, 45000]
+
+
+@pytest.mark.parametrize(("limits", "short"), [
+    ([60000], True), ([1], True), ([SHORT_TIMEOUT_MS - 1, 60000], True),
+    ([SHORT_TIMEOUT_MS], False), ([60000, 1800000], False), ([], False)])
+def test_every_limit_named_must_be_short(limits: list[int], short: bool) -> None:
+    assert short_timeout([watchdog(900 + i, rank=i, limit_ms=t)
+                          for i, t in enumerate(limits)]) is short
+
+
+def test_a_hang_under_a_short_limit_is_a_setting(tmp_path: Path) -> None:
+    """Mid-training (collective 4127), but the watchdog was set to one minute: a validation pass
+    on rank 0 outlasts it, and a rerun would trip it again."""
+    inc = first(tmp_path, ["step 8000 loss 1.64", watchdog(4127, limit_ms=60000)])
+    assert inc.category is Category.NCCL_TIMEOUT_HANG
+    assert inc.root_cause.action is Action.RESTART_JOB
+    assert inc.action is Action.FIX_CONFIG
+    how = inc.to_dict()["inferred_action"]
+    assert isinstance(how, dict)
+    assert how["cues"] == [SHORT_TIMEOUT] and how["rule_action"] == "restart_job"
+
+
+def test_a_hang_under_a_default_limit_stays_a_restart(tmp_path: Path) -> None:
+    for limit in (600000, 1800000):
+        inc = first(tmp_path, ["step 8000 loss 1.64", watchdog(4127, limit_ms=limit)])
+        assert inc.action is Action.RESTART_JOB, limit
 
 
 def test_one_late_rank_means_training_had_started(tmp_path: Path) -> None:
