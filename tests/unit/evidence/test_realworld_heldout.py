@@ -5,7 +5,9 @@ tests/data/realworld_heldout9/, tests/data/realworld_heldout10/, tests/data/real
 tests/data/realworld_heldout12/, tests/data/realworld_heldout13/,
 tests/data/realworld_heldout14/, tests/data/realworld_heldout15/,
 tests/data/realworld_heldout16/, tests/data/realworld_heldout17/,
-tests/data/realworld_heldout18/ and tests/data/realworld_heldout19/).
+tests/data/realworld_heldout18/, tests/data/realworld_heldout19/,
+tests/data/realworld_heldout20/, tests/data/realworld_heldout21/ and
+tests/data/realworld_heldout22/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -160,6 +162,13 @@ amdgpu driver, ROCm TransformerEngine and the ROCm Megatron-LM images, restricte
 / MI250X / MI300X multi-GPU and multi-node training runs, led by how the run ended): its size and
 category coverage when it was frozen (see its README). It was built in parallel with another
 helper's corpus, which was not in this branch."""
+HELDOUT20_CASES = 5
+HELDOUT20_CATEGORIES = 3
+"""The twentieth corpus (issue threads of expert-parallel (MoE) communication libraries and the
+GPU communication / RDMA layer under them other than NCCL itself: DeepEP, NVSHMEM, UCCL-EP,
+ByteDance Triton-distributed and similar, led by how the run ended): its size and category
+coverage when it was frozen (see its README). It was built in parallel with another held-out
+corpus; no realworld_heldout19 was in this branch."""
 
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
@@ -180,6 +189,7 @@ FROZEN = (
     ("realworld_heldout17", HELDOUT17_CASES, 1, HELDOUT17_CATEGORIES),
     ("realworld_heldout18", HELDOUT18_CASES, 1, HELDOUT18_CATEGORIES),
     ("realworld_heldout19", HELDOUT19_CASES, 1, HELDOUT19_CATEGORIES),
+    ("realworld_heldout20", HELDOUT20_CASES, 1, HELDOUT20_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
