@@ -4,8 +4,8 @@ tests/data/realworld_heldout6/, tests/data/realworld_heldout7/, tests/data/realw
 tests/data/realworld_heldout9/, tests/data/realworld_heldout10/, tests/data/realworld_heldout11/,
 tests/data/realworld_heldout12/, tests/data/realworld_heldout13/,
 tests/data/realworld_heldout14/, tests/data/realworld_heldout15/,
-tests/data/realworld_heldout16/, tests/data/realworld_heldout17/ and
-tests/data/realworld_heldout18/).
+tests/data/realworld_heldout16/, tests/data/realworld_heldout17/,
+tests/data/realworld_heldout18/ and tests/data/realworld_heldout21/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -152,6 +152,13 @@ servers other than vLLM: SGLang, TensorRT-LLM and its Triton backend, text-gener
 LMDeploy, llama.cpp CUDA multi-GPU, Mooncake and similar, led by how the process ended): its size
 and category coverage when it was frozen (see its README). It was built in parallel with a
 seventeenth corpus (Q&A forums), which was not in this branch."""
+HELDOUT21_CASES = 7
+HELDOUT21_CATEGORIES = 4
+"""The twenty-first corpus (issue threads of GPU data-science, gradient-boosting and recommender
+training outside the deep-learning frameworks' own repositories: XGBoost GPU / Dask, CatBoost GPU,
+dask-cuda and the RAPIDS stack, cuML, led by how the run ended): its size and category coverage
+when it was frozen (see its README). It was built in parallel with other corpora (the nineteenth
+and twentieth), which were not in this branch."""
 
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
@@ -171,6 +178,7 @@ FROZEN = (
     ("realworld_heldout16", HELDOUT16_CASES, 1, HELDOUT16_CATEGORIES),
     ("realworld_heldout17", HELDOUT17_CASES, 1, HELDOUT17_CATEGORIES),
     ("realworld_heldout18", HELDOUT18_CASES, 1, HELDOUT18_CATEGORIES),
+    ("realworld_heldout21", HELDOUT21_CASES, 1, HELDOUT21_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
