@@ -154,6 +154,13 @@ servers other than vLLM: SGLang, TensorRT-LLM and its Triton backend, text-gener
 LMDeploy, llama.cpp CUDA multi-GPU, Mooncake and similar, led by how the process ended): its size
 and category coverage when it was frozen (see its README). It was built in parallel with a
 seventeenth corpus (Q&A forums), which was not in this branch."""
+HELDOUT21_CASES = 7
+HELDOUT21_CATEGORIES = 4
+"""The twenty-first corpus (issue threads of GPU data-science, gradient-boosting and recommender
+training outside the deep-learning frameworks' own repositories: XGBoost GPU / Dask, CatBoost GPU,
+dask-cuda and the RAPIDS stack, cuML, led by how the run ended): its size and category coverage
+when it was frozen (see its README). It was built in parallel with other corpora (the nineteenth
+and twentieth), which were not in this branch."""
 
 HELDOUT19_CASES = 4
 HELDOUT19_CATEGORIES = 3
@@ -190,6 +197,7 @@ FROZEN = (
     ("realworld_heldout18", HELDOUT18_CASES, 1, HELDOUT18_CATEGORIES),
     ("realworld_heldout19", HELDOUT19_CASES, 1, HELDOUT19_CATEGORIES),
     ("realworld_heldout20", HELDOUT20_CASES, 1, HELDOUT20_CATEGORIES),
+    ("realworld_heldout21", HELDOUT21_CASES, 1, HELDOUT21_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
