@@ -4,8 +4,8 @@ tests/data/realworld_heldout6/, tests/data/realworld_heldout7/, tests/data/realw
 tests/data/realworld_heldout9/, tests/data/realworld_heldout10/, tests/data/realworld_heldout11/,
 tests/data/realworld_heldout12/, tests/data/realworld_heldout13/,
 tests/data/realworld_heldout14/, tests/data/realworld_heldout15/,
-tests/data/realworld_heldout16/, tests/data/realworld_heldout17/ and
-tests/data/realworld_heldout18/).
+tests/data/realworld_heldout16/, tests/data/realworld_heldout17/,
+tests/data/realworld_heldout18/ and tests/data/realworld_heldout22/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -153,6 +153,14 @@ LMDeploy, llama.cpp CUDA multi-GPU, Mooncake and similar, led by how the process
 and category coverage when it was frozen (see its README). It was built in parallel with a
 seventeenth corpus (Q&A forums), which was not in this branch."""
 
+HELDOUT22_CASES = 6
+HELDOUT22_CATEGORIES = 4
+"""The twenty-second corpus (issue threads of rented and hosted GPU platforms and their images:
+Google Colab, Kaggle's images, Azure AKS GPU node images, and the RunPod, Modal, vast.ai, Lambda,
+Replicate cog, Together, GKE and EKS GPU repositories searched alongside, led by how the run
+ended): its size and category coverage when it was frozen (see its README). It was built in
+parallel with other helpers' corpora, which were not in this branch."""
+
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
     ("realworld_heldout3", 41, 1, 12),
@@ -171,6 +179,7 @@ FROZEN = (
     ("realworld_heldout16", HELDOUT16_CASES, 1, HELDOUT16_CATEGORIES),
     ("realworld_heldout17", HELDOUT17_CASES, 1, HELDOUT17_CATEGORIES),
     ("realworld_heldout18", HELDOUT18_CASES, 1, HELDOUT18_CATEGORIES),
+    ("realworld_heldout22", HELDOUT22_CASES, 1, HELDOUT22_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
