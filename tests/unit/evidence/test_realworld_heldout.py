@@ -154,28 +154,42 @@ servers other than vLLM: SGLang, TensorRT-LLM and its Triton backend, text-gener
 LMDeploy, llama.cpp CUDA multi-GPU, Mooncake and similar, led by how the process ended): its size
 and category coverage when it was frozen (see its README). It was built in parallel with a
 seventeenth corpus (Q&A forums), which was not in this branch."""
-HELDOUT21_CASES = 7
-HELDOUT21_CATEGORIES = 4
-"""The twenty-first corpus (issue threads of GPU data-science, gradient-boosting and recommender
-training outside the deep-learning frameworks' own repositories: XGBoost GPU / Dask, CatBoost GPU,
-dask-cuda and the RAPIDS stack, cuML, led by how the run ended): its size and category coverage
-when it was frozen (see its README). It was built in parallel with other corpora (the nineteenth
-and twentieth), which were not in this branch."""
 
 HELDOUT19_CASES = 4
 HELDOUT19_CATEGORIES = 3
 """The nineteenth corpus (issue threads of the AMD GPU training stack: RCCL, ROCm / HIP and the
 amdgpu driver, ROCm TransformerEngine and the ROCm Megatron-LM images, restricted to MI100 / MI250
 / MI250X / MI300X multi-GPU and multi-node training runs, led by how the run ended): its size and
-category coverage when it was frozen (see its README). It was built in parallel with another
-helper's corpus, which was not in this branch."""
+category coverage when it was frozen (see its README). It was one of four corpora built in parallel
+(heldout19-22), each by its own helper in its own branch; the independence test checks each against
+the ones before it in this order."""
+
 HELDOUT20_CASES = 5
 HELDOUT20_CATEGORIES = 3
-"""The twentieth corpus (issue threads of expert-parallel (MoE) communication libraries and the
-GPU communication / RDMA layer under them other than NCCL itself: DeepEP, NVSHMEM, UCCL-EP,
-ByteDance Triton-distributed and similar, led by how the run ended): its size and category
-coverage when it was frozen (see its README). It was built in parallel with another held-out
-corpus; no realworld_heldout19 was in this branch."""
+"""The twentieth corpus (issue threads of expert-parallel (MoE) communication libraries and the GPU
+communication / RDMA layer under them other than NCCL itself: DeepEP, NVSHMEM, UCCL-EP, ByteDance
+Triton-distributed and similar, led by how the run ended): its size and category coverage when it
+was frozen (see its README). It was one of four corpora built in parallel (heldout19-22), each by
+its own helper in its own branch; the independence test checks each against the ones before it in
+this order."""
+
+HELDOUT21_CASES = 7
+HELDOUT21_CATEGORIES = 4
+"""The twenty-first corpus (issue threads of GPU data-science, gradient-boosting and recommender
+training outside the deep-learning frameworks' own repositories: XGBoost GPU / Dask, CatBoost GPU,
+dask-cuda and the RAPIDS stack, cuML, led by how the run ended): its size and category coverage
+when it was frozen (see its README). It was one of four corpora built in parallel (heldout19-22),
+each by its own helper in its own branch; the independence test checks each against the ones before
+it in this order."""
+
+HELDOUT22_CASES = 6
+HELDOUT22_CATEGORIES = 4
+"""The twenty-second corpus (issue threads of rented and hosted GPU platforms and their images:
+Google Colab, Kaggle's images, Azure AKS GPU node images, and the RunPod, Modal, vast.ai, Lambda,
+Replicate cog, Together, GKE and EKS GPU repositories searched alongside, led by how the run
+ended): its size and category coverage when it was frozen (see its README). It was one of four
+corpora built in parallel (heldout19-22), each by its own helper in its own branch; the
+independence test checks each against the ones before it in this order."""
 
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
@@ -198,6 +212,7 @@ FROZEN = (
     ("realworld_heldout19", HELDOUT19_CASES, 1, HELDOUT19_CATEGORIES),
     ("realworld_heldout20", HELDOUT20_CASES, 1, HELDOUT20_CATEGORIES),
     ("realworld_heldout21", HELDOUT21_CASES, 1, HELDOUT21_CATEGORIES),
+    ("realworld_heldout22", HELDOUT22_CASES, 1, HELDOUT22_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
