@@ -8,6 +8,7 @@ tests/data/realworld_heldout16/, tests/data/realworld_heldout17/,
 tests/data/realworld_heldout18/, tests/data/realworld_heldout19/,
 tests/data/realworld_heldout20/, tests/data/realworld_heldout21/,
 tests/data/realworld_heldout22/ and tests/data/realworld_heldout23/).
+tests/data/realworld_heldout22/ and tests/data/realworld_heldout24/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -198,6 +199,14 @@ language-model training codebases: PyTorch Lightning, fairscale, metaseq and nan
 gpt-neox, composer, fairseq, Megatron-DeepSpeed, llm.c, OLMo and the like searched alongside, led by
 how the run ended): its size and category coverage when it was frozen (see its README). It was
 built in parallel with the twenty-fourth and twenty-fifth corpora, which were not in this branch."""
+HELDOUT24_CASES = 10
+HELDOUT24_CATEGORIES = 3
+"""The twenty-fourth corpus (issue threads of speech and audio training toolkits: ESPnet,
+SpeechBrain, TTS / voice-conversion trainers such as StyleTTS and TensorFlowTTS, VoiceLoop and
+Magenta's music transcription, led by how the run ended): its size and category coverage when it
+was frozen (see its README). It was built in parallel with other corpora (heldout23, heldout25),
+each by its own helper in its own branch; the independence test checks each against the ones
+before it in this order."""
 
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
@@ -222,6 +231,7 @@ FROZEN = (
     ("realworld_heldout21", HELDOUT21_CASES, 1, HELDOUT21_CATEGORIES),
     ("realworld_heldout22", HELDOUT22_CASES, 1, HELDOUT22_CATEGORIES),
     ("realworld_heldout23", HELDOUT23_CASES, 1, HELDOUT23_CATEGORIES),
+    ("realworld_heldout24", HELDOUT24_CASES, 1, HELDOUT24_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
