@@ -9,6 +9,7 @@ tests/data/realworld_heldout18/, tests/data/realworld_heldout19/,
 tests/data/realworld_heldout20/, tests/data/realworld_heldout21/,
 tests/data/realworld_heldout22/ and tests/data/realworld_heldout23/).
 tests/data/realworld_heldout22/ and tests/data/realworld_heldout24/).
+tests/data/realworld_heldout22/ and tests/data/realworld_heldout25/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -207,6 +208,15 @@ Magenta's music transcription, led by how the run ended): its size and category 
 was frozen (see its README). It was built in parallel with other corpora (heldout23, heldout25),
 each by its own helper in its own branch; the independence test checks each against the ones
 before it in this order."""
+HELDOUT25_CASES = 9
+HELDOUT25_CATEGORIES = 6
+"""The twenty-fifth corpus (issue threads of medical-imaging and other domain-specific training
+frameworks: MONAI, its tutorials, model zoo, MONAI Label and research-contributions (UNETR / Swin
+UNETR), nnU-Net issue numbers no earlier corpus used, with TotalSegmentator, MedSAM / SAM
+fine-tuning, pathology (CLAM), earth-observation (torchgeo, terratorch / Prithvi), driving (UniAD)
+and document-AI repositories searched alongside, led by how the run ended): its size and category
+coverage when it was frozen (see its README). It was built in parallel with the twenty-third and
+twenty-fourth corpora, each by its own helper in its own branch, which were not in this branch."""
 
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
@@ -232,6 +242,7 @@ FROZEN = (
     ("realworld_heldout22", HELDOUT22_CASES, 1, HELDOUT22_CATEGORIES),
     ("realworld_heldout23", HELDOUT23_CASES, 1, HELDOUT23_CATEGORIES),
     ("realworld_heldout24", HELDOUT24_CASES, 1, HELDOUT24_CATEGORIES),
+    ("realworld_heldout25", HELDOUT25_CASES, 1, HELDOUT25_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
