@@ -7,9 +7,8 @@ tests/data/realworld_heldout14/, tests/data/realworld_heldout15/,
 tests/data/realworld_heldout16/, tests/data/realworld_heldout17/,
 tests/data/realworld_heldout18/, tests/data/realworld_heldout19/,
 tests/data/realworld_heldout20/, tests/data/realworld_heldout21/,
-tests/data/realworld_heldout22/ and tests/data/realworld_heldout23/).
-tests/data/realworld_heldout22/ and tests/data/realworld_heldout24/).
-tests/data/realworld_heldout22/ and tests/data/realworld_heldout25/).
+tests/data/realworld_heldout22/, tests/data/realworld_heldout23/,
+tests/data/realworld_heldout24/ and tests/data/realworld_heldout25/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -197,17 +196,20 @@ HELDOUT23_CASES = 5
 HELDOUT23_CATEGORIES = 3
 """The twenty-third corpus (issue threads of general-purpose trainer libraries and classic
 language-model training codebases: PyTorch Lightning, fairscale, metaseq and nanoGPT kept, with
-gpt-neox, composer, fairseq, Megatron-DeepSpeed, llm.c, OLMo and the like searched alongside, led by
-how the run ended): its size and category coverage when it was frozen (see its README). It was
-built in parallel with the twenty-fourth and twenty-fifth corpora, which were not in this branch."""
+gpt-neox, composer, fairseq, Megatron-DeepSpeed, llm.c, OLMo and the like searched alongside, led
+by how the run ended): its size and category coverage when it was frozen (see its README). It was
+one of three corpora built in parallel (heldout23-25), each by its own helper in its own branch;
+the independence test checks each against the ones before it in this order."""
+
 HELDOUT24_CASES = 10
 HELDOUT24_CATEGORIES = 3
 """The twenty-fourth corpus (issue threads of speech and audio training toolkits: ESPnet,
 SpeechBrain, TTS / voice-conversion trainers such as StyleTTS and TensorFlowTTS, VoiceLoop and
 Magenta's music transcription, led by how the run ended): its size and category coverage when it
-was frozen (see its README). It was built in parallel with other corpora (heldout23, heldout25),
-each by its own helper in its own branch; the independence test checks each against the ones
-before it in this order."""
+was frozen (see its README). It was one of three corpora built in parallel (heldout23-25), each by
+its own helper in its own branch; the independence test checks each against the ones before it in
+this order."""
+
 HELDOUT25_CASES = 9
 HELDOUT25_CATEGORIES = 6
 """The twenty-fifth corpus (issue threads of medical-imaging and other domain-specific training
@@ -215,8 +217,9 @@ frameworks: MONAI, its tutorials, model zoo, MONAI Label and research-contributi
 UNETR), nnU-Net issue numbers no earlier corpus used, with TotalSegmentator, MedSAM / SAM
 fine-tuning, pathology (CLAM), earth-observation (torchgeo, terratorch / Prithvi), driving (UniAD)
 and document-AI repositories searched alongside, led by how the run ended): its size and category
-coverage when it was frozen (see its README). It was built in parallel with the twenty-third and
-twenty-fourth corpora, each by its own helper in its own branch, which were not in this branch."""
+coverage when it was frozen (see its README). It was one of three corpora built in parallel
+(heldout23-25), each by its own helper in its own branch; the independence test checks each against
+the ones before it in this order."""
 
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
