@@ -1,10 +1,13 @@
-"""What the documented-form tests share (tests/unit/evidence/test_documented_forms.py and
-test_documented_infra_forms.py): one line claimed (or not) by a named rule, and a few lines
-written to a log file and scanned as `logs classify` does."""
+"""What the documented-form tests share (tests/unit/evidence/test_documented_*forms.py): one line
+claimed (or not) by a named rule, the pair of parametrized tests over a module's lists of such
+lines, and a few lines written to a log file and scanned as `logs classify` does."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
+
+import pytest
 
 from trainguard.evidence import (
     FailureEvent,
@@ -29,6 +32,27 @@ def assert_not_claimed(line: str, rule_id: str) -> None:
     """`rule_id` does not claim `line` (another rule may)."""
     m = load_rules().match(line)
     assert m is None or m.rule.id != rule_id
+
+
+FormTest = Callable[..., None]
+
+
+def form_tests(documented: Sequence[tuple[str, str, str, str]],
+               not_claimed: Sequence[tuple[str, str]]) -> tuple[FormTest, FormTest]:
+    """A module's two tests: each (line, rule id, category, action) of ``documented`` is claimed
+    by its rule, and each (line, rule id) of ``not_claimed`` is not. Bind them to module names
+    starting with ``test_`` so pytest collects them."""
+
+    @pytest.mark.parametrize(("line", "rule_id", "category", "action"), documented)
+    def test_documented_line_is_claimed(line: str, rule_id: str, category: str,
+                                        action: str) -> None:
+        assert_claimed(line, rule_id, category, action)
+
+    @pytest.mark.parametrize(("line", "rule_id"), not_claimed)
+    def test_look_alike_is_not_claimed(line: str, rule_id: str) -> None:
+        assert_not_claimed(line, rule_id)
+
+    return test_documented_line_is_claimed, test_look_alike_is_not_claimed
 
 
 def scan_lines(tmp_path: Path, lines: list[str], *, suspicious: bool = False

@@ -25,8 +25,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-from rule_forms import assert_claimed, assert_not_claimed, scan_lines
+from rule_forms import form_tests, scan_lines
 
 DEV = "amdgpu 0000:c1:00.0: amdgpu: "
 KERN = "Mar  3 04:12:55 node7 kernel: [ 5123.456789] "
@@ -137,14 +136,8 @@ NOT_CLAIMED = [
 ]
 
 
-@pytest.mark.parametrize(("line", "rule_id", "category", "action"), DOCUMENTED)
-def test_documented_line_is_claimed(line: str, rule_id: str, category: str, action: str) -> None:
-    assert_claimed(line, rule_id, category, action)
-
-
-@pytest.mark.parametrize(("line", "rule_id"), NOT_CLAIMED)
-def test_look_alike_is_not_claimed(line: str, rule_id: str) -> None:
-    assert_not_claimed(line, rule_id)
+test_documented_line_is_claimed, test_look_alike_is_not_claimed = form_tests(DOCUMENTED,
+                                                                             NOT_CLAIMED)
 
 
 def test_ring_timeout_then_reset_is_one_gpu_hardware_incident(tmp_path: Path) -> None:

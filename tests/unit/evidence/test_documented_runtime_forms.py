@@ -15,8 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-from rule_forms import assert_claimed, assert_not_claimed, scan_lines
+from rule_forms import form_tests, scan_lines
 
 GLOG = "E0303 04:12:55.123456  41233 "
 
@@ -64,14 +63,8 @@ NOT_CLAIMED = [
 ]
 
 
-@pytest.mark.parametrize(("line", "rule_id", "category", "action"), DOCUMENTED)
-def test_documented_line_is_claimed(line: str, rule_id: str, category: str, action: str) -> None:
-    assert_claimed(line, rule_id, category, action)
-
-
-@pytest.mark.parametrize(("line", "rule_id"), NOT_CLAIMED)
-def test_look_alike_is_not_claimed(line: str, rule_id: str) -> None:
-    assert_not_claimed(line, rule_id)
+test_documented_line_is_claimed, test_look_alike_is_not_claimed = form_tests(DOCUMENTED,
+                                                                             NOT_CLAIMED)
 
 
 def test_allocator_refusal_with_its_detail_line_is_one_gpu_oom(tmp_path: Path) -> None:
