@@ -51,7 +51,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from trainguard.evidence.events import CUE_CHARS
-from trainguard.evidence.rules import compile_re2
+from trainguard.evidence.rules import Pattern, compile_re2
 from trainguard.taxonomy import Action, Category
 
 EARLY_COLLECTIVES = 5
@@ -95,14 +95,20 @@ class Remedy:
     reason: str
 
 
-def timeout_sequence_numbers(lines: Iterable[str]) -> list[int]:
-    """The collective numbers the watchdog timeout lines name, in line order."""
+def _numbers(rx: Pattern, lines: Iterable[str]) -> list[int]:
+    """The number each line's first match of ``rx`` names (its first group that matched), in
+    line order; lines without a match are skipped."""
     out: list[int] = []
     for text in lines:
-        m = _SEQ.search(text[:CUE_CHARS])
+        m = rx.search(text[:CUE_CHARS])
         if m is not None:
             out.append(int(m.group(1) or m.group(2)))
     return out
+
+
+def timeout_sequence_numbers(lines: Iterable[str]) -> list[int]:
+    """The collective numbers the watchdog timeout lines name, in line order."""
+    return _numbers(_SEQ, lines)
 
 
 def early_timeout(lines: Iterable[str]) -> bool:
@@ -113,12 +119,7 @@ def early_timeout(lines: Iterable[str]) -> bool:
 
 def timeout_limits_ms(lines: Iterable[str]) -> list[int]:
     """The limits (ms) the collective timeout lines say they were set to, in line order."""
-    out: list[int] = []
-    for text in lines:
-        m = _LIMIT.search(text[:CUE_CHARS])
-        if m is not None:
-            out.append(int(m.group(1) or m.group(2)))
-    return out
+    return _numbers(_LIMIT, lines)
 
 
 def short_timeout(lines: Iterable[str]) -> bool:
