@@ -118,6 +118,15 @@ class Job:
         summary: dict[str, Any] = json.loads((self.run_dir / "summary.json").read_text())
         return summary
 
+    def attempts_why(self, summary: dict[str, Any]) -> str:
+        """Each attempt's nodes, status, failure and decision, then the output's tail: what an
+        assertion on the number of attempts shows when a run took another."""
+        rows = [f"attempt {a.get('index')}: nodes={a.get('nodes')} status={a.get('status')} "
+                f"exit_codes={a.get('exit_codes')} failure={a.get('failure_category')} "
+                f"({(a.get('failure') or {}).get('summary')}) decision={a.get('decision')} "
+                f"reason={a.get('reason')}" for a in summary.get("attempts", [])]
+        return "\n".join([*rows, self.output()[-3000:]])
+
     def final_loss(self) -> float:
         return float(self.loss.read_text().strip())
 

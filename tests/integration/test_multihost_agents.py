@@ -58,7 +58,7 @@ def test_a_rank_killed_inside_host2_is_retried_and_resumes(
     cluster.run("host2", ["pkill", "-KILL", "-f", "plain_ddp.py"], check=True)
     summary = job.wait()
     assert summary["status"] == "succeeded", job.output()[-3000:]
-    assert len(summary["attempts"]) == 2
+    assert len(summary["attempts"]) == 2, job.attempts_why(summary)
     assert excluded(summary) == []
     assert "resumed from step-" in (job.run_dir / "attempts/1/host1/rank0.log").read_text()
     assert job.final_loss() == baseline

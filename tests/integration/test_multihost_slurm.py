@@ -55,7 +55,7 @@ def test_a_rank_killed_inside_host2_is_retried_through_slurm(
     slurm.cluster.run("host2", ["pkill", "-KILL", "-f", "plain_ddp.py"], check=True)
     summary = j.wait()
     assert summary["status"] == "succeeded", j.output()[-3000:]
-    assert len(summary["attempts"]) == 2
+    assert len(summary["attempts"]) == 2, j.attempts_why(summary)
     assert summary["exclusions"] == []
     assert j.final_loss() == baseline
 

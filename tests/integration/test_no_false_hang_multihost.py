@@ -87,7 +87,7 @@ def test_a_rank_stopped_inside_its_host_is_declared_within_the_timeout(
     assert summary["status"] == "succeeded", job.output()[-3000:]
     first = summary["attempts"][0]
     assert first["failure"]["culprit_rank"] == 2, first["failure"]
-    assert len(summary["attempts"]) == 2
+    assert len(summary["attempts"]) == 2, job.attempts_why(summary)
 
 
 @pytest.mark.parametrize("mode", ["allocation", "submit"])
