@@ -177,7 +177,7 @@ def test_a_killed_rank_restores_from_its_hosts_memory(
     _kill_ranks(cluster, "host2")
     summary = job.wait()
     assert summary["status"] == "succeeded", job.output()[-3000:]
-    assert len(summary["attempts"]) == 2
+    assert len(summary["attempts"]) == 2, job.attempts_why(summary)
     restore = _restore(summary)
     assert restore["source"] == "memory", restore  # every rank from its own host's slot
     assert 0 <= restore["steps_lost"] <= EVERY, restore
