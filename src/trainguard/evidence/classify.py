@@ -14,9 +14,18 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from trainguard.evidence.cuda_errors import RULE_ID as CUDA_RULE_ID
+from trainguard.evidence.cuda_errors import identify as identify_cuda_error
+from trainguard.evidence.cuda_errors import reading as cuda_reading
 from trainguard.evidence.events import STORED_CHARS, EvidenceLine, FailureEvent, TimeKind
 from trainguard.evidence.lineparse import LinePrefix
 from trainguard.evidence.rules import RuleMatch, RuleSet, render_summary
+from trainguard.evidence.signals import (
+    SIGNAL_FIELD,
+    signal_cause,
+    signal_number,
+    signal_of_status,
+)
 from trainguard.evidence.suspicion import SIGNATURE as SUSPICION_SIGNATURE
 from trainguard.evidence.suspicion import suspicion
 from trainguard.evidence.xid import (
@@ -143,30 +152,43 @@ def event_from_rule(m: RuleMatch, text: str, ctx: LineContext,
     gpu_pci = normalize_pci(g["gpu_pci"]) if g.get("gpu_pci", "").count(":") >= 2 else None
     category, action, severity, confidence = rule.category, rule.action, rule.severity, \
         rule.confidence
-    exit_code = _int(g.get("exit_code"))
-    if rule.category is Category.UNKNOWN and exit_code is not None:
-        category, action, confidence = _category_from_exit_code(exit_code, category, action,
-                                                                confidence)
     fields = tuple((k, v[:500]) for k, v in g.items()
                    if k not in ("rank", "host", "gpu_pci", "gpu_index")) + tuple(extra_fields)
+    summary = render_summary(rule.summary, g)
+    if rule.id == CUDA_RULE_ID and (error := identify_cuda_error(text)) is not None:
+        read = cuda_reading(error)
+        category, action, confidence = read.category, read.action, read.confidence
+        summary = f"CUDA error {error.code} {error.name}: {error.message or error.name}"
+        fields += (("cuda_code", str(error.code)), ("cuda_name", error.name))
+    if rule.category is Category.UNKNOWN:
+        category, action, confidence, signal = _category_from_exit(g, category, action,
+                                                                   confidence)
+        if signal is not None:
+            fields += ((SIGNAL_FIELD, signal),)
     return FailureEvent(
         category=category, action=action, severity=severity, signature=rule.id,
-        summary=render_summary(rule.summary, g)[:300], gpu_pci=gpu_pci,
+        summary=summary[:300], gpu_pci=gpu_pci,
         xid=_int(g.get("xid")), confidence=confidence, fields=fields,
         **kw,  # type: ignore[arg-type]
     )
 
 
-def _category_from_exit_code(code: int, category: Category, action: Action,
-                             confidence: float) -> tuple[Category, Action, float]:
-    """A launcher's exit code hints at the cause when nothing better is in the log."""
-    if code in (-9, 137):
-        return Category.OOM_HOST, Action.FIX_CONFIG, 0.35
-    if code in (-11, 139, -6, 134, -7, 135):
-        return Category.CUDA_SOFTWARE_BUG, Action.FIX_CODE, 0.25
-    if code in (1, 2):
-        return Category.USER_CODE_ERROR, Action.FIX_CODE, 0.2
-    return category, action, confidence
+def _category_from_exit(groups: dict[str, str], category: Category, action: Action,
+                        confidence: float) -> tuple[Category, Action, float, str | None]:
+    """A launcher's exit status or signal hints at the cause when nothing better is in the log
+    (``signals.py``: every form of one signal reads the same); the last item names the signal
+    when the hint comes from one."""
+    exit_code = _int(groups.get("exit_code"))
+    signal = signal_of_status(exit_code) if exit_code is not None else None
+    named = groups.get("signal") or groups.get("signal_name")
+    if signal is None and named:
+        signal = signal_number(named)
+    cause = signal_cause(signal)
+    if cause is not None:
+        return cause.category, cause.action, cause.confidence, cause.name
+    if exit_code in (1, 2):
+        return Category.USER_CODE_ERROR, Action.FIX_CODE, 0.2, None
+    return category, action, confidence, None
 
 
 def event_from_suspicion(text: str, ctx: LineContext) -> FailureEvent | None:

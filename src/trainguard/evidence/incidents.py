@@ -42,6 +42,7 @@ from trainguard.evidence.events import EvidenceLine, FailureEvent, TimeKind
 from trainguard.evidence.inference import Inference, infer
 from trainguard.evidence.precedence import adjusted_priorities, hardware_first
 from trainguard.evidence.rules import RuleSet
+from trainguard.evidence.signals import SIGNAL_FIELD, is_teardown
 from trainguard.evidence.suspicion import SIGNATURE as SUSPICION_SIGNATURE
 from trainguard.evidence.xid import is_consequence
 from trainguard.taxonomy import CATEGORY_PRIORITY, SEVERITY_RANK, Action, Category, Severity
@@ -186,7 +187,12 @@ def event_priority(ev: FailureEvent, rules: RuleSet | None = None) -> int:
     if ev.signature.startswith("xid") and is_consequence(ev.xid, ev.caused_by_xid):
         return _CONSEQUENCE_XID_PRIORITY
     rule = rules.by_id.get(ev.signature) if rules is not None else None
-    if rule is not None and rule.category is ev.category:
+    # A launcher's report read by a teardown signal (classify.py: SIGABRT after a collective
+    # timeout, SIGTERM from the launcher or scheduler) keeps the launcher's low priority: the
+    # job's own machinery sent it, so it never outranks a cause. Other readings (SIGKILL: the
+    # OOM killer; SIGSEGV: the process's own fault) rank as their category.
+    if rule is not None and (rule.category is ev.category or (
+            rule.category is Category.UNKNOWN and is_teardown(ev.field_value(SIGNAL_FIELD)))):
         return rule.priority
     return CATEGORY_PRIORITY[ev.category]
 

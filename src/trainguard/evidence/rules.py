@@ -308,9 +308,24 @@ def load_rules(extra: Sequence[Path] = ()) -> RuleSet:
         except UnicodeDecodeError as exc:
             raise ConfigError(f"rules file {path} is not UTF-8 text") from exc
         user.extend(parse_rules_toml(text, str(path)))
+    builtin = with_cuda_catalog(builtin)
     user_ids = {r.id for r in user}
     return RuleSet([*user, *(r for r in builtin if r.id not in user_ids)])
 
 
+def with_cuda_catalog(rules: Sequence[Rule]) -> list[Rule]:
+    """``rules`` with the CUDA error catalog's code-driven rule (``cuda_errors.py``) just before
+    the generic CUDA error rule, so a CUDA error any rule above reads by its words keeps that
+    reading, and one none reads is read by the catalog before the generic fallback."""
+    from trainguard.evidence.cuda_errors import GENERIC_RULE_ID, catalog_rule  # imports us
+
+    out = list(rules)
+    at = next((i for i, r in enumerate(out) if r.id == GENERIC_RULE_ID), None)
+    if at is not None:
+        out.insert(at, catalog_rule(out[at]))
+    return out
+
+
 __all__ = ["MAX_BLOCK_CHARS", "MAX_LINE_CHARS", "Pattern", "PatternMatch", "Rule", "RuleMatch",
-           "RuleSet", "compile_re2", "load_rules", "parse_rules_toml", "render_summary"]
+           "RuleSet", "compile_re2", "load_rules", "parse_rules_toml", "render_summary",
+           "with_cuda_catalog"]

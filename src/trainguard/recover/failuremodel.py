@@ -25,6 +25,7 @@ from enum import StrEnum
 from typing import Any
 
 from trainguard.evidence.events import FailureEvent
+from trainguard.evidence.signals import SIGNAL_FIELD
 from trainguard.recover.injected import Injection
 from trainguard.taxonomy import CATEGORY_PRIORITY, SEVERITY_RANK, Action, Category, Severity
 from trainguard.trace.hang import HangDiagnosis
@@ -234,8 +235,10 @@ def event_rank_key(ev: FailureEvent) -> tuple[int, int, float]:
 
 
 def root_event(events: Sequence[FailureEvent]) -> FailureEvent | None:
-    """The most likely cause among ``events`` (informational ones never are)."""
-    candidates = [ev for ev in events if ev.severity is not Severity.INFO]
+    """The most likely cause among ``events`` (informational ones never are, nor a launcher's
+    report read by a signal alone: like the rank's own signal, it says nothing of the host)."""
+    candidates = [ev for ev in events if ev.severity is not Severity.INFO
+                  and ev.field_value(SIGNAL_FIELD) is None]
     return max(candidates, key=event_rank_key) if candidates else None
 
 

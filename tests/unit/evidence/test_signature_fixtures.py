@@ -19,13 +19,15 @@ from trainguard.taxonomy import Category, Severity
 
 FIXTURES = Path(__file__).resolve().parents[2] / "data" / "fixtures" / "signatures"
 
-# Signatures produced by code (xid.py / classify.py) rather than by a [[rule]] in the TOML.
+# Signatures produced by code (xid.py / classify.py / cuda_errors.py) rather than by a [[rule]]
+# in the TOML.
 CODE_SIGNATURES: dict[str, Category] = {
     "xid": Category.GPU_HARDWARE,  # the fixture is XID 79
     "xid_fallen_off_bus": Category.GPU_HARDWARE,
     "nvswitch_sxid": Category.NVLINK_INTERCONNECT,
     "loss_scale_run": Category.NUMERICAL_NAN,  # context.py: a run of overflows
     "failure_words": Category.UNKNOWN,  # suspicion.py: no rule, failure words
+    "cuda_error_code": Category.CUDA_SOFTWARE_BUG,  # cuda_errors.py: the catalog's rule
 }
 # Signatures a run of lines produces: the fixture's first line is a different (benign) event.
 RUN_SIGNATURES = frozenset({"loss_scale_run"})
@@ -42,9 +44,16 @@ TOML_RULES = {str(r["id"]): r for r in _toml_rules()}
 ALL_IDS = sorted([*TOML_RULES, *CODE_SIGNATURES])
 
 
+# Rules of category `unknown` whose fixture names a signal by its exit status: the event reads
+# the signal (signals.py), the fixture's 137 is a SIGKILL.
+READ_BY_SIGNAL = {"exit_status": Category.OOM_HOST}
+
+
 def _expected(sig: str) -> tuple[Category, Severity]:
     if sig == "failure_words":
         return Category.UNKNOWN, Severity.INFO
+    if sig in READ_BY_SIGNAL:
+        return READ_BY_SIGNAL[sig], Severity(TOML_RULES[sig]["severity"])
     if sig in CODE_SIGNATURES:
         return CODE_SIGNATURES[sig], Severity.FATAL
     rule = TOML_RULES[sig]

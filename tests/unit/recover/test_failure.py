@@ -132,6 +132,27 @@ def test_a_crash_signal_without_evidence_is_a_crash_of_unknown_cause(sig: int) -
     assert signal.Signals(sig).name in f.summary and "no evidence" in f.summary
 
 
+@pytest.mark.parametrize("line", [
+    "Error: worker subprocess exited with code 139",
+    "task 0 (pid 4242) exited with exit code 134",
+])
+def test_a_printed_exit_status_is_no_more_evidence_than_the_ranks_own_signal(line: str) -> None:
+    # The evidence rules read the signal behind a printed status as a hint (signals.py); like
+    # the rank's own signal, it says nothing about the host.
+    from trainguard.evidence import load_rules
+    from trainguard.evidence.classify import LineContext, classify_line
+    from trainguard.evidence.lineparse import parse_prefix
+
+    hint = classify_line(load_rules(), line, LineContext("rank0.log", 1, parse_prefix(line, 2026)))
+    assert hint is not None and hint.category is Category.CUDA_SOFTWARE_BUG
+
+    f = analyze(AttemptFacts(Trigger.EXIT, outcomes(-signal.SIGSEGV, -signal.SIGTERM,
+                                                    exited=(1.0, None)),
+                             rank_events={0: (hint,)}))
+    assert f is not None and f.category is Category.UNKNOWN
+    assert f.implication is Implication.NONE
+
+
 def test_an_abort_after_every_peer_exited_0_is_a_teardown_crash() -> None:
     facts = AttemptFacts(Trigger.EXIT, outcomes(0, -signal.SIGABRT, 0, 0,
                                                 exited=(2.0, 1.0, 2.1, 2.2)))
