@@ -10,6 +10,7 @@ tests/data/realworld_heldout20/, tests/data/realworld_heldout21/,
 tests/data/realworld_heldout22/, tests/data/realworld_heldout23/,
 tests/data/realworld_heldout24/, tests/data/realworld_heldout25/ and
 tests/data/realworld_heldout26/).
+tests/data/realworld_heldout27/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -229,6 +230,15 @@ protein structure and protein language models and molecular / materials ML train
 GPUs, such as OpenFold, BioNeMo ESM2, FastFold, Uni-Fold, Boltz, ColabFold, AlphaFold, TorchMD-Net
 and MACE, led by how the run ended): its size and category coverage when it was frozen (see its
 README)."""
+HELDOUT27_CASES = 3
+HELDOUT27_CATEGORIES = 3
+"""The twenty-seventh corpus (issue and pull-request threads of weather, climate, earth-system and
+physics-ML training codebases: ecmwf/anemoi-core, NeuralHydrology and Climate2Weather kept, with
+physicsnemo / modulus, makani, FourCastNet, earth2studio, GraphCast, Aurora, ClimaX, ACE,
+WeatherGenerator, neuraloperator, DeepXDE, PDEBench and similar searched alongside, led by how the
+run ended): its size and category coverage when it was frozen (see its README). It was built in
+parallel with another corpus by another helper in another branch; the independence test checks it
+against the corpora before it that are in this branch."""
 
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
@@ -256,6 +266,7 @@ FROZEN = (
     ("realworld_heldout24", HELDOUT24_CASES, 1, HELDOUT24_CATEGORIES),
     ("realworld_heldout25", HELDOUT25_CASES, 1, HELDOUT25_CATEGORIES),
     ("realworld_heldout26", HELDOUT26_CASES, 1, HELDOUT26_CATEGORIES),
+    ("realworld_heldout27", HELDOUT27_CASES, 1, HELDOUT27_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
