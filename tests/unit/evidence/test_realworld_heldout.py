@@ -11,6 +11,7 @@ tests/data/realworld_heldout22/, tests/data/realworld_heldout23/,
 tests/data/realworld_heldout24/, tests/data/realworld_heldout25/ and
 tests/data/realworld_heldout26/).
 tests/data/realworld_heldout27/).
+tests/data/realworld_heldout28/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -239,6 +240,15 @@ WeatherGenerator, neuraloperator, DeepXDE, PDEBench and similar searched alongsi
 run ended): its size and category coverage when it was frozen (see its README). It was built in
 parallel with another corpus by another helper in another branch; the independence test checks it
 against the corpora before it that are in this branch."""
+HELDOUT28_CASES = 3
+HELDOUT28_CATEGORIES = 3
+"""The twenty-eighth corpus (issue threads of vision-language and multimodal model training
+codebases: 2U1/Qwen-VL-Series-Finetune and facebookresearch/chameleon kept, with InternVL,
+Qwen-VL, MiniCPM-V, CogVLM / CogVLM2 / CogVideo, LLaVA-NeXT, Video-LLaVA, MoE-LLaVA, LAVIS,
+open_clip, open_flamingo and similar searched alongside, led by how the run ended): its size and
+category coverage when it was frozen (see its README). It was built in parallel with other corpora,
+each by its own helper in its own branch; corpora numbered 26 and 27 were not in its branch, so the
+independence test checks it only against the ones listed before it here."""
 
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
@@ -267,6 +277,7 @@ FROZEN = (
     ("realworld_heldout25", HELDOUT25_CASES, 1, HELDOUT25_CATEGORIES),
     ("realworld_heldout26", HELDOUT26_CASES, 1, HELDOUT26_CATEGORIES),
     ("realworld_heldout27", HELDOUT27_CASES, 1, HELDOUT27_CATEGORIES),
+    ("realworld_heldout28", HELDOUT28_CASES, 1, HELDOUT28_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
