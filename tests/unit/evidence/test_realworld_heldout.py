@@ -12,6 +12,7 @@ tests/data/realworld_heldout24/, tests/data/realworld_heldout25/ and
 tests/data/realworld_heldout26/).
 tests/data/realworld_heldout27/).
 tests/data/realworld_heldout28/).
+tests/data/realworld_heldout29/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -249,6 +250,15 @@ open_clip, open_flamingo and similar searched alongside, led by how the run ende
 category coverage when it was frozen (see its README). It was built in parallel with other corpora,
 each by its own helper in its own branch; corpora numbered 26 and 27 were not in its branch, so the
 independence test checks it only against the ones listed before it here."""
+HELDOUT29_CASES = 2
+HELDOUT29_CATEGORIES = 1
+"""The twenty-ninth corpus (issue threads of ML job orchestration platforms and batch schedulers
+that run other people's GPU training jobs: the Kubeflow MPI Operator and OpenPAI kept, with
+determined, volcano, kueue, jobset, flyte, metaflow, polyaxon, ClearML, ZenML, Azure ML, Vertex AI,
+SageMaker HyperPod, KAI-Scheduler, the Slurm operator and Flux searched alongside, led by how the
+job ended): its size and category coverage when it was frozen (see its README). It was built in its
+own branch in parallel with other helpers' corpora (heldout26-28), which were not in this branch;
+the independence test checks it against the corpora before it in this order."""
 
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
@@ -278,6 +288,7 @@ FROZEN = (
     ("realworld_heldout26", HELDOUT26_CASES, 1, HELDOUT26_CATEGORIES),
     ("realworld_heldout27", HELDOUT27_CASES, 1, HELDOUT27_CATEGORIES),
     ("realworld_heldout28", HELDOUT28_CASES, 1, HELDOUT28_CATEGORIES),
+    ("realworld_heldout29", HELDOUT29_CASES, 1, HELDOUT29_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
