@@ -8,7 +8,8 @@ tests/data/realworld_heldout16/, tests/data/realworld_heldout17/,
 tests/data/realworld_heldout18/, tests/data/realworld_heldout19/,
 tests/data/realworld_heldout20/, tests/data/realworld_heldout21/,
 tests/data/realworld_heldout22/, tests/data/realworld_heldout23/,
-tests/data/realworld_heldout24/ and tests/data/realworld_heldout25/).
+tests/data/realworld_heldout24/, tests/data/realworld_heldout25/ and
+tests/data/realworld_heldout30/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -221,6 +222,16 @@ coverage when it was frozen (see its README). It was one of three corpora built 
 (heldout23-25), each by its own helper in its own branch; the independence test checks each against
 the ones before it in this order."""
 
+HELDOUT30_CASES = 2
+HELDOUT30_CATEGORIES = 2
+"""The thirtieth corpus (issue threads of LLM pre-training frameworks run on multi-GPU machines and
+clusters: GPT-NeoX, OLMo / OLMo-core, nanotron, MaxText GPU runs, both Megatron-DeepSpeed forks,
+fairseq, InternEvo, Composer and litgpt, led by how the run ended; the ninth corpus had searched
+most of the same repositories, and only two litgpt threads had a reachable log and conclusion): its
+size and category coverage when it was frozen (see its README). It was built in parallel with
+another corpus in another branch; the twenty-sixth to twenty-ninth corpora were not in this
+branch."""
+
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
     ("realworld_heldout3", 41, 1, 12),
@@ -246,6 +257,7 @@ FROZEN = (
     ("realworld_heldout23", HELDOUT23_CASES, 1, HELDOUT23_CATEGORIES),
     ("realworld_heldout24", HELDOUT24_CASES, 1, HELDOUT24_CATEGORIES),
     ("realworld_heldout25", HELDOUT25_CASES, 1, HELDOUT25_CATEGORIES),
+    ("realworld_heldout30", HELDOUT30_CASES, 1, HELDOUT30_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
