@@ -13,6 +13,7 @@ tests/data/realworld_heldout26/).
 tests/data/realworld_heldout27/).
 tests/data/realworld_heldout28/).
 tests/data/realworld_heldout29/).
+tests/data/realworld_heldout30/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -259,6 +260,15 @@ SageMaker HyperPod, KAI-Scheduler, the Slurm operator and Flux searched alongsid
 job ended): its size and category coverage when it was frozen (see its README). It was built in its
 own branch in parallel with other helpers' corpora (heldout26-28), which were not in this branch;
 the independence test checks it against the corpora before it in this order."""
+HELDOUT30_CASES = 2
+HELDOUT30_CATEGORIES = 2
+"""The thirtieth corpus (issue threads of LLM pre-training frameworks run on multi-GPU machines and
+clusters: GPT-NeoX, OLMo / OLMo-core, nanotron, MaxText GPU runs, both Megatron-DeepSpeed forks,
+fairseq, InternEvo, Composer and litgpt, led by how the run ended; the ninth corpus had searched
+most of the same repositories, and only two litgpt threads had a reachable log and conclusion): its
+size and category coverage when it was frozen (see its README). It was built in parallel with
+another corpus in another branch; the twenty-sixth to twenty-ninth corpora were not in this
+branch."""
 
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
@@ -289,6 +299,7 @@ FROZEN = (
     ("realworld_heldout27", HELDOUT27_CASES, 1, HELDOUT27_CATEGORIES),
     ("realworld_heldout28", HELDOUT28_CASES, 1, HELDOUT28_CATEGORIES),
     ("realworld_heldout29", HELDOUT29_CASES, 1, HELDOUT29_CATEGORIES),
+    ("realworld_heldout30", HELDOUT30_CASES, 1, HELDOUT30_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
