@@ -14,6 +14,7 @@ tests/data/realworld_heldout27/).
 tests/data/realworld_heldout28/).
 tests/data/realworld_heldout29/).
 tests/data/realworld_heldout30/).
+tests/data/realworld_heldout31/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -269,6 +270,14 @@ most of the same repositories, and only two litgpt threads had a reachable log a
 size and category coverage when it was frozen (see its README). It was built in parallel with
 another corpus in another branch; the twenty-sixth to twenty-ninth corpora were not in this
 branch."""
+HELDOUT31_CASES = 4
+HELDOUT31_CATEGORIES = 4
+"""The thirty-first corpus (issue threads of RLHF and post-training frameworks other than verl, TRL,
+NeMo-RL, EasyR1 and open-r1: trlx, ROLL, OpenRLHF and verifiers kept, with DeepSpeed-Chat,
+NeMo-Aligner, AReaL, open-instruct, PRIME-RL, OpenRLHF-based forks, rllm and TinyZero searched
+alongside, led by how the run ended): its size and category coverage when it was frozen (see its
+README). Its route overlaps the tenth corpus's repositories, though not its sources; corpora 26 to
+30 were not in this branch."""
 
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
@@ -300,6 +309,7 @@ FROZEN = (
     ("realworld_heldout28", HELDOUT28_CASES, 1, HELDOUT28_CATEGORIES),
     ("realworld_heldout29", HELDOUT29_CASES, 1, HELDOUT29_CATEGORIES),
     ("realworld_heldout30", HELDOUT30_CASES, 1, HELDOUT30_CATEGORIES),
+    ("realworld_heldout31", HELDOUT31_CASES, 1, HELDOUT31_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
