@@ -8,7 +8,8 @@ tests/data/realworld_heldout16/, tests/data/realworld_heldout17/,
 tests/data/realworld_heldout18/, tests/data/realworld_heldout19/,
 tests/data/realworld_heldout20/, tests/data/realworld_heldout21/,
 tests/data/realworld_heldout22/, tests/data/realworld_heldout23/,
-tests/data/realworld_heldout24/ and tests/data/realworld_heldout25/).
+tests/data/realworld_heldout24/, tests/data/realworld_heldout25/ and
+tests/data/realworld_heldout32/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -221,6 +222,15 @@ coverage when it was frozen (see its README). It was one of three corpora built 
 (heldout23-25), each by its own helper in its own branch; the independence test checks each against
 the ones before it in this order."""
 
+HELDOUT32_CASES = 5
+HELDOUT32_CATEGORIES = 4
+"""The thirty-second corpus (issue threads of video and image generation training / fine-tuning
+codebases: DiffSynth-Studio, finetrainers, musubi-tuner, diffusion-pipe and ai-toolkit kept, with
+FastVideo, HunyuanVideo, Wan2.1, CogVideo, LTX-Video, Sana, AnimateDiff and the like searched
+alongside, led by how the run ended): its size and category coverage when it was frozen (see its
+README). It was built in parallel with other corpora, each by its own helper in its own branch;
+the independence test checks each against the ones before it in this order."""
+
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
     ("realworld_heldout3", 41, 1, 12),
@@ -246,6 +256,7 @@ FROZEN = (
     ("realworld_heldout23", HELDOUT23_CASES, 1, HELDOUT23_CATEGORIES),
     ("realworld_heldout24", HELDOUT24_CASES, 1, HELDOUT24_CATEGORIES),
     ("realworld_heldout25", HELDOUT25_CASES, 1, HELDOUT25_CATEGORIES),
+    ("realworld_heldout32", HELDOUT32_CASES, 1, HELDOUT32_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
