@@ -15,6 +15,7 @@ tests/data/realworld_heldout28/).
 tests/data/realworld_heldout29/).
 tests/data/realworld_heldout30/).
 tests/data/realworld_heldout31/).
+tests/data/realworld_heldout32/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -278,6 +279,14 @@ NeMo-Aligner, AReaL, open-instruct, PRIME-RL, OpenRLHF-based forks, rllm and Tin
 alongside, led by how the run ended): its size and category coverage when it was frozen (see its
 README). Its route overlaps the tenth corpus's repositories, though not its sources; corpora 26 to
 30 were not in this branch."""
+HELDOUT32_CASES = 5
+HELDOUT32_CATEGORIES = 4
+"""The thirty-second corpus (issue threads of video and image generation training / fine-tuning
+codebases: DiffSynth-Studio, finetrainers, musubi-tuner, diffusion-pipe and ai-toolkit kept, with
+FastVideo, HunyuanVideo, Wan2.1, CogVideo, LTX-Video, Sana, AnimateDiff and the like searched
+alongside, led by how the run ended): its size and category coverage when it was frozen (see its
+README). It was built in parallel with other corpora, each by its own helper in its own branch;
+the independence test checks each against the ones before it in this order."""
 
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
@@ -310,6 +319,7 @@ FROZEN = (
     ("realworld_heldout29", HELDOUT29_CASES, 1, HELDOUT29_CATEGORIES),
     ("realworld_heldout30", HELDOUT30_CASES, 1, HELDOUT30_CATEGORIES),
     ("realworld_heldout31", HELDOUT31_CASES, 1, HELDOUT31_CATEGORIES),
+    ("realworld_heldout32", HELDOUT32_CASES, 1, HELDOUT32_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
