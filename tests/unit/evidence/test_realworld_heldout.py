@@ -8,13 +8,10 @@ tests/data/realworld_heldout16/, tests/data/realworld_heldout17/,
 tests/data/realworld_heldout18/, tests/data/realworld_heldout19/,
 tests/data/realworld_heldout20/, tests/data/realworld_heldout21/,
 tests/data/realworld_heldout22/, tests/data/realworld_heldout23/,
-tests/data/realworld_heldout24/, tests/data/realworld_heldout25/ and
-tests/data/realworld_heldout26/).
-tests/data/realworld_heldout27/).
-tests/data/realworld_heldout28/).
-tests/data/realworld_heldout29/).
-tests/data/realworld_heldout30/).
-tests/data/realworld_heldout31/).
+tests/data/realworld_heldout24/, tests/data/realworld_heldout25/,
+tests/data/realworld_heldout26/, tests/data/realworld_heldout27/,
+tests/data/realworld_heldout28/, tests/data/realworld_heldout29/,
+tests/data/realworld_heldout30/, tests/data/realworld_heldout31/ and
 tests/data/realworld_heldout32/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
