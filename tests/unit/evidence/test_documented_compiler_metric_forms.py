@@ -1,0 +1,47 @@
+"""Documented forms of round 14 (issue #30): ptxas (the PTX assembler JIT compilers run) refusing a
+feature the GPU's architecture lacks; trainers that catch GPU memory errors and print their own
+words (fairseq's "ran out of memory, skipping batch"); the CUDA math libraries' failures in words
+(jaxlib's "cuSolver internal error"); a per-step metric that became NaN where the loop does not
+call it a loss (a value column, a named value).
+
+The lines are written from the tools' and libraries' source strings, not copied from any corpus.
+Each must be claimed by the named rule; the look-alikes must not be.
+"""
+
+from __future__ import annotations
+
+from rule_forms import form_tests
+
+DOCUMENTED = [
+    ("ptxas /tmp/compile-ptx-src-1f2e3d, line 88; error   : Feature '.bf16' requires .target "
+     "sm_80 or higher", "cuda_arch_or_driver_mismatch", "cuda_software_bug", "fix_config"),
+    ("ptxas fatal   : Ptx assembly aborted due to errors", "cuda_arch_or_driver_mismatch",
+     "cuda_software_bug", "fix_config"),
+    ("2024-02-01 10:00:01 | WARNING | fairseq.trainer | OOM: Ran out of memory with exception: "
+     "CUDA out of memory.", "cuda_oom", "oom_gpu", "fix_config"),
+    ("| WARNING: ran out of memory, skipping batch", "cuda_oom", "oom_gpu", "fix_config"),
+    ("WARNING: ran out of memory in backward pass, skipping batch", "cuda_oom", "oom_gpu",
+     "fix_config"),
+    ("RuntimeError: jaxlib/gpu/solver_kernels.cc:52: operation gpusolverDnCreate(&handle) "
+     "failed: cuSolver internal error", "cublas_cudnn_error", "cuda_software_bug", "fix_code"),
+    ("RuntimeError: cuBLAS execution failed in gemm", "cublas_cudnn_error", "cuda_software_bug",
+     "fix_code"),
+    ("  12000   nan", "metric_nonfinite", "numerical_nan", "fix_config"),
+    ("Epoch 7 | perplexity: nan | tokens/s 41200", "metric_nonfinite", "numerical_nan",
+     "fix_config"),
+    ("val/dice=nan, val/iou=0.000", "metric_nonfinite", "numerical_nan", "fix_config"),
+]
+
+NOT_CLAIMED = [
+    # Memory in another sense.
+    ("we ran out of memory budget in the planning doc", "cuda_oom"),
+    # ptxas reporting what it did, not refusing.
+    ("ptxas info    : Used 32 registers, 384 bytes cmem[0]", "cuda_arch_or_driver_mismatch"),
+    # NaN as a name, not a value.
+    ("x = torch.nan_to_num(x, nan=0.0)", "metric_nonfinite"),
+    ("Setting detect_anomaly to catch nan gradients", "metric_nonfinite"),
+]
+
+
+test_documented_line_is_claimed, test_look_alike_is_not_claimed = form_tests(DOCUMENTED,
+                                                                             NOT_CLAIMED)
