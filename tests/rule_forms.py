@@ -5,6 +5,7 @@ lines, and a few lines written to a log file and scanned as `logs classify` does
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -17,11 +18,15 @@ from trainguard.evidence import (
     load_rules,
     scan_paths,
 )
+from trainguard.evidence.rules import RuleSet
+
+shipped_rules: Callable[[], RuleSet] = cache(load_rules)
+"""The shipped rules, compiled once for the whole test run (they never change during it)."""
 
 
 def assert_claimed(line: str, rule_id: str, category: str, action: str) -> None:
     """The first rule that matches `line` is `rule_id`, with this category and action."""
-    m = load_rules().match(line)
+    m = shipped_rules().match(line)
     assert m is not None, "no rule"
     assert m.rule.id == rule_id
     assert m.rule.category.value == category
@@ -30,7 +35,7 @@ def assert_claimed(line: str, rule_id: str, category: str, action: str) -> None:
 
 def assert_not_claimed(line: str, rule_id: str) -> None:
     """`rule_id` does not claim `line` (another rule may)."""
-    m = load_rules().match(line)
+    m = shipped_rules().match(line)
     assert m is None or m.rule.id != rule_id
 
 
@@ -60,6 +65,6 @@ def scan_lines(tmp_path: Path, lines: list[str], *, suspicious: bool = False
     """The events and incidents of `lines` written to a log file and scanned."""
     path = tmp_path / "job.log"
     path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
-    rules = load_rules()
+    rules = shipped_rules()
     events, _ = scan_paths([str(path)], rules, ScanOptions(suspicious_lines=suspicious))
     return events, correlate(events, rules)

@@ -6,19 +6,14 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from rule_forms import scan_lines
 
-from trainguard.evidence import ScanOptions, correlate, load_rules, scan_paths
 from trainguard.evidence.cuda_errors import catalog, identify, reading
 from trainguard.taxonomy import Action, Category
 
-RULES = load_rules()
-
 
 def first(tmp_path: Path, line: str) -> tuple[Category, Action, str]:
-    path = tmp_path / "rank0.log"
-    path.write_text(line + "\n", encoding="utf-8")
-    events, _ = scan_paths([str(path)], RULES, ScanOptions(suspicious_lines=True))
-    incidents = correlate(events, RULES)
+    _, incidents = scan_lines(tmp_path, [line], suspicious=True)
     if not incidents:
         return Category.UNKNOWN, Action.NONE, ""
     inc = incidents[0]

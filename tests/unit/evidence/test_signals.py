@@ -5,18 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from rule_forms import scan_lines
 
-from trainguard.evidence import ScanOptions, correlate, load_rules, scan_paths
 from trainguard.evidence.signals import signal_cause, signal_number, signal_of_status
 from trainguard.taxonomy import Action, Category
 
 
 def first_incident(tmp_path: Path, lines: list[str]) -> tuple[Category, str]:
-    path = tmp_path / "job.log"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    rules = load_rules()
-    events, _ = scan_paths([str(path)], rules, ScanOptions(suspicious_lines=True))
-    incidents = correlate(events, rules)
+    _, incidents = scan_lines(tmp_path, lines, suspicious=True)
     if not incidents:
         return Category.UNKNOWN, ""
     return incidents[0].category, incidents[0].root_cause.signature
