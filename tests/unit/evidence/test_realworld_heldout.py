@@ -11,8 +11,8 @@ tests/data/realworld_heldout22/, tests/data/realworld_heldout23/,
 tests/data/realworld_heldout24/, tests/data/realworld_heldout25/,
 tests/data/realworld_heldout26/, tests/data/realworld_heldout27/,
 tests/data/realworld_heldout28/, tests/data/realworld_heldout29/,
-tests/data/realworld_heldout30/, tests/data/realworld_heldout31/ and
-tests/data/realworld_heldout32/).
+tests/data/realworld_heldout30/, tests/data/realworld_heldout31/,
+tests/data/realworld_heldout32/ and tests/data/realworld_heldout33/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -284,6 +284,15 @@ FastVideo, HunyuanVideo, Wan2.1, CogVideo, LTX-Video, Sana, AnimateDiff and the 
 alongside, led by how the run ended): its size and category coverage when it was frozen (see its
 README). It was built in parallel with other corpora, each by its own helper in its own branch;
 the independence test checks each against the ones before it in this order."""
+HELDOUT33_CASES = 4
+HELDOUT33_CATEGORIES = 2
+"""The thirty-third corpus (issue threads of GPU kernel and low-level training libraries that
+training jobs call into: xFormers, DeepSpeed op builds, Apex and an Unsloth loop fixed in
+unsloth-zoo kept, with TransformerEngine, flash-attention, Triton, bitsandbytes, CUTLASS, torchao
+and Liger-Kernel searched alongside, led by how the run ended): its size and category coverage
+when it was frozen (see its README). It was built in parallel with other corpora, each by its own
+helper in its own branch; the independence test checks each against the ones before it in this
+order."""
 
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
@@ -317,6 +326,7 @@ FROZEN = (
     ("realworld_heldout30", HELDOUT30_CASES, 1, HELDOUT30_CATEGORIES),
     ("realworld_heldout31", HELDOUT31_CASES, 1, HELDOUT31_CATEGORIES),
     ("realworld_heldout32", HELDOUT32_CASES, 1, HELDOUT32_CATEGORIES),
+    ("realworld_heldout33", HELDOUT33_CASES, 1, HELDOUT33_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
