@@ -13,6 +13,7 @@ tests/data/realworld_heldout26/, tests/data/realworld_heldout27/,
 tests/data/realworld_heldout28/, tests/data/realworld_heldout29/,
 tests/data/realworld_heldout30/, tests/data/realworld_heldout31/,
 tests/data/realworld_heldout32/ and tests/data/realworld_heldout33/).
+tests/data/realworld_heldout32/ and tests/data/realworld_heldout34/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -293,6 +294,16 @@ and Liger-Kernel searched alongside, led by how the run ended): its size and cat
 when it was frozen (see its README). It was built in parallel with other corpora, each by its own
 helper in its own branch; the independence test checks each against the ones before it in this
 order."""
+HELDOUT34_CASES = 6
+HELDOUT34_CATEGORIES = 4
+"""The thirty-fourth corpus (issue threads of GPU cluster infrastructure software that operators
+run under training jobs: nvidia-docker, pyxis, the Kubernetes device plugin and DCGM kept, with
+enroot, deepops, dcgm-exporter, nvidia-container-toolkit, aws-ofi-nccl, azhpc-images,
+network-operator, container-engine-accelerators, the SHARP plugin and CoreWeave repositories
+searched alongside, led by how the node or job ended): its size and category coverage when it was
+frozen (see its README). It was built in parallel with other corpora in other branches; the
+thirty-third was not in this branch, and the independence test checks each against the ones
+before it in this order."""
 
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
@@ -327,6 +338,7 @@ FROZEN = (
     ("realworld_heldout31", HELDOUT31_CASES, 1, HELDOUT31_CATEGORIES),
     ("realworld_heldout32", HELDOUT32_CASES, 1, HELDOUT32_CATEGORIES),
     ("realworld_heldout33", HELDOUT33_CASES, 1, HELDOUT33_CATEGORIES),
+    ("realworld_heldout34", HELDOUT34_CASES, 1, HELDOUT34_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
