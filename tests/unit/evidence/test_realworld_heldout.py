@@ -11,8 +11,8 @@ tests/data/realworld_heldout22/, tests/data/realworld_heldout23/,
 tests/data/realworld_heldout24/, tests/data/realworld_heldout25/,
 tests/data/realworld_heldout26/, tests/data/realworld_heldout27/,
 tests/data/realworld_heldout28/, tests/data/realworld_heldout29/,
-tests/data/realworld_heldout30/, tests/data/realworld_heldout31/ and
-tests/data/realworld_heldout32/).
+tests/data/realworld_heldout30/, tests/data/realworld_heldout31/,
+tests/data/realworld_heldout32/ and tests/data/realworld_heldout35/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -284,6 +284,15 @@ FastVideo, HunyuanVideo, Wan2.1, CogVideo, LTX-Video, Sana, AnimateDiff and the 
 alongside, led by how the run ended): its size and category coverage when it was frozen (see its
 README). It was built in parallel with other corpora, each by its own helper in its own branch;
 the independence test checks each against the ones before it in this order."""
+HELDOUT35_CASES = 4
+HELDOUT35_CATEGORIES = 3
+"""The thirty-fifth corpus (non-English technical write-ups and Q&A about failed GPU training runs:
+a Korean tistory post, a Chinese article page and two GitHub threads concluded in Chinese, found by
+the error text plus words of the language in Japanese, Korean, Russian, German / Spanish /
+Portuguese and Chinese sources other than CSDN and GitCode): its size and category coverage when it
+was frozen (see its README). It was built in parallel with other corpora, each by its own helper in
+its own branch; corpora numbered 33 and 34 were not in its branch, so the independence test checks
+it only against the ones listed before it here."""
 
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
@@ -317,6 +326,7 @@ FROZEN = (
     ("realworld_heldout30", HELDOUT30_CASES, 1, HELDOUT30_CATEGORIES),
     ("realworld_heldout31", HELDOUT31_CASES, 1, HELDOUT31_CATEGORIES),
     ("realworld_heldout32", HELDOUT32_CASES, 1, HELDOUT32_CATEGORIES),
+    ("realworld_heldout35", HELDOUT35_CASES, 1, HELDOUT35_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
