@@ -14,6 +14,7 @@ tests/data/realworld_heldout28/, tests/data/realworld_heldout29/,
 tests/data/realworld_heldout30/, tests/data/realworld_heldout31/,
 tests/data/realworld_heldout32/ and tests/data/realworld_heldout33/).
 tests/data/realworld_heldout32/ and tests/data/realworld_heldout34/).
+tests/data/realworld_heldout32/ and tests/data/realworld_heldout35/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -304,6 +305,15 @@ searched alongside, led by how the node or job ended): its size and category cov
 frozen (see its README). It was built in parallel with other corpora in other branches; the
 thirty-third was not in this branch, and the independence test checks each against the ones
 before it in this order."""
+HELDOUT35_CASES = 4
+HELDOUT35_CATEGORIES = 3
+"""The thirty-fifth corpus (non-English technical write-ups and Q&A about failed GPU training runs:
+a Korean tistory post, a Chinese article page and two GitHub threads concluded in Chinese, found by
+the error text plus words of the language in Japanese, Korean, Russian, German / Spanish /
+Portuguese and Chinese sources other than CSDN and GitCode): its size and category coverage when it
+was frozen (see its README). It was built in parallel with other corpora, each by its own helper in
+its own branch; corpora numbered 33 and 34 were not in its branch, so the independence test checks
+it only against the ones listed before it here."""
 
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
@@ -339,6 +349,7 @@ FROZEN = (
     ("realworld_heldout32", HELDOUT32_CASES, 1, HELDOUT32_CATEGORIES),
     ("realworld_heldout33", HELDOUT33_CASES, 1, HELDOUT33_CATEGORIES),
     ("realworld_heldout34", HELDOUT34_CASES, 1, HELDOUT34_CATEGORIES),
+    ("realworld_heldout35", HELDOUT35_CASES, 1, HELDOUT35_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
