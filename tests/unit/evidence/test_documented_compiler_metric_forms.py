@@ -2,7 +2,9 @@
 feature the GPU's architecture lacks; trainers that catch GPU memory errors and print their own
 words (fairseq's "ran out of memory, skipping batch"); the CUDA math libraries' failures in words
 (jaxlib's "cuSolver internal error"); a per-step metric that became NaN where the loop does not
-call it a loss (a value column, a named value).
+call it a loss (a value column, a named value). Round 15: a compiled extension that was never built
+(an op torch's JIT build left missing, a package's CUDA module not importable) and NVML's library
+not found by the device plugin are the environment's CUDA stack, like a library that cannot load.
 
 The lines are written from the tools' and libraries' source strings, not copied from any corpus.
 Each must be claimed by the named rule; the look-alikes must not be.
@@ -30,6 +32,15 @@ DOCUMENTED = [
     ("Epoch 7 | perplexity: nan | tokens/s 41200", "metric_nonfinite", "numerical_nan",
      "fix_config"),
     ("val/dice=nan, val/iou=0.000", "metric_nonfinite", "numerical_nan", "fix_config"),
+    ("ImportError: /root/.cache/torch_extensions/py311_cu124/fused_adam/fused_adam.so: cannot "
+     "open shared object file: No such file or directory", "cuda_library_load_failed",
+     "cuda_software_bug", "fix_config"),
+    ("ModuleNotFoundError: No module named 'selective_scan_cuda'", "cuda_library_load_failed",
+     "cuda_software_bug", "fix_config"),
+    ("ModuleNotFoundError: No module named 'mmcv._ext'", "cuda_library_load_failed",
+     "cuda_software_bug", "fix_config"),
+    ("E0115 nvidia-device-plugin: Failed to start nvml with error: could not load NVML library",
+     "cuda_library_load_failed", "cuda_software_bug", "fix_config"),
 ]
 
 NOT_CLAIMED = [
@@ -40,6 +51,9 @@ NOT_CLAIMED = [
     # NaN as a name, not a value.
     ("x = torch.nan_to_num(x, nan=0.0)", "metric_nonfinite"),
     ("Setting detect_anomaly to catch nan gradients", "metric_nonfinite"),
+    # A missing pure-Python package is the user's environment, not a CUDA build.
+    ("ModuleNotFoundError: No module named 'transformers'", "cuda_library_load_failed"),
+    ("ModuleNotFoundError: No module named 'my_context'", "cuda_library_load_failed"),
 ]
 
 
