@@ -15,6 +15,7 @@ tests/data/realworld_heldout30/, tests/data/realworld_heldout31/,
 tests/data/realworld_heldout32/, tests/data/realworld_heldout33/,
 tests/data/realworld_heldout34/, tests/data/realworld_heldout35/ and
 tests/data/realworld_heldout36/).
+tests/data/realworld_heldout37/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -325,6 +326,14 @@ NVIDIA/DeepLearningExamples searched alongside, led by how the run ended; the fo
 searched part of this route and kept no case from it): its size and category coverage when it was
 frozen (see its README). It was built in parallel with other corpora, each by its own helper in its
 own branch; the independence test checks it against the ones listed before it here."""
+HELDOUT37_CASES = 3
+HELDOUT37_CATEGORIES = 2
+"""The thirty-seventh corpus (issue threads of recommender-system and embedding-heavy GPU training:
+FBGEMM's fbgemm_gpu, TorchRec and Transformers4Rec kept, with HugeCTR, NVTabular, Merlin, DLRM,
+TFRA, DeepRec, x-deeplearning, monolith, PaddleRec and PERSIA searched alongside, led by how the
+run ended): its size and category coverage when it was frozen (see its README). It was built in
+parallel with other corpora in other branches; a thirty-sixth was not in its branch, so the
+independence test checks it only against the ones listed before it here."""
 
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
@@ -362,6 +371,7 @@ FROZEN = (
     ("realworld_heldout34", HELDOUT34_CASES, 1, HELDOUT34_CATEGORIES),
     ("realworld_heldout35", HELDOUT35_CASES, 1, HELDOUT35_CATEGORIES),
     ("realworld_heldout36", HELDOUT36_CASES, 1, HELDOUT36_CATEGORIES),
+    ("realworld_heldout37", HELDOUT37_CASES, 1, HELDOUT37_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
