@@ -16,6 +16,7 @@ tests/data/realworld_heldout32/, tests/data/realworld_heldout33/,
 tests/data/realworld_heldout34/, tests/data/realworld_heldout35/ and
 tests/data/realworld_heldout36/).
 tests/data/realworld_heldout37/).
+tests/data/realworld_heldout38/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -334,6 +335,16 @@ TFRA, DeepRec, x-deeplearning, monolith, PaddleRec and PERSIA searched alongside
 run ended): its size and category coverage when it was frozen (see its README). It was built in
 parallel with other corpora in other branches; a thirty-sixth was not in its branch, so the
 independence test checks it only against the ones listed before it here."""
+HELDOUT38_CASES = 5
+HELDOUT38_CATEGORIES = 4
+"""The thirty-eighth corpus (issue threads of GPU reinforcement-learning frameworks for agents,
+games and simulators, not LLM RLHF: the Stable-Baselines3 RL Zoo, legged_gym for rsl_rl, MuJoCo MJX
+with Brax, EnvPool and rl_games kept, with sample-factory, cleanrl, stable-baselines3, tianshou,
+acme, torchbeast, IsaacGymEnvs, TorchRL, openai/baselines, MineDojo and habitat-lab searched
+alongside, led by how the run ended): its size and category coverage when it was frozen (see its
+README). It was built in parallel with other corpora, each by its own helper in its own branch;
+corpora numbered 36 and 37 were not in its branch, so the independence test checks it only against
+the ones listed before it here."""
 
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
@@ -372,6 +383,7 @@ FROZEN = (
     ("realworld_heldout35", HELDOUT35_CASES, 1, HELDOUT35_CATEGORIES),
     ("realworld_heldout36", HELDOUT36_CASES, 1, HELDOUT36_CATEGORIES),
     ("realworld_heldout37", HELDOUT37_CASES, 1, HELDOUT37_CATEGORIES),
+    ("realworld_heldout38", HELDOUT38_CASES, 1, HELDOUT38_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
