@@ -17,6 +17,7 @@ tests/data/realworld_heldout34/, tests/data/realworld_heldout35/ and
 tests/data/realworld_heldout36/).
 tests/data/realworld_heldout37/).
 tests/data/realworld_heldout38/).
+tests/data/realworld_heldout39/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -316,6 +317,16 @@ Portuguese and Chinese sources other than CSDN and GitCode): its size and catego
 was frozen (see its README). It was built in parallel with other corpora, each by its own helper in
 its own branch; corpora numbered 33 and 34 were not in its branch, so the independence test checks
 it only against the ones listed before it here."""
+HELDOUT39_CASES = 11
+HELDOUT39_CATEGORIES = 4
+"""The thirty-ninth corpus (issue threads of 3D perception / autonomous-driving training codebases,
+neural-rendering trainers and federated-learning frameworks: spconv, OpenPCDet, both BEVFusion
+codebases, instant-ngp, nerfstudio, 3D Gaussian Splatting, Flower and NVFlare kept, with BEVFormer,
+BEVDet, BEVDepth, second.pytorch, pytorch3d, FedML and PySyft searched alongside, led by how the
+run ended): its size and category coverage when it was frozen (see its README). It was built in
+parallel with other corpora, each by its own helper in its own branch; corpora numbered 36 to 38
+were not in its branch, so the independence test checks it only against the ones listed before it
+here."""
 
 HELDOUT36_CASES = 6
 HELDOUT36_CATEGORIES = 4
@@ -384,6 +395,7 @@ FROZEN = (
     ("realworld_heldout36", HELDOUT36_CASES, 1, HELDOUT36_CATEGORIES),
     ("realworld_heldout37", HELDOUT37_CASES, 1, HELDOUT37_CATEGORIES),
     ("realworld_heldout38", HELDOUT38_CASES, 1, HELDOUT38_CATEGORIES),
+    ("realworld_heldout39", HELDOUT39_CASES, 1, HELDOUT39_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
