@@ -13,11 +13,9 @@ tests/data/realworld_heldout26/, tests/data/realworld_heldout27/,
 tests/data/realworld_heldout28/, tests/data/realworld_heldout29/,
 tests/data/realworld_heldout30/, tests/data/realworld_heldout31/,
 tests/data/realworld_heldout32/, tests/data/realworld_heldout33/,
-tests/data/realworld_heldout34/, tests/data/realworld_heldout35/ and
-tests/data/realworld_heldout36/).
-tests/data/realworld_heldout37/).
-tests/data/realworld_heldout38/).
-tests/data/realworld_heldout39/).
+tests/data/realworld_heldout34/, tests/data/realworld_heldout35/,
+tests/data/realworld_heldout36/, tests/data/realworld_heldout37/,
+tests/data/realworld_heldout38/ and tests/data/realworld_heldout39/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
