@@ -191,7 +191,7 @@ def catalog_rule(generic: Rule) -> Rule:
     f = _forms()
     keywords = ("cudaError[A-Z]", "CUDA_ERROR_",
                 r"cuda(?:[ _](?:runtime|driver))?[ _](?:error|failure)", r"\bcode=\d{3}\(",
-                "THCudaCheck", "cudaSuccess", "GPUassert", f.long_texts)
+                "THCudaCheck", "cudaSuccess", "GPUassert", r"\bcuda[A-Z]\w*\(", f.long_texts)
     return Rule(
         id=RULE_ID, category=Category.CUDA_SOFTWARE_BUG, action=Action.FIX_CODE,
         severity=Severity.FATAL, confidence=_KINDS["api_error"].confidence,

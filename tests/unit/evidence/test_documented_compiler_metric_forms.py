@@ -5,6 +5,11 @@ words (fairseq's "ran out of memory, skipping batch"); the CUDA math libraries' 
 call it a loss (a value column, a named value). Round 15: a compiled extension that was never built
 (an op torch's JIT build left missing, a package's CUDA module not importable) and NVML's library
 not found by the device plugin are the environment's CUDA stack, like a library that cannot load.
+Round 16: a CUDA library's ``.so`` not found in any wrapper, and a torch custom op whose library
+was never loaded (``'_OpNamespace' object has no attribute``); XLA giving up rematerialization and
+a CUDA-check macro's "cudaMalloc(...) failed" under "Could not allocate memory" are GPU memory; a
+CUDA call "failed with error" is a CUDA error; the IOMMU refusing a device's DMA (Intel VT-d,
+AMD-Vi) is the host's setting blocking GPU peer-to-peer; gRPC's message size limit is a setting.
 
 The lines are written from the tools' and libraries' source strings, not copied from any corpus.
 Each must be claimed by the named rule; the look-alikes must not be.
@@ -41,6 +46,27 @@ DOCUMENTED = [
      "cuda_software_bug", "fix_config"),
     ("E0115 nvidia-device-plugin: Failed to start nvml with error: could not load NVML library",
      "cuda_library_load_failed", "cuda_software_bug", "fix_config"),
+    ("OSError: libcublasLt.so.12: cannot open shared object file: No such file or directory",
+     "cuda_library_load_failed", "cuda_software_bug", "fix_config"),
+    ("AttributeError: '_OpNamespace' 'fbgemm' object has no attribute 'jagged_to_padded_dense'",
+     "cuda_library_load_failed", "cuda_software_bug", "fix_config"),
+    ("AttributeError: '_OpNamespace' object has no attribute 'bounds_check_indices'",
+     "cuda_library_load_failed", "cuda_software_bug", "fix_config"),
+    ("W external/xla/xla/service/hlo_rematerialization.cc:3005] Can't reduce memory use below "
+     "10.50GiB (11274289152 bytes) by rematerialization; only reduced to 17.20GiB", "cuda_oom",
+     "oom_gpu", "fix_config"),
+    ("ERROR Uncaught exception: Could not allocate memory: tiny-cuda-nn/gpu_memory.h:112 "
+     "cudaMalloc(&rawptr, n_bytes+DEBUG_GUARD_SIZE*2) failed with error out of memory",
+     "cuda_oom", "oom_gpu", "fix_config"),
+    ("Uncaught exception: src/testbed.cu:88 cudaStreamSynchronize(stream) failed with error "
+     "unspecified launch failur", "cuda_error_generic", "cuda_software_bug", "fix_code"),
+    ("[ 51.2] DMAR: [DMA Read NO_PASID] Request device [c1:00.0] fault addr 0x3ffff000 [fault "
+     "reason 0x06] PTE Read access is not set", "iommu_dma_fault", "nccl_timeout_hang",
+     "fix_config"),
+    ("kernel: iommu ivhd0: AMD-Vi: Event logged [IO_PAGE_FAULT device=c1:00.0 domain=0x000e "
+     "address=0xfee00000 flags=0x0020]", "iommu_dma_fault", "nccl_timeout_hang", "fix_config"),
+    ("\tdetails = \"Received message larger than max (268435456 vs. 4194304)\"",
+     "grpc_message_too_large", "user_code_error", "fix_config"),
 ]
 
 NOT_CLAIMED = [
@@ -54,6 +80,11 @@ NOT_CLAIMED = [
     # A missing pure-Python package is the user's environment, not a CUDA build.
     ("ModuleNotFoundError: No module named 'transformers'", "cuda_library_load_failed"),
     ("ModuleNotFoundError: No module named 'my_context'", "cuda_library_load_failed"),
+    # The IOMMU enabled, reported at boot: no fault.
+    ("DMAR: IOMMU enabled", "iommu_dma_fault"),
+    ("AMD-Vi: Interrupt remapping enabled", "iommu_dma_fault"),
+    # A size that fits.
+    ("grpc: max message size set to 104857600", "grpc_message_too_large"),
 ]
 
 
