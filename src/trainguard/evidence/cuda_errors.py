@@ -31,8 +31,8 @@ from functools import cache
 from importlib import resources
 
 from trainguard.errors import ConfigError
-from trainguard.evidence.rules import Pattern, Rule, compile_re2
-from trainguard.taxonomy import Action, Category, Severity
+from trainguard.evidence.re2util import Pattern, compile_re2
+from trainguard.taxonomy import Action, Category
 
 RULE_ID = "cuda_error_code"
 """The signature of an event read by this catalog (placed just before ``cuda_error_generic``)."""
@@ -64,6 +64,8 @@ _KINDS: dict[str, Reading] = {
     "launch_config": Reading(Category.CUDA_SOFTWARE_BUG, Action.FIX_CODE, 0.6),
     "api_error": Reading(Category.CUDA_SOFTWARE_BUG, Action.FIX_CODE, 0.5),
 }
+BASE_READING = _KINDS["api_error"]
+"""The catalog rule's own category and action (an error it cannot identify: none reach it)."""
 _STABLE_SMALL_CODES = frozenset({2, 35, 46})
 """Codes under 100 that kept their number across CUDA 10.1's renumbering."""
 _SHORT_TEXT = 30
@@ -184,23 +186,17 @@ def identify(text: str) -> CudaError | None:
     return None
 
 
-def catalog_rule(generic: Rule) -> Rule:
-    """The catalog as a signature rule, placed just before ``generic`` (``cuda_error_generic``,
-    whose priority it shares): its keywords reach the prefilter, its pattern selects the lines
-    :func:`identify` reads (``classify.py`` takes the category and action from the error)."""
-    f = _forms()
-    keywords = ("cudaError[A-Z]", "CUDA_ERROR_",
-                r"cuda(?:[ _](?:runtime|driver))?[ _](?:error|failure)", r"\bcode=\d{3}\(",
-                "THCudaCheck", "cudaSuccess", "GPUassert", r"\bcuda[A-Z]\w*\(", f.long_texts)
-    return Rule(
-        id=RULE_ID, category=Category.CUDA_SOFTWARE_BUG, action=Action.FIX_CODE,
-        severity=Severity.FATAL, confidence=_KINDS["api_error"].confidence,
-        priority=generic.priority, keywords=keywords, keywords_case=False,
-        pattern=compile_re2(f.union),
-        keyword_rx=compile_re2("|".join(f"(?:{k})" for k in keywords), ignore_case=True),
-        lines_after=0, summary="CUDA error {cuda_code} {cuda_name}: {cuda_message}",
-        source="cuda_errors.csv")
+def rule_keywords() -> tuple[str, ...]:
+    """The catalog rule's prefilter keywords (``rules.with_cuda_catalog`` builds the rule)."""
+    return ("cudaError[A-Z]", "CUDA_ERROR_",
+            r"cuda(?:[ _](?:runtime|driver))?[ _](?:error|failure)", r"\bcode=\d{3}\(",
+            "THCudaCheck", "cudaSuccess", "GPUassert", r"\bcuda[A-Z]\w*\(", _forms().long_texts)
 
 
-__all__ = ["GENERIC_RULE_ID", "RULE_ID", "CudaError", "Reading", "catalog", "catalog_rule",
-           "identify", "reading"]
+def rule_pattern() -> str:
+    """The catalog rule's pattern: the lines :func:`identify` reads."""
+    return _forms().union
+
+
+__all__ = ["BASE_READING", "GENERIC_RULE_ID", "RULE_ID", "CudaError", "Reading", "catalog",
+           "identify", "reading", "rule_keywords", "rule_pattern"]

@@ -9,7 +9,9 @@ Python's backtracking ``re``: RE2 matches in time linear in the text, so no line
 can stall the scan, the watch service or the supervisor (issue #16: one 13.8 KB line of repeated
 ``Work(SeqNum=...`` fragments took ``re`` 20 s). RE2 has no lookarounds or backreferences; an
 operator rule that uses them is refused with a :class:`ConfigError`. google-re2 is a hard
-dependency: there is no ``re`` fallback. The text any rule sees is also bounded: a line is cut to
+dependency: there is no ``re`` fallback (the compiler lives in ``re2util.py``, shared with the
+CUDA error catalog, whose code-driven rule :func:`load_rules` places among the shipped ones).
+The text any rule sees is also bounded: a line is cut to
 :data:`MAX_LINE_CHARS` and a multi-line block to :data:`MAX_BLOCK_CHARS`.
 
     >>> rules = load_rules()
@@ -27,11 +29,19 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import re2
 
 from trainguard.errors import ConfigError
+from trainguard.evidence.cuda_errors import (
+    BASE_READING,
+    GENERIC_RULE_ID,
+    rule_keywords,
+    rule_pattern,
+)
+from trainguard.evidence.cuda_errors import RULE_ID as CUDA_RULE_ID
+from trainguard.evidence.re2util import Pattern, PatternMatch, compile_re2
 from trainguard.taxonomy import CATEGORY_PRIORITY, DEFAULT_ACTION, Action, Category, Severity
 
 log = logging.getLogger(__name__)
@@ -46,25 +56,6 @@ MAX_LINE_CHARS = 16 << 10
 """A rule sees at most this many characters of a line (and of each following line)."""
 MAX_BLOCK_CHARS = 64 << 10
 """A multi-line rule (``lines_after``) sees at most this many characters of its block."""
-_RE2_MAX_MEM = 64 << 20
-
-
-class PatternMatch(Protocol):
-    """The part of a match object the rules use (RE2's and ``re``'s both fit)."""
-
-    def group(self, index: int = 0, /) -> Any: ...
-
-    def groupdict(self) -> dict[str, Any]: ...
-
-
-class Pattern(Protocol):
-    """A compiled pattern: RE2 for everything built here."""
-
-    @property
-    def pattern(self) -> str: ...
-
-    def search(self, text: Any, /) -> PatternMatch | None: ...
-
 
 @dataclass(frozen=True, slots=True)
 class Rule:
@@ -112,16 +103,6 @@ def _enum(enum: type[Any], value: Any, key: str, where: str) -> Any:
     except ValueError:
         allowed = ", ".join(e.value for e in enum)
         raise ConfigError(f"{where}: {key} = {value!r} is not one of: {allowed}") from None
-
-
-def compile_re2(pattern: str, *, ignore_case: bool = False) -> Pattern:
-    """``pattern`` compiled with RE2 (linear-time matching); raises ``re2.error``."""
-    opts = re2.Options()
-    opts.log_errors = False  # RE2 would print "Error parsing ..." to stderr itself
-    opts.max_mem = _RE2_MAX_MEM
-    opts.case_sensitive = not ignore_case
-    compiled: Pattern = re2.compile(pattern, opts)
-    return compiled
 
 
 def _compile(pattern: str, where: str, key: str, *, ignore_case: bool = False) -> Pattern:
@@ -315,14 +296,21 @@ def load_rules(extra: Sequence[Path] = ()) -> RuleSet:
 
 def with_cuda_catalog(rules: Sequence[Rule]) -> list[Rule]:
     """``rules`` with the CUDA error catalog's code-driven rule (``cuda_errors.py``) just before
-    the generic CUDA error rule, so a CUDA error any rule above reads by its words keeps that
-    reading, and one none reads is read by the catalog before the generic fallback."""
-    from trainguard.evidence.cuda_errors import GENERIC_RULE_ID, catalog_rule  # imports us
-
+    the generic CUDA error rule, whose priority it shares: a CUDA error a rule above reads by its
+    words keeps that reading, one none reads is read by the catalog before the generic fallback
+    (``classify.py`` takes the category and action from the error it identifies)."""
     out = list(rules)
     at = next((i for i, r in enumerate(out) if r.id == GENERIC_RULE_ID), None)
-    if at is not None:
-        out.insert(at, catalog_rule(out[at]))
+    if at is None:
+        return out
+    keywords = rule_keywords()
+    base = BASE_READING
+    out.insert(at, Rule(
+        id=CUDA_RULE_ID, category=base.category, action=base.action,
+        severity=Severity.FATAL, confidence=base.confidence, priority=out[at].priority,
+        keywords=keywords, keywords_case=False, pattern=compile_re2(rule_pattern()),
+        keyword_rx=compile_re2("|".join(f"(?:{k})" for k in keywords), ignore_case=True),
+        lines_after=0, summary="CUDA error", source="cuda_errors.csv"))
     return out
 
 
