@@ -87,8 +87,10 @@ def signal_number(name: str) -> int | None:
 
 
 def is_teardown(name: str | None) -> bool:
-    """Whether the signal named ``name`` (as :attr:`SignalCause.name`) is a teardown signal."""
-    return name is not None and signal_number(name) in _TEARDOWN
+    """Whether the signal named ``name`` (as :attr:`SignalCause.name`) is a teardown signal
+    (:attr:`SignalCause.teardown`)."""
+    cause = signal_cause(signal_number(name)) if name is not None else None
+    return cause is not None and cause.teardown
 
 
 def signal_cause(signal: int | None) -> SignalCause | None:
