@@ -19,6 +19,7 @@ from trainguard.evidence import (
     scan_paths,
 )
 from trainguard.evidence.rules import RuleSet
+from trainguard.taxonomy import Action, Category
 
 shipped_rules: Callable[[], RuleSet] = cache(load_rules)
 """The shipped rules, compiled once for the whole test run (they never change during it)."""
@@ -68,3 +69,12 @@ def scan_lines(tmp_path: Path, lines: list[str], *, suspicious: bool = False
     rules = shipped_rules()
     events, _ = scan_paths([str(path)], rules, ScanOptions(suspicious_lines=suspicious))
     return events, correlate(events, rules)
+
+
+def first_answer(tmp_path: Path, lines: list[str]) -> tuple[Category, Action, str]:
+    """What `logs classify` answers first for `lines` (lines with failure words read too): the
+    first incident's category, action and root signature, or (unknown, none, "") if none."""
+    _, incidents = scan_lines(tmp_path, lines, suspicious=True)
+    if not incidents:
+        return Category.UNKNOWN, Action.NONE, ""
+    return incidents[0].category, incidents[0].action, incidents[0].root_cause.signature

@@ -6,18 +6,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from rule_forms import scan_lines
+from rule_forms import first_answer
 
 from trainguard.evidence.cuda_errors import catalog, identify, reading
 from trainguard.taxonomy import Action, Category
-
-
-def first(tmp_path: Path, line: str) -> tuple[Category, Action, str]:
-    _, incidents = scan_lines(tmp_path, [line], suspicious=True)
-    if not incidents:
-        return Category.UNKNOWN, Action.NONE, ""
-    inc = incidents[0]
-    return inc.category, inc.action, inc.root_cause.signature
 
 
 def test_catalog_rows_are_consistent() -> None:
@@ -42,7 +34,7 @@ def test_an_error_reads_the_same_by_name_driver_name_text_and_number(
         tmp_path: Path, error: object) -> None:
     e = error
     assert hasattr(e, "message")
-    by_text = first(tmp_path, f"RuntimeError: CUDA error: {e.message}")
+    by_text = first_answer(tmp_path, [f"RuntimeError: CUDA error: {e.message}"])
     forms = [f"terminate called: what(): {e.runtime_name}",
              f"GPUassert: {e.message} kernel.cu 88"]
     if e.driver_name:
@@ -50,7 +42,7 @@ def test_an_error_reads_the_same_by_name_driver_name_text_and_number(
     if e.code >= 100:
         forms.append(f"CUDA error {e.code} at kernel.cu:88")
     for form in forms:
-        assert first(tmp_path, form)[:2] == by_text[:2], form
+        assert first_answer(tmp_path, [form])[:2] == by_text[:2], form
     assert by_text[0] is not Category.UNKNOWN
 
 
@@ -97,10 +89,10 @@ def test_identify_leaves_what_it_cannot_be_sure_of(line: str) -> None:
 def test_a_catalog_error_is_read_where_no_rule_named_it(tmp_path: Path, line: str,
                                                         category: Category,
                                                         action: Action) -> None:
-    got = first(tmp_path, line)
+    got = first_answer(tmp_path, [line])
     assert got == (category, action, "cuda_error_code")
 
 
 def test_an_unknown_cuda_error_still_falls_back_to_the_generic_rule(tmp_path: Path) -> None:
-    assert first(tmp_path, "RuntimeError: CUDA error: unrecognized error code")[2] == \
+    assert first_answer(tmp_path, ["RuntimeError: CUDA error: unrecognized error code"])[2] == \
         "cuda_error_generic"

@@ -5,17 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from rule_forms import scan_lines
+from rule_forms import first_answer
 
 from trainguard.evidence.signals import signal_cause, signal_number, signal_of_status
 from trainguard.taxonomy import Action, Category
-
-
-def first_incident(tmp_path: Path, lines: list[str]) -> tuple[Category, str]:
-    _, incidents = scan_lines(tmp_path, lines, suspicious=True)
-    if not incidents:
-        return Category.UNKNOWN, ""
-    return incidents[0].category, incidents[0].root_cause.signature
 
 
 @pytest.mark.parametrize(("status", "signal"), [
@@ -66,8 +59,8 @@ NUMERIC = [
 @pytest.mark.parametrize("form", NUMERIC)
 def test_every_form_of_a_signal_reads_as_its_named_form(tmp_path: Path, signal: int,
                                                         form: str) -> None:
-    named, _ = first_incident(tmp_path, [NAMED[signal]])
-    numeric, _ = first_incident(tmp_path, [form.format(status=128 + signal, signal=signal)])
+    named, _, _ = first_answer(tmp_path, [NAMED[signal]])
+    numeric, _, _ = first_answer(tmp_path, [form.format(status=128 + signal, signal=signal)])
 
     assert named is not Category.UNKNOWN
     assert numeric is named
@@ -79,12 +72,12 @@ def test_every_form_of_a_signal_reads_as_its_named_form(tmp_path: Path, signal: 
     "Process finished with exit code 1",
 ])
 def test_an_ordinary_exit_code_is_not_read_as_a_signal(tmp_path: Path, line: str) -> None:
-    _, signature = first_incident(tmp_path, [line])
+    _, _, signature = first_answer(tmp_path, [line])
     assert signature != "exit_status"
 
 
 def test_a_watchdog_abort_does_not_outrank_the_timeout_it_follows(tmp_path: Path) -> None:
-    category, _ = first_incident(tmp_path, [
+    category, _, _ = first_answer(tmp_path, [
         "[E ProcessGroupNCCL.cpp:821] [Rank 0] Watchdog caught collective operation timeout: "
         "WorkNCCL(SeqNum=2, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1800963 "
         "milliseconds before timing out.",
@@ -97,7 +90,7 @@ def test_a_watchdog_abort_does_not_outrank_the_timeout_it_follows(tmp_path: Path
 def test_a_sigkill_exit_status_still_names_the_oom_killer_over_a_python_error(
         tmp_path: Path) -> None:
     # SIGKILL is no teardown signal here: the kernel sent it, the Python errors follow it.
-    category, _ = first_incident(tmp_path, [
+    category, _, _ = first_answer(tmp_path, [
         "  exitcode  : -9 (pid: 48211)",
         "RuntimeError: DataLoader worker exited",
     ])
@@ -115,7 +108,7 @@ def test_a_sigkill_exit_status_still_names_the_oom_killer_over_a_python_error(
     "Fatal Python error: Aborted",
 ])
 def test_glibc_heap_aborts_are_native_crashes(tmp_path: Path, line: str) -> None:
-    category, signature = first_incident(tmp_path, [line])
+    category, _, signature = first_answer(tmp_path, [line])
     assert (category, signature) == (Category.CUDA_SOFTWARE_BUG, "segfault")
 
 
@@ -125,5 +118,5 @@ def test_glibc_heap_aborts_are_native_crashes(tmp_path: Path, line: str) -> None
     "INFO: stack smashing protection enabled",
 ])
 def test_heap_look_alikes_are_not_crashes(tmp_path: Path, line: str) -> None:
-    _, signature = first_incident(tmp_path, [line])
+    _, _, signature = first_answer(tmp_path, [line])
     assert signature != "segfault"
