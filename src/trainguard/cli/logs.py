@@ -181,7 +181,8 @@ def _print_table(incidents: list[Incident], limit: int) -> None:
                 for e in alt.lines[:_SHOWN_ALTERNATIVE_LINES])
         category, action = inc.category.value, inc.action.value
         if (guess := inc.inference.category) is not None:
-            category += f"\n[dim]inferred {guess.confidence:.2f}\n(rules: unknown)[/]"
+            category += (f"\n[dim]inferred ({guess.model}) {guess.confidence:.2f}\n"
+                         f"(rules: {guess.rule_category.value})[/]")
         if (how := inc.inference.action) is not None:
             action += (f"\n[dim]inferred {how.confidence:.2f}\n(rules: {how.rule_action.value};"
                        f" {', '.join(how.cues) or 'no cue'})[/]")

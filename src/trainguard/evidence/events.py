@@ -77,6 +77,9 @@ class FailureEvent:
     fields: tuple[tuple[str, str], ...] = ()
     """Named values the rule extracted (op type, sequence number, exit code...)."""
     evidence: tuple[EvidenceLine, ...] = field(default_factory=tuple)
+    context: tuple[EvidenceLine, ...] = field(default=(), compare=False, repr=False)
+    """The lines around the one the scanner matched (``scanner.CONTEXT_LINES`` either side), as
+    the text model reads them (``textmodel.py``); not evidence, not compared, not stored."""
 
     def field_value(self, name: str) -> str | None:
         for key, value in self.fields:

@@ -44,6 +44,8 @@ from trainguard.evidence.precedence import adjusted_priorities, hardware_first
 from trainguard.evidence.rules import RuleSet
 from trainguard.evidence.signals import SIGNAL_FIELD, is_teardown
 from trainguard.evidence.suspicion import SIGNATURE as SUSPICION_SIGNATURE
+from trainguard.evidence.textmodel import TEXT_LINES
+from trainguard.evidence.textread import read_text
 from trainguard.evidence.xid import is_consequence
 from trainguard.taxonomy import CATEGORY_PRIORITY, SEVERITY_RANK, Action, Category, Severity
 
@@ -130,6 +132,14 @@ class Incident:
     def lines(self) -> tuple[EvidenceLine, ...]:
         """Every evidence line of the incident once, the root cause's first (at most 200)."""
         return _lines_of(self.root_cause, self.related)
+
+    @property
+    def text_lines(self) -> tuple[EvidenceLine, ...]:
+        """What the text model reads: every evidence line and its neighbours
+        (``FailureEvent.context``) once, in file order (at most ``TEXT_LINES``)."""
+        lines = {(e.path, e.line_no): e for ev in (self.root_cause, *self.related)
+                 for e in (*ev.evidence, *ev.context)}
+        return tuple(lines[k] for k in sorted(lines))[:TEXT_LINES]
 
     @property
     def summary(self) -> str:
@@ -427,9 +437,10 @@ def with_inference(inc: Incident) -> Incident:
     # Only what no signature explains is guessed at: a rule that says ``unknown`` (a benign
     # look-alike, a launcher's bare exit summary) has read the line already.
     alts = inc.alternatives if inc.suspicious else ()
-    return replace(inc, inference=infer(root.category, root.action,
-                                        [e.program_text for e in root.evidence], alts,
-                                        lines=[e.program_text for e in inc.lines]))
+    found = infer(root.category, root.action, [e.program_text for e in root.evidence], alts,
+                  lines=[e.program_text for e in inc.lines])
+    return replace(inc, inference=read_text(found, root, inc.text_lines, inc.suspicious,
+                                            inc.lines))
 
 
 __all__ = ["DEFAULT_WINDOW_S", "Incident", "correlate", "deduplicate", "event_priority",

@@ -30,29 +30,36 @@ from typing import Any
 
 from trainguard.evidence.actions import ConfigModel, InferredAction, builtin_model, infer_action
 from trainguard.evidence.alternatives import Alternative
+from trainguard.evidence.events import EvidenceLine
 from trainguard.evidence.remedies import evidence_remedy
 from trainguard.taxonomy import DEFAULT_ACTION, Action, Category
 
 
 @dataclass(frozen=True, slots=True)
 class InferredCategory:
-    """The category the cue model answered for an ``unknown`` incident."""
+    """The category a model gave an incident: the cue model for an ``unknown``, or the text
+    model (``textread.py``) for an ``unknown`` or over a rule's reading."""
 
-    alternative: Alternative
+    category: Category
+    confidence: float
     threshold: float
+    lines: tuple[EvidenceLine, ...]
+    """The lines whose words lean most towards the category."""
+    rule_category: Category = Category.UNKNOWN
+    model: str = "cues"
+    """``cues`` (``alternatives.py``) or ``text`` (``textmodel.py``)."""
 
-    @property
-    def category(self) -> Category:
-        return self.alternative.category
-
-    @property
-    def confidence(self) -> float:
-        return self.alternative.confidence
+    @staticmethod
+    def of(alternative: Alternative, threshold: float) -> InferredCategory:
+        return InferredCategory(alternative.category, alternative.confidence, threshold,
+                                alternative.lines)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"category": self.category.value, "rule_category": Category.UNKNOWN.value,
-                "confidence": round(self.confidence, 3), "threshold": self.threshold,
-                "lines": self.alternative.to_dict()["lines"]}
+        return {"category": self.category.value, "rule_category": self.rule_category.value,
+                "model": self.model, "confidence": round(self.confidence, 3),
+                "threshold": self.threshold,
+                "lines": [{"path": e.path, "line": e.line_no, "text": e.text}
+                          for e in self.lines]}
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +98,7 @@ def answer(alternatives: Sequence[Alternative], threshold: float) -> InferredCat
     """The top alternative when its calibrated confidence reaches ``threshold``."""
     if not alternatives or alternatives[0].confidence < threshold:
         return None
-    return InferredCategory(alternatives[0], threshold)
+    return InferredCategory.of(alternatives[0], threshold)
 
 
 def infer(category: Category, action: Action, root_lines: Sequence[str],

@@ -27,7 +27,7 @@ import io
 import time as _time
 import zlib
 from collections.abc import Callable, Generator, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import BinaryIO
 
 from trainguard.evidence.aggregate import EventAggregator
@@ -66,6 +66,9 @@ MAX_LINE_BYTES = 1 << 20
 MAX_EVAL_CHARS = MAX_LINE_CHARS
 _TRACEBACK_MAX_LINES = 400
 _FOLLOWING_MAX_BYTES = 2 * MAX_BLOCK_CHARS
+CONTEXT_LINES = 5
+"""Lines kept either side of each matched line for the text model (``FailureEvent.context``)."""
+CONTEXT_CHARS = 400
 
 
 
@@ -334,8 +337,37 @@ def _scan_region(fs: _FileScan, prefilter: object, buf: bytes, cut: int, line_ba
         ev = fs.classify(line_no, text, following)
         if ev is not None:
             fs.stats.events += 1
-            yield ev
+            yield replace(ev, context=_neighbours(fs, buf, start, end, line_no))
     return line_no - line_base + buf.count(b"\n", counted_to, cut)
+
+
+def _neighbours(fs: _FileScan, buf: bytes, start: int, end: int, line_no: int
+                ) -> tuple[EvidenceLine, ...]:
+    """Up to :data:`CONTEXT_LINES` lines either side of ``buf[start:end]`` (line ``line_no``)
+    that ``buf`` holds, each cut at :data:`CONTEXT_CHARS` bytes: what the text model reads
+    around a matched line."""
+    before: list[EvidenceLine] = []
+    pos = start
+    for k in range(1, CONTEXT_LINES + 1):
+        if pos <= 0:
+            break
+        s = buf.rfind(b"\n", 0, pos - 1) + 1
+        before.append(EvidenceLine(fs.path, line_no - k,
+                                   buf[s:min(pos - 1, s + CONTEXT_CHARS)].decode(
+                                       "utf-8", "replace")))
+        pos = s
+    after: list[EvidenceLine] = []
+    pos = end + 1
+    for k in range(1, CONTEXT_LINES + 1):
+        if pos >= len(buf):
+            break
+        e = buf.find(b"\n", pos)
+        e = len(buf) if e < 0 else e
+        after.append(EvidenceLine(fs.path, line_no + k,
+                                  buf[pos:min(e, pos + CONTEXT_CHARS)].decode("utf-8",
+                                                                               "replace")))
+        pos = e + 1
+    return (*reversed(before), *after)
 
 
 def scan_paths(paths: Sequence[str], rules: RuleSet, options: ScanOptions = ScanOptions(),

@@ -25,7 +25,7 @@ def write(path: Path, lines: list[str]) -> Path:
 def first_incident(root: Path) -> tuple[Category, Action]:
     rules = load_rules()
     events, _ = scan_paths([str(root)], rules, OPTIONS)
-    incidents = correlate(events, rules)
+    incidents = correlate(events, rules, learned=False)  # the context readings, no model
     assert incidents, "no incident"
     return incidents[0].category, incidents[0].action
 

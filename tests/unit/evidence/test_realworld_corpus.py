@@ -104,7 +104,7 @@ def test_unknown_answers_name_two_alternatives() -> None:
     for lab in LABELS:
         events, _ = scan_paths([str(CORPUS / str(lab["file"]))], rules,
                                ScanOptions(suspicious_lines=True))
-        incidents = correlate(events, rules)
+        incidents = correlate(events, rules, learned=False)  # where the rules abstain
         if not incidents or incidents[0].category.value != "unknown":
             continue
         unknown += 1

@@ -94,11 +94,11 @@ def test_fixture_is_classified_as_its_signature(sig: str) -> None:
     assert first.severity is severity
     assert first.evidence[0].path == str(path)
 
-    incidents = correlate(events, rules, include_info=True)
+    incidents = correlate(events, rules, include_info=True, learned=False)
     assert incidents[0].category is category
     if sig == "failure_words":
         # No rule explains it: an unknown incident that shows its lines, with a low confidence.
-        unknown = correlate(events, rules)
+        unknown = correlate(events, rules, learned=False)
         assert [i.category for i in unknown] == [Category.UNKNOWN]
         assert unknown[0].suspicious_lines and unknown[0].root_cause.confidence < 0.5
     elif severity is Severity.INFO:

@@ -1,0 +1,214 @@
+"""Fit the text model (src/trainguard/evidence/data/textmodel.json) on every labelled corpus.
+
+    python scripts/fit_text_model.py            # fit, choose thresholds by replay, write
+    python scripts/fit_text_model.py --check    # refit with the stored thresholds; compare
+
+What the model reads of a case is what ``logs classify`` gives it: the first incident's evidence
+lines and their neighbours (``Incident.text_lines``, the learned models off). Cases with no
+incident are left out (there is nothing to read). Needs scikit-learn (the ``dev`` extra):
+TfidfVectorizer and LogisticRegression fit the weights, which ``textmodel.py`` scores with numpy
+alone.
+
+**Thresholds by replay, leaving a corpus out.** For each held-out corpus with a recorded *fresh*
+answer (``tests/data/fresh_rule_answers.jsonl``: what the rules said before that corpus existed,
+see ``scripts/fresh_rule_answers.py``), a model is fitted on every other corpus and its
+predictions are weighed against the fresh answer by ``textread.decide``. The thresholds with the
+most right categories plus right actions over all those corpora are kept (the higher of equals).
+The table printed is that replay: the fresh rules alone against the rules with the text model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import product
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trainguard.evidence import Incident, ScanOptions, correlate, load_rules, scan_paths
+from trainguard.evidence.textmodel import Head, Prediction, TextModel, from_json, text_features
+from trainguard.evidence.textread import beyond_evidence, decide
+from trainguard.taxonomy import Action, Category
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data"
+OUT = ROOT / "src" / "trainguard" / "evidence" / "data" / "textmodel.json"
+FRESH = DATA / "fresh_rule_answers.jsonl"
+C = 10.0
+"""Inverse L2 strength of the logistic regressions."""
+MIN_DF = 2
+"""A feature must occur in at least this many cases."""
+ANSWER_GRID = (0.0, 0.2, 0.3, 0.4, 0.5, 0.6)
+OVERRIDE_GRID = (0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 1.01)
+"""1.01: never."""
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    corpus: str
+    file: str
+    category: str
+    action: str
+    features: tuple[str, ...]
+    may_answer: bool
+    driver_report: bool
+    rule_confidence: float
+    """Today's root cause's confidence (the replay uses the fresh answer's)."""
+    beyond_evidence: bool
+    """Whether the model reads lines besides the incident's evidence."""
+
+
+def corpora() -> list[Path]:
+    return sorted(p.parent for p in DATA.glob("realworld*/labels.jsonl"))
+
+
+def read_cases(dirs: Sequence[Path]) -> tuple[list[Case], int]:
+    """Every labelled case with an incident, and how many had none."""
+    rules = load_rules()
+    cases: list[Case] = []
+    none = 0
+    for d in dirs:
+        for raw in (d / "labels.jsonl").read_text(encoding="utf-8").splitlines():
+            if not raw.strip():
+                continue
+            lab = json.loads(raw)
+            events, _ = scan_paths([str(d / lab["file"])], rules,
+                                   ScanOptions(suspicious_lines=True))
+            incidents = correlate(events, rules, learned=False)
+            if not incidents:
+                none += 1
+                continue
+            inc = incidents[0]
+            cases.append(Case(d.name, str(lab["file"]), str(lab["category"]),
+                              str(lab["action"]),
+                              tuple(text_features([e.program_text for e in inc.text_lines])),
+                              may_answer(inc), inc.root_cause.xid is not None,
+                              inc.root_cause.confidence, _beyond(inc)))
+    return cases, none
+
+
+def _beyond(inc: Incident) -> bool:
+    return beyond_evidence(inc.lines, inc.text_lines)
+
+
+def may_answer(inc: Incident) -> bool:
+    """Whether an ``unknown`` answer for this case may be replaced, replayed: today's rules may
+    read the case (they were written after it), so only a rule that reads it as ``unknown``
+    (a benign look-alike) says no; at run time ``read_text`` asks ``Incident.suspicious``."""
+    return inc.suspicious or inc.root_cause.category is not Category.UNKNOWN
+
+
+def fit(cases: Sequence[Case], thresholds: dict[str, float], source: str) -> TextModel:
+    try:
+        from sklearn.feature_extraction.text import TfidfVectorizer
+        from sklearn.linear_model import LogisticRegression
+    except ImportError:  # pragma: no cover - the dev extra has it
+        raise SystemExit("error: fitting needs scikit-learn: pip install -e '.[dev]'") from None
+    vec = TfidfVectorizer(analyzer=lambda feats: feats, min_df=MIN_DF, sublinear_tf=True)
+    x = vec.fit_transform([list(c.features) for c in cases])
+    heads = {}
+    for name, labels in (("category", [c.category for c in cases]),
+                         ("action", [c.action for c in cases])):
+        lr = LogisticRegression(C=C, max_iter=5000).fit(x, labels)
+        heads[name] = Head(tuple(str(k) for k in lr.classes_), np.asarray(lr.coef_),
+                           np.asarray(lr.intercept_))
+    vocab = {str(f): int(i) for f, i in vec.vocabulary_.items()}
+    return TextModel(vocab, np.asarray(vec.idf_), heads, thresholds, source)
+
+
+def replay(cases: Sequence[Case]) -> dict[str, Any]:
+    """Leave each corpus with fresh answers out, predict it, choose thresholds."""
+    rows = [json.loads(line) for line in FRESH.read_text().splitlines() if line.strip()]
+    fresh = {(r["corpus"], r["file"]): (r["category"], r["action"]) for r in rows}
+    sure = {(r["corpus"], r["file"]): r["confidence"] or 0.0 for r in rows}
+    held = sorted({c.corpus for c in cases if (c.corpus, c.file) in fresh})
+    preds: list[tuple[Case, tuple[str, str], Prediction, Prediction]] = []
+    for i, name in enumerate(held, start=1):
+        print(f"[{i}/{len(held)}] leaving out {name}", file=sys.stderr)
+        model = fit([c for c in cases if c.corpus != name], {}, "")
+        for c in cases:
+            if c.corpus == name:
+                preds.append((c, fresh[(c.corpus, c.file)], model.predict("category", c.features),
+                              model.predict("action", c.features)))
+    # The fresh answers of cases that have no incident today are unknowns nothing can change.
+    with_incident = {(c.corpus, c.file) for c in cases}
+    missing = [v for k, v in fresh.items() if k not in with_incident and k[0] in held]
+
+    def score(th: dict[str, float]) -> tuple[int, int]:
+        cat = act = 0
+        for c, (fc, fa), pc, pa in preds:
+            d = decide(Category(fc), Action(fa), pc, pa, th, may_answer=c.may_answer,
+                       driver_report=c.driver_report, rule_confidence=sure[(c.corpus, c.file)],
+                       beyond_evidence=c.beyond_evidence)
+            cat += d.category.value == c.category
+            act += d.action.value == c.action
+        return cat, act
+
+    best: tuple[tuple[int, float, float, float], dict[str, float]] | None = None
+    for a, k, t in product(ANSWER_GRID, OVERRIDE_GRID, OVERRIDE_GRID):
+        th = {"answer": a, "category": k, "action": t}
+        cat, act = score(th)
+        key = (cat + act, a, k, t)
+        if best is None or key > best[0]:
+            best = (key, th)
+    assert best is not None
+    th = best[1]
+    n = len(preds) + len(missing)
+    labels = {(c.corpus, c.file): (c.category, c.action) for c, *_ in preds}
+    base_cat = sum(fc == labels[k][0] for k, (fc, _) in fresh.items() if k in labels)
+    base_act = sum(fa == labels[k][1] for k, (_, fa) in fresh.items() if k in labels)
+    cat, act = score(th)
+    return {"thresholds": th, "cases": n, "corpora": len(held),
+            "fresh_rules": [base_cat / n, base_act / n], "with_text_model": [cat / n, act / n]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true",
+                        help="refit with the stored thresholds; exit 1 if the stored model "
+                             "differs")
+    args = parser.parse_args(argv)
+    dirs = corpora()
+    cases, none = read_cases(dirs)
+    source = f"{len(dirs)} corpora under tests/data/realworld*, {len(cases)} cases"
+    print(f"{len(cases)} cases with an incident, {none} without, {len(dirs)} corpora",
+          file=sys.stderr)
+    if args.check:
+        stored = from_json(OUT.read_text())
+        model = fit(cases, dict(stored.thresholds), source)
+        same = compare(stored, model)
+        print("stored model matches the corpora" if same else "stored model differs")
+        return 0 if same else 1
+    result = replay(cases)
+    model = fit(cases, result["thresholds"], source)
+    OUT.write_text(model.to_json())
+    fr, tm = result["fresh_rules"], result["with_text_model"]
+    print(f"replay over {result['cases']} cases of {result['corpora']} held-out corpora "
+          f"(each left out of the fit)")
+    print("| answer | category | action |\n|---|---|---|")
+    print(f"| fresh rules | {fr[0]:.1%} | {fr[1]:.1%} |")
+    print(f"| fresh rules + text model | {tm[0]:.1%} | {tm[1]:.1%} |")
+    print(f"thresholds {result['thresholds']}; {len(model.vocabulary)} features -> "
+          f"{OUT.relative_to(ROOT)}")
+    return 0
+
+
+def compare(a: TextModel, b: TextModel) -> bool:
+    """Same vocabulary, classes and thresholds; weights equal to the stored precision."""
+    if dict(a.vocabulary) != dict(b.vocabulary) or dict(a.thresholds) != dict(b.thresholds):
+        return False
+    if not np.allclose(a.idf, b.idf, atol=1e-4):
+        return False
+    return all(a.heads[k].classes == b.heads[k].classes
+               and np.allclose(a.heads[k].coef, b.heads[k].coef, atol=2e-3)
+               and np.allclose(a.heads[k].intercept, b.heads[k].intercept, atol=2e-3)
+               for k in ("category", "action"))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,169 @@
+"""The text model: what an incident's words say its category and fix are, learned from threads.
+
+The rules read one line at a time, in the phrasings someone wrote down; on logs from stacks
+nobody wrote rules for they abstain (``unknown``) or read the loudest line. The text model reads
+every word of the incident's lines and their neighbours (the scanner keeps five lines either
+side of each event, ``FailureEvent.context``) and weighs them as the labelled threads did.
+
+It is a linear model over the lines' words and word pairs: a TF-IDF vector (sublinear term
+frequency, smoothed inverse document frequency, L2-normalised) scored by a multinomial logistic
+regression, one *head* for the category and one for the action. ``scripts/fit_text_model.py``
+fits it on every labelled corpus in ``tests/data/realworld*/`` and writes
+``data/textmodel.json``; scoring here needs only numpy.
+
+    >>> tokens("NCCL watchdog timed out after 0x1f ms: ProcessGroupNCCL.cpp:1234")
+    ['nccl', 'watchdog', 'timed', 'out', 'after', 'ms', 'processgroupnccl', 'cpp']
+    >>> features(["cuda", "error", "oom"])
+    ['cuda', 'error', 'oom', 'cuda error', 'error oom']
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from itertools import pairwise
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import re2
+
+from trainguard.evidence.events import CUE_CHARS
+
+# RE2 like every pattern that reads log lines (linear time); these three need finditer and sub,
+# which the rules' Pattern protocol leaves out.
+_WORD = re2.compile(r"[a-z][a-z0-9_]+")
+_HEX = re2.compile(r"0x[0-9a-f]+")
+_HEXLIKE = re2.compile(r"^[a-f0-9]{6,}$")
+
+TEXT_LINES = 400
+"""At most this many lines of an incident are read (its evidence lines and their neighbours)."""
+
+
+def tokens(text: str) -> list[str]:
+    """Lower-case words of two or more characters; hex numbers and hex-like ids dropped."""
+    low = _HEX.sub(" ", text.lower())
+    return [w for w in (m.group(0) for m in _WORD.finditer(low))
+            if _HEXLIKE.search(w) is None]
+
+
+def features(words: Sequence[str]) -> list[str]:
+    """The words and each pair of adjacent words (``"cuda error"``)."""
+    return [*words, *(f"{a} {b}" for a, b in pairwise(words))]
+
+
+def text_features(lines: Sequence[str]) -> list[str]:
+    """The features of an incident's lines (each line cut at :data:`CUE_CHARS`)."""
+    return features(tokens("\n".join(line[:CUE_CHARS] for line in lines[:TEXT_LINES])))
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    """One multinomial logistic regression over the shared features."""
+
+    classes: tuple[str, ...]
+    coef: npt.NDArray[np.float64]
+    """(classes, features) weights."""
+    intercept: npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """A head's classes, most likely first, with their probabilities."""
+
+    ranked: tuple[tuple[str, float], ...]
+
+    @property
+    def label(self) -> str:
+        return self.ranked[0][0]
+
+    @property
+    def probability(self) -> float:
+        return self.ranked[0][1]
+
+
+@dataclass(frozen=True, slots=True)
+class TextModel:
+    """The fitted vocabulary, IDF weights, heads and the thresholds chosen for them."""
+
+    vocabulary: Mapping[str, int]
+    idf: npt.NDArray[np.float64]
+    heads: Mapping[str, Head]
+    thresholds: Mapping[str, float]
+    """head -> the probability at which its answer replaces the rules' (see ``inference.py``)."""
+    source: str = ""
+
+    def vector(self, feats: Sequence[str]) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]:
+        """The sparse TF-IDF vector of these features: (indices, values), L2-normalised."""
+        counts = Counter(j for j in (self.vocabulary.get(f) for f in feats) if j is not None)
+        if not counts:
+            return np.zeros(0, dtype=np.intp), np.zeros(0)
+        idx = np.fromiter(counts.keys(), dtype=np.intp, count=len(counts))
+        tf = np.fromiter((1.0 + math.log(n) for n in counts.values()), dtype=np.float64,
+                         count=len(counts))
+        vals = tf * self.idf[idx]
+        return idx, vals / float(np.linalg.norm(vals))
+
+    def predict(self, head: str, feats: Sequence[str]) -> Prediction:
+        """The head's classes for these features, most likely first."""
+        h = self.heads[head]
+        idx, vals = self.vector(feats)
+        scores = h.coef[:, idx] @ vals + h.intercept
+        probs = np.exp(scores - scores.max())
+        probs /= probs.sum()
+        order = np.argsort(-probs, kind="stable")
+        return Prediction(tuple((h.classes[i], float(probs[i])) for i in order))
+
+    def leaning(self, head: str, label: str, lines: Sequence[str], limit: int = 3
+                ) -> tuple[int, ...]:
+        """Indices of the lines whose words most favour ``label`` (at most ``limit``)."""
+        h = self.heads[head]
+        row = h.classes.index(label)
+        mean = h.coef.mean(axis=0)
+        scored = []
+        for i, line in enumerate(lines[:TEXT_LINES]):
+            idx, vals = self.vector(features(tokens(line[:CUE_CHARS])))
+            if idx.size:
+                lean = float((h.coef[row, idx] - mean[idx]) @ vals)
+                if lean > 0:
+                    scored.append((-lean, i))
+        return tuple(i for _, i in sorted(scored)[:limit])
+
+    def to_json(self) -> str:
+        vocab = sorted(self.vocabulary, key=self.vocabulary.__getitem__)
+        doc: dict[str, Any] = {
+            "source": self.source,
+            "thresholds": dict(self.thresholds),
+            "vocabulary": vocab,
+            "idf": [round(float(v), 5) for v in self.idf],
+            "heads": {name: {"classes": list(h.classes),
+                             "intercept": [round(float(v), 5) for v in h.intercept],
+                             "coef": [[round(float(v), 4) for v in row] for row in h.coef]}
+                      for name, h in self.heads.items()},
+        }
+        return json.dumps(doc, separators=(",", ":")) + "\n"
+
+
+def from_json(text: str) -> TextModel:
+    doc = json.loads(text)
+    heads = {name: Head(tuple(h["classes"]), np.asarray(h["coef"], dtype=np.float64),
+                        np.asarray(h["intercept"], dtype=np.float64))
+             for name, h in doc["heads"].items()}
+    return TextModel({f: i for i, f in enumerate(doc["vocabulary"])},
+                     np.asarray(doc["idf"], dtype=np.float64), heads,
+                     {k: float(v) for k, v in doc["thresholds"].items()}, doc.get("source", ""))
+
+
+@cache
+def builtin_text_model() -> TextModel:
+    text = resources.files("trainguard.evidence").joinpath("data/textmodel.json").read_text()
+    return from_json(text)
+
+
+__all__ = ["TEXT_LINES", "Head", "Prediction", "TextModel", "builtin_text_model", "features",
+           "from_json", "text_features", "tokens"]

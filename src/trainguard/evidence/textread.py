@@ -1,0 +1,126 @@
+"""What the text model changes in an incident's answer, after the rules and the cue models.
+
+The rules' answer stands unless the text model (``textmodel.py``), reading the incident's lines
+and their neighbours, is sure enough of another; each threshold was chosen by
+``scripts/fit_text_model.py`` on the labelled corpora, leaving each corpus out in turn and
+replaying the answers the rules gave *before* that corpus was collected (so the figure is what
+a fresh route would see, not what rules tuned on it say):
+
+* **an ``unknown``** that stands on failure words alone takes the model's category when its
+  probability reaches ``thresholds["answer"]``;
+* **a rule's category** gives way when the model names another with probability at least
+  ``thresholds["category"]``, and **the action** when the action head names another with
+  probability at least ``thresholds["action"]`` -- but only where the rule itself is unsure
+  (its confidence below :data:`FIRM`: a generic reading such as an exit status or a
+  bare exception, never a documented form the rule is sure of) and never on a driver's own
+  report (an XID line), nor when the model read nothing but the rules' own evidence lines;
+* where the category changed, the action is the model's.
+
+A guess never takes a node or a GPU out of service: when the model's action is to exclude,
+reboot or reset and the rules' was not, the action is ``restart_job`` (``answered_action``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from trainguard.evidence.actions import InferredAction
+from trainguard.evidence.events import EvidenceLine, FailureEvent
+from trainguard.evidence.inference import NODE_ACTIONS, Inference, InferredCategory
+from trainguard.evidence.textmodel import Prediction, TextModel, builtin_text_model, text_features
+from trainguard.taxonomy import DEFAULT_ACTION, Action, Category
+
+TEXT_CUE = "text model"
+FIRM = 0.7
+"""A rule at least this sure is never second-guessed. The rules' own confidence bands say what
+this means: below it sit the generic readings (an exit status, a bare Python exception, a
+segfault, a socket error, a CUDA error by code, a launcher's summary), at or above it the
+forms documented to mean one cause."""
+
+
+@dataclass(frozen=True, slots=True)
+class TextDecision:
+    """The answer after the text model: what changed and how sure the model was."""
+
+    category: Category
+    action: Action
+    category_changed: bool
+    action_changed: bool
+    category_confidence: float
+    action_confidence: float
+
+
+def decide(category: Category, action: Action, by_category: Prediction, by_action: Prediction,
+           thresholds: Mapping[str, float], *, may_answer: bool, driver_report: bool,
+           rule_confidence: float, beyond_evidence: bool = True) -> TextDecision:
+    """The (category, action) once the text model's predictions are weighed against the
+    answer so far (pure: ``scripts/fit_text_model.py`` replays it on past answers);
+    ``rule_confidence`` is the root cause's own (a rule at least :data:`FIRM` sure is never
+    second-guessed), ``beyond_evidence`` whether the model read any line besides the
+    rules' evidence (on the evidence alone, the rule's reading of its own line stands)."""
+    top = Category(by_category.label)
+    new_category = category
+    open_to_doubt = beyond_evidence and not driver_report and rule_confidence < FIRM
+    if category is Category.UNKNOWN:
+        if may_answer and by_category.probability >= thresholds["answer"]:
+            new_category = top
+    elif open_to_doubt and top is not category and top is not Category.UNKNOWN and \
+            by_category.probability >= thresholds["category"]:
+        new_category = top
+    cat_changed = new_category is not category
+    new_action = action
+    if new_category is not Category.UNKNOWN:
+        proposed = Action(by_action.label)
+        doubted = open_to_doubt and proposed is not action and \
+            by_action.probability >= thresholds["action"]
+        if cat_changed or doubted:
+            new_action = proposed
+        if new_action in NODE_ACTIONS and action not in NODE_ACTIONS:
+            new_action = Action.RESTART_JOB
+        if cat_changed and new_action is Action.NONE:
+            new_action = DEFAULT_ACTION[new_category]
+    return TextDecision(new_category, new_action, cat_changed, new_action is not action,
+                        by_category.probability, by_action.probability)
+
+
+def beyond_evidence(inc_lines: Sequence[EvidenceLine], text_lines: Sequence[EvidenceLine]
+                    ) -> bool:
+    """Whether the text holds a line that is not the rules' evidence."""
+    seen = set(inc_lines)
+    return any(line not in seen for line in text_lines)
+
+
+def read_text(found: Inference, root: FailureEvent, lines: Sequence[EvidenceLine],
+              may_answer: bool, evidence: Sequence[EvidenceLine] = (),
+              model: TextModel | None = None) -> Inference:
+    """``found`` (the cue and config models' decisions) with the text model's on top;
+    ``lines`` are what the model reads (``Incident.text_lines``), ``evidence`` the incident's
+    evidence lines among them."""
+    if not lines:
+        return found
+    model = model or builtin_text_model()
+    texts = [line.program_text for line in lines]
+    feats = text_features(texts)
+    by_category, by_action = model.predict("category", feats), model.predict("action", feats)
+    category, action = found.applied(root.category, root.action)
+    d = decide(category, action, by_category, by_action, model.thresholds,
+               may_answer=may_answer, driver_report=root.xid is not None,
+               rule_confidence=root.confidence,
+               beyond_evidence=beyond_evidence(evidence, lines))
+    out = found
+    if d.category_changed:
+        lean = model.leaning("category", d.category.value, texts)
+        threshold = model.thresholds["answer" if category is Category.UNKNOWN else "category"]
+        out = replace(out, category=InferredCategory(
+            d.category, d.category_confidence, threshold, tuple(lines[i] for i in lean),
+            rule_category=root.category, model="text"))
+    if d.category_changed or d.action_changed:
+        # A changed category's action is always the one decided here (``Inference.applied``
+        # would otherwise give the category's answered action).
+        out = replace(out, action=InferredAction(d.action, action, d.action_confidence,
+                                                 (TEXT_CUE,)))
+    return out
+
+
+__all__ = ["FIRM", "TEXT_CUE", "TextDecision", "beyond_evidence", "decide", "read_text"]

@@ -1,0 +1,166 @@
+"""The text model (textmodel.py): its words, its scoring against scikit-learn's, the stored
+model against what scripts/fit_text_model.py fits, and the lines the scanner keeps for it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from script_module import load_script
+
+from trainguard.evidence import load_rules, scan_bytes
+from trainguard.evidence.scanner import CONTEXT_CHARS, CONTEXT_LINES
+from trainguard.evidence.textmodel import (
+    Head,
+    TextModel,
+    builtin_text_model,
+    features,
+    from_json,
+    text_features,
+    tokens,
+)
+from trainguard.taxonomy import Action, Category
+
+REPO = Path(__file__).resolve().parents[3]
+DATA = REPO / "tests" / "data"
+
+
+def test_words_are_lower_case_without_hex_numbers_or_ids() -> None:
+    assert tokens("CUDA error at 0x7f3a: Device-Side assert; id deadbeef01 rank 3") == [
+        "cuda", "error", "at", "device", "side", "assert", "id", "rank"]
+    assert tokens("") == [] and tokens("1 2 3 ::") == []
+
+
+def test_features_are_words_and_adjacent_pairs_across_lines() -> None:
+    assert features(["a1", "b2"]) == ["a1", "b2", "a1 b2"]
+    assert text_features(["Killed process", "out of memory"]) == [
+        "killed", "process", "out", "of", "memory", "killed process", "process out", "out of",
+        "of memory"]
+
+
+def _fit_script():  # type: ignore[no-untyped-def]
+    return load_script("scripts/fit_text_model.py", "fit_text_model")
+
+
+def _toy_cases(script):  # type: ignore[no-untyped-def]
+    docs = [("nccl watchdog timed out collective", "nccl_timeout_hang", "restart_job"),
+            ("watchdog caught collective timeout nccl", "nccl_timeout_hang", "restart_job"),
+            ("cuda out of memory tried to allocate", "oom_gpu", "fix_config"),
+            ("tried to allocate cuda out of memory again", "oom_gpu", "fix_config"),
+            ("no space left on device checkpoint", "storage_io", "check_storage"),
+            ("checkpoint write failed no space left", "storage_io", "check_storage")]
+    return [script.Case("toy", f"{i}.log", cat, act, tuple(text_features([d])), True, False,
+                        0.5, True) for i, (d, cat, act) in enumerate(docs)]
+
+
+def test_scoring_with_numpy_is_scikit_learns() -> None:
+    sklearn_text = pytest.importorskip("sklearn.feature_extraction.text")
+    sklearn_linear = pytest.importorskip("sklearn.linear_model")
+    script = _fit_script()
+    cases = _toy_cases(script)
+    model = script.fit(cases, {"answer": 0.5, "category": 0.7, "action": 0.7}, "toy")
+    vec = sklearn_text.TfidfVectorizer(analyzer=lambda f: f, min_df=script.MIN_DF,
+                                       sublinear_tf=True)
+    x = vec.fit_transform([list(c.features) for c in cases])
+    lr = sklearn_linear.LogisticRegression(C=script.C, max_iter=5000).fit(
+        x, [c.category for c in cases])
+    for text in ("the nccl watchdog timed out", "out of memory out of memory", "nothing known"):
+        feats = text_features([text])
+        want = dict(zip(lr.classes_, lr.predict_proba(vec.transform([feats]))[0], strict=True))
+        got = dict(model.predict("category", feats).ranked)
+        assert got.keys() == want.keys()
+        assert all(abs(got[k] - want[k]) < 1e-9 for k in want), (text, got, want)
+
+
+def test_the_stored_form_scores_as_the_fitted_model() -> None:
+    script = _fit_script()
+    model = script.fit(_toy_cases(script), {"answer": 0.5, "category": 0.7, "action": 0.7},
+                       "toy")
+    again = from_json(model.to_json())
+    assert again.thresholds == model.thresholds and again.source == "toy"
+    feats = text_features(["cuda out of memory while the nccl watchdog timed out"])
+    for head in ("category", "action"):
+        a, b = model.predict(head, feats), again.predict(head, feats)
+        assert [k for k, _ in a.ranked] == [k for k, _ in b.ranked]
+        assert np.allclose([p for _, p in a.ranked], [p for _, p in b.ranked], atol=1e-3)
+
+
+def test_text_with_no_known_word_gives_the_prior() -> None:
+    model = TextModel({"x": 0}, np.ones(1), {"category": Head(
+        ("a", "b"), np.array([[1.0], [-1.0]]), np.array([0.0, np.log(3.0)]))}, {})
+    pred = model.predict("category", ["unseen"])
+    assert pred.label == "b" and abs(pred.probability - 0.75) < 1e-9
+
+
+def test_the_lines_leaning_towards_a_label_are_those_with_its_words() -> None:
+    script = _fit_script()
+    model = script.fit(_toy_cases(script), {}, "toy")
+    lines = ["step 10 loss 2.0", "no space left on device", "checkpoint write failed"]
+    assert set(model.leaning("category", "storage_io", lines)) <= {1, 2}
+    assert model.leaning("category", "storage_io", ["step 10 loss 2.0"]) == ()
+
+
+def test_the_builtin_model_has_both_heads_and_its_thresholds() -> None:
+    model = builtin_text_model()
+    assert set(model.heads) == {"category", "action"}
+    assert set(model.heads["category"].classes) <= {c.value for c in Category}
+    assert set(model.heads["action"].classes) <= {a.value for a in Action}
+    assert set(model.thresholds) == {"answer", "category", "action"}
+    assert all(0 <= v <= 1.01 for v in model.thresholds.values())
+    assert len(model.vocabulary) == len(model.idf) == model.heads["category"].coef.shape[1]
+
+
+def test_the_stored_model_is_what_the_corpora_give() -> None:
+    """Regenerate with scripts/fit_text_model.py when rules, corpora or the scan change."""
+    pytest.importorskip("sklearn")
+    assert _fit_script().main(["--check"]) == 0
+
+
+def test_every_held_out_case_has_its_fresh_answer() -> None:
+    """scripts/fresh_rule_answers.py records what the rules said before each held-out corpus
+    existed; the threshold replay needs one answer per case (rerun it for a new corpus)."""
+    rows = [json.loads(line) for line in
+            (DATA / "fresh_rule_answers.jsonl").read_text().splitlines() if line.strip()]
+    have = {(r["corpus"], r["file"]) for r in rows}
+    want = {(d.name, json.loads(line)["file"])
+            for d in DATA.glob("realworld_heldout*") if (d / "labels.jsonl").is_file()
+            for line in (d / "labels.jsonl").read_text().splitlines() if line.strip()}
+    assert have == want
+    assert len(rows) == len(have)
+    assert all(Category(r["category"]) and Action(r["action"]) for r in rows)
+
+
+# --- the lines the scanner keeps around a match -------------------------------------------------
+
+def _events(lines: list[str]):  # type: ignore[no-untyped-def]
+    data = "".join(f"{line}\n" for line in lines).encode()
+    return scan_bytes(data, load_rules(), path="job.log")
+
+
+def test_each_event_keeps_five_lines_either_side() -> None:
+    lines = [f"step {i} loss 1.0" for i in range(1, 21)]
+    lines[11] = "RuntimeError: CUDA error: an illegal memory access was encountered"
+    (ev,) = _events(lines)
+    assert ev.evidence[0].line_no == 12
+    assert [c.line_no for c in ev.context] == [*range(12 - CONTEXT_LINES, 12),
+                                               *range(13, 13 + CONTEXT_LINES)]
+    assert [c.text for c in ev.context][:2] == ["step 7 loss 1.0", "step 8 loss 1.0"]
+    assert all(c.path == "job.log" for c in ev.context)
+
+
+def test_context_stops_at_the_file_edges_and_cuts_long_lines() -> None:
+    lines = ["x" * (CONTEXT_CHARS + 100),
+             "RuntimeError: CUDA error: an illegal memory access was encountered", "tail"]
+    (ev,) = _events(lines)
+    assert [c.line_no for c in ev.context] == [1, 3]
+    assert len(ev.context[0].text) == CONTEXT_CHARS
+
+
+def test_context_is_neither_compared_nor_stored() -> None:
+    (ev,) = _events(["before", "RuntimeError: CUDA error: an illegal memory access was "
+                     "encountered"])
+    assert ev.context
+    bare = type(ev)(**{f: getattr(ev, f) for f in ev.__slots__ if f != "context"})  # type: ignore[attr-defined]
+    assert bare == ev and "context" not in ev.to_dict()
