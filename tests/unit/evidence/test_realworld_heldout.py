@@ -17,6 +17,7 @@ tests/data/realworld_heldout34/, tests/data/realworld_heldout35/,
 tests/data/realworld_heldout36/, tests/data/realworld_heldout37/,
 tests/data/realworld_heldout38/, tests/data/realworld_heldout39/ and
 tests/data/realworld_heldout40/).
+tests/data/realworld_heldout41/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -355,6 +356,15 @@ alongside, led by how the run ended): its size and category coverage when it was
 README). It was built in parallel with other corpora, each by its own helper in its own branch;
 corpora numbered 36 and 37 were not in its branch, so the independence test checks it only against
 the ones listed before it here."""
+HELDOUT41_CASES = 6
+HELDOUT41_CATEGORIES = 3
+"""The forty-first corpus (issue threads of the checkpointing, dataset-streaming and
+storage-connector libraries that training jobs run on: WebDataset, MosaicML Streaming, Orbax,
+TensorStore and LitData kept, with FFCV, the S3 connector for PyTorch, gcsfs, s3fs, gcsfuse,
+JuiceFS, Alluxio and AIStore searched alongside, led by how the run ended): its size and category
+coverage when it was frozen (see its README). It was built in parallel with other corpora, each by
+its own helper in its own branch; a fortieth corpus was not in its branch, so the independence
+test checks it only against the ones listed before it here."""
 
 HELDOUT40_CASES = 6
 HELDOUT40_CATEGORIES = 3
@@ -406,6 +416,7 @@ FROZEN = (
     ("realworld_heldout38", HELDOUT38_CASES, 1, HELDOUT38_CATEGORIES),
     ("realworld_heldout39", HELDOUT39_CASES, 1, HELDOUT39_CATEGORIES),
     ("realworld_heldout40", HELDOUT40_CASES, 1, HELDOUT40_CATEGORIES),
+    ("realworld_heldout41", HELDOUT41_CASES, 1, HELDOUT41_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
