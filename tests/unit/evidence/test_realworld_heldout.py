@@ -18,6 +18,7 @@ tests/data/realworld_heldout36/, tests/data/realworld_heldout37/,
 tests/data/realworld_heldout38/, tests/data/realworld_heldout39/ and
 tests/data/realworld_heldout40/).
 tests/data/realworld_heldout41/).
+tests/data/realworld_heldout42/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -376,6 +377,17 @@ by how the run ended): its size and category coverage when it was frozen (see it
 built in parallel with other corpora, each by its own helper in its own branch; the independence
 test checks it only against the ones listed before it here."""
 
+HELDOUT42_CASES = 3
+HELDOUT42_CATEGORIES = 2
+"""The forty-second corpus (issue threads of batch schedulers and ML experiment / elastic-training
+platforms that run distributed training jobs: DLRover and ElasticDL kept, with Determined,
+Polyaxon, ClearML, MLflow, Volcano, Kueue, JobSet, LeaderWorkerSet, KAI-Scheduler, run:ai, NNI and
+HTCondor / CHTC searched alongside, led by how the job ended; the eighth, fifteenth and
+twenty-ninth corpora had searched most of the listed platforms before): its size and category
+coverage when it was frozen (see its README). It was built in parallel with other corpora, each by
+its own helper in its own branch; corpora numbered 40 and 41 were not in its branch, so the
+independence test checks it only against the ones listed before it here."""
+
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
     ("realworld_heldout3", 41, 1, 12),
@@ -417,6 +429,7 @@ FROZEN = (
     ("realworld_heldout39", HELDOUT39_CASES, 1, HELDOUT39_CATEGORIES),
     ("realworld_heldout40", HELDOUT40_CASES, 1, HELDOUT40_CATEGORIES),
     ("realworld_heldout41", HELDOUT41_CASES, 1, HELDOUT41_CATEGORIES),
+    ("realworld_heldout42", HELDOUT42_CASES, 1, HELDOUT42_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
