@@ -19,6 +19,7 @@ tests/data/realworld_heldout38/, tests/data/realworld_heldout39/ and
 tests/data/realworld_heldout40/).
 tests/data/realworld_heldout41/).
 tests/data/realworld_heldout42/).
+tests/data/realworld_heldout43/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -388,6 +389,16 @@ coverage when it was frozen (see its README). It was built in parallel with othe
 its own helper in its own branch; corpora numbered 40 and 41 were not in its branch, so the
 independence test checks it only against the ones listed before it here."""
 
+HELDOUT43_CASES = 4
+HELDOUT43_CATEGORIES = 3
+"""The forty-third corpus (issue and pull-request threads of robot-learning, imitation-learning and
+vision-language-action training codebases: OpenVLA-OFT, robomimic and LeRobot kept, with openvla,
+openpi, octo, diffusion_policy, ManiSkill, Isaac-GR00T and open_x_embodiment searched alongside, led
+by how the run ended): its size and category coverage when it was frozen (see its README). It was
+built in parallel with other corpora, each by its own helper in its own branch; corpora numbered 40
+to 42 were not in its branch, so the independence test checks it only against the ones listed
+before it here."""
+
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
     ("realworld_heldout3", 41, 1, 12),
@@ -430,6 +441,7 @@ FROZEN = (
     ("realworld_heldout40", HELDOUT40_CASES, 1, HELDOUT40_CATEGORIES),
     ("realworld_heldout41", HELDOUT41_CASES, 1, HELDOUT41_CATEGORIES),
     ("realworld_heldout42", HELDOUT42_CASES, 1, HELDOUT42_CATEGORIES),
+    ("realworld_heldout43", HELDOUT43_CASES, 1, HELDOUT43_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
