@@ -20,6 +20,7 @@ tests/data/realworld_heldout40/).
 tests/data/realworld_heldout41/).
 tests/data/realworld_heldout42/).
 tests/data/realworld_heldout43/).
+tests/data/realworld_heldout44/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -399,6 +400,16 @@ built in parallel with other corpora, each by its own helper in its own branch; 
 to 42 were not in its branch, so the independence test checks it only against the ones listed
 before it here."""
 
+HELDOUT44_CASES = 4
+HELDOUT44_CATEGORIES = 2
+"""The forty-fourth corpus (issue threads of small, from-scratch or research LLM pre-training
+codebases: llm.c, modded-nanogpt, OLMo and lingua kept, with OLMo-core, gpt-neox, open_lm,
+nanotron, picotron, TinyLlama, Zyphra, axlearn and MaxText GPU runs searched alongside, led by how
+the run ended): its size and category coverage when it was frozen (see its README). It was built
+in parallel with other corpora, each by its own helper in its own branch; corpora numbered 40 to
+43 were not in its branch, so the independence test checks it only against the ones listed before
+it here."""
+
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
     ("realworld_heldout3", 41, 1, 12),
@@ -442,6 +453,7 @@ FROZEN = (
     ("realworld_heldout41", HELDOUT41_CASES, 1, HELDOUT41_CATEGORIES),
     ("realworld_heldout42", HELDOUT42_CASES, 1, HELDOUT42_CATEGORIES),
     ("realworld_heldout43", HELDOUT43_CASES, 1, HELDOUT43_CATEGORIES),
+    ("realworld_heldout44", HELDOUT44_CASES, 1, HELDOUT44_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
