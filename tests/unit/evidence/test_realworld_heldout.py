@@ -15,11 +15,9 @@ tests/data/realworld_heldout30/, tests/data/realworld_heldout31/,
 tests/data/realworld_heldout32/, tests/data/realworld_heldout33/,
 tests/data/realworld_heldout34/, tests/data/realworld_heldout35/,
 tests/data/realworld_heldout36/, tests/data/realworld_heldout37/,
-tests/data/realworld_heldout38/, tests/data/realworld_heldout39/ and
-tests/data/realworld_heldout40/).
-tests/data/realworld_heldout41/).
-tests/data/realworld_heldout42/).
-tests/data/realworld_heldout43/).
+tests/data/realworld_heldout38/, tests/data/realworld_heldout39/,
+tests/data/realworld_heldout40/, tests/data/realworld_heldout41/,
+tests/data/realworld_heldout42/, tests/data/realworld_heldout43/ and
 tests/data/realworld_heldout44/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
