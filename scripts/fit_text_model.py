@@ -32,7 +32,7 @@ import numpy as np
 
 from trainguard.evidence import Incident, ScanOptions, correlate, load_rules, scan_paths
 from trainguard.evidence.textmodel import Head, Prediction, TextModel, from_json, text_features
-from trainguard.evidence.textread import beyond_evidence, decide
+from trainguard.evidence.textread import beyond_evidence, contested, decide, read_by_number
 from trainguard.taxonomy import Action, Category
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,11 +56,13 @@ class Case:
     action: str
     features: tuple[str, ...]
     may_answer: bool
-    driver_report: bool
+    read_by_number: bool
     rule_confidence: float
     """Today's root cause's confidence (the replay uses the fresh answer's)."""
     beyond_evidence: bool
     """Whether the model reads lines besides the incident's evidence."""
+    contested: bool
+    """Whether today's rules read the incident as more than one cause."""
 
 
 def corpora() -> list[Path]:
@@ -87,8 +89,9 @@ def read_cases(dirs: Sequence[Path]) -> tuple[list[Case], int]:
             cases.append(Case(d.name, str(lab["file"]), str(lab["category"]),
                               str(lab["action"]),
                               tuple(text_features([e.program_text for e in inc.text_lines])),
-                              may_answer(inc), inc.root_cause.xid is not None,
-                              inc.root_cause.confidence, _beyond(inc)))
+                              may_answer(inc), read_by_number(inc.root_cause),
+                              inc.root_cause.confidence, _beyond(inc),
+                              contested(inc.root_cause, inc.related)))
     return cases, none
 
 
@@ -143,8 +146,8 @@ def replay(cases: Sequence[Case]) -> dict[str, Any]:
         cat = act = 0
         for c, (fc, fa), pc, pa in preds:
             d = decide(Category(fc), Action(fa), pc, pa, th, may_answer=c.may_answer,
-                       driver_report=c.driver_report, rule_confidence=sure[(c.corpus, c.file)],
-                       beyond_evidence=c.beyond_evidence)
+                       read_by_number=c.read_by_number, rule_confidence=sure[(c.corpus, c.file)],
+                       beyond_evidence=c.beyond_evidence, contested=c.contested)
             cat += d.category.value == c.category
             act += d.action.value == c.action
         return cat, act

@@ -440,7 +440,7 @@ def with_inference(inc: Incident) -> Incident:
     found = infer(root.category, root.action, [e.program_text for e in root.evidence], alts,
                   lines=[e.program_text for e in inc.lines])
     return replace(inc, inference=read_text(found, root, inc.text_lines, inc.suspicious,
-                                            inc.lines))
+                                            inc.lines, inc.related))
 
 
 __all__ = ["DEFAULT_WINDOW_S", "Incident", "correlate", "deduplicate", "event_priority",

@@ -10,11 +10,16 @@ a fresh route would see, not what rules tuned on it say):
   probability reaches ``thresholds["answer"]``;
 * **a rule's category** gives way when the model names another with probability at least
   ``thresholds["category"]``, and **the action** when the action head names another with
-  probability at least ``thresholds["action"]`` -- but only where the rule itself is unsure
-  (its confidence below :data:`FIRM`: a generic reading such as an exit status or a
-  bare exception, never a documented form the rule is sure of) and never on a driver's own
-  report (an XID line), nor when the model read nothing but the rules' own evidence lines;
-* where the category changed, the action is the model's.
+  probability at least ``thresholds["action"]`` -- but only where
+  - the rule itself is unsure (its confidence below :data:`FIRM`: a generic reading such as a
+    bare exception or a socket error, never a form documented to mean one cause);
+  - the rules read one cause only (when they read several, the root was chosen by the order of
+    events across ranks and by precedence, which words cannot see);
+  - the reading does not rest on a number the model's words drop (an XID, a signal read from an
+    exit status, a CUDA error by its code);
+  - the model read more than the rules' own evidence lines;
+* where the category changed, the action is the model's, unless the lines already named one (a
+  remedy or the config model, ``inference.py``).
 
 A guess never takes a node or a GPU out of service: when the model's action is to exclude,
 reboot or reset and the rules' was not, the action is ``restart_job`` (``answered_action``).
@@ -26,10 +31,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from trainguard.evidence.actions import InferredAction
+from trainguard.evidence.cuda_errors import RULE_ID as CUDA_RULE_ID
 from trainguard.evidence.events import EvidenceLine, FailureEvent
 from trainguard.evidence.inference import NODE_ACTIONS, Inference, InferredCategory
+from trainguard.evidence.signals import SIGNAL_FIELD
 from trainguard.evidence.textmodel import Prediction, TextModel, builtin_text_model, text_features
-from trainguard.taxonomy import DEFAULT_ACTION, Action, Category
+from trainguard.taxonomy import DEFAULT_ACTION, Action, Category, Severity
 
 TEXT_CUE = "text model"
 FIRM = 0.7
@@ -52,16 +59,20 @@ class TextDecision:
 
 
 def decide(category: Category, action: Action, by_category: Prediction, by_action: Prediction,
-           thresholds: Mapping[str, float], *, may_answer: bool, driver_report: bool,
-           rule_confidence: float, beyond_evidence: bool = True) -> TextDecision:
+           thresholds: Mapping[str, float], *, may_answer: bool, read_by_number: bool,
+           rule_confidence: float, beyond_evidence: bool = True, contested: bool = False
+           ) -> TextDecision:
     """The (category, action) once the text model's predictions are weighed against the
     answer so far (pure: ``scripts/fit_text_model.py`` replays it on past answers);
     ``rule_confidence`` is the root cause's own (a rule at least :data:`FIRM` sure is never
     second-guessed), ``beyond_evidence`` whether the model read any line besides the
-    rules' evidence (on the evidence alone, the rule's reading of its own line stands)."""
+    rules' evidence (on the evidence alone, the rule's reading of its own line stands),
+    ``contested`` whether the rules read the incident's events as more than one cause (then the
+    root was chosen by their order across ranks and by precedence, which words cannot see)."""
     top = Category(by_category.label)
     new_category = category
-    open_to_doubt = beyond_evidence and not driver_report and rule_confidence < FIRM
+    open_to_doubt = beyond_evidence and not contested and not read_by_number and \
+        rule_confidence < FIRM
     if category is Category.UNKNOWN:
         if may_answer and by_category.probability >= thresholds["answer"]:
             new_category = top
@@ -91,9 +102,23 @@ def beyond_evidence(inc_lines: Sequence[EvidenceLine], text_lines: Sequence[Evid
     return any(line not in seen for line in text_lines)
 
 
+def read_by_number(root: FailureEvent) -> bool:
+    """Whether the rules' reading rests on a number, which the model's words drop: an XID, a
+    signal read from an exit status, a CUDA error by its code."""
+    return root.xid is not None or root.field_value(SIGNAL_FIELD) is not None or \
+        root.signature == CUDA_RULE_ID
+
+
+def contested(root: FailureEvent, related: Sequence[FailureEvent]) -> bool:
+    """Whether the rules read the incident's events as more than one known cause."""
+    return len({e.category for e in (root, *related)
+                if e.category is not Category.UNKNOWN and e.severity is not Severity.INFO}) > 1
+
+
 def read_text(found: Inference, root: FailureEvent, lines: Sequence[EvidenceLine],
               may_answer: bool, evidence: Sequence[EvidenceLine] = (),
-              model: TextModel | None = None) -> Inference:
+              related: Sequence[FailureEvent] = (), model: TextModel | None = None
+              ) -> Inference:
     """``found`` (the cue and config models' decisions) with the text model's on top;
     ``lines`` are what the model reads (``Incident.text_lines``), ``evidence`` the incident's
     evidence lines among them."""
@@ -105,9 +130,10 @@ def read_text(found: Inference, root: FailureEvent, lines: Sequence[EvidenceLine
     by_category, by_action = model.predict("category", feats), model.predict("action", feats)
     category, action = found.applied(root.category, root.action)
     d = decide(category, action, by_category, by_action, model.thresholds,
-               may_answer=may_answer, driver_report=root.xid is not None,
+               may_answer=may_answer, read_by_number=read_by_number(root),
                rule_confidence=root.confidence,
-               beyond_evidence=beyond_evidence(evidence, lines))
+               beyond_evidence=beyond_evidence(evidence, lines),
+               contested=contested(root, related))
     out = found
     if d.category_changed:
         lean = model.leaning("category", d.category.value, texts)
@@ -115,12 +141,14 @@ def read_text(found: Inference, root: FailureEvent, lines: Sequence[EvidenceLine
         out = replace(out, category=InferredCategory(
             d.category, d.category_confidence, threshold, tuple(lines[i] for i in lean),
             rule_category=root.category, model="text"))
-    if d.category_changed or d.action_changed:
+    if (d.category_changed or d.action_changed) and found.action is None:
         # A changed category's action is always the one decided here (``Inference.applied``
-        # would otherwise give the category's answered action).
+        # would otherwise give the category's answered action); an action the lines already
+        # named (a remedy, the config model) stands.
         out = replace(out, action=InferredAction(d.action, action, d.action_confidence,
                                                  (TEXT_CUE,)))
     return out
 
 
-__all__ = ["FIRM", "TEXT_CUE", "TextDecision", "beyond_evidence", "decide", "read_text"]
+__all__ = ["FIRM", "TEXT_CUE", "TextDecision", "beyond_evidence", "contested", "decide",
+           "read_by_number", "read_text"]

@@ -10,9 +10,12 @@ from typer.testing import CliRunner
 
 from trainguard.cli.main import app
 from trainguard.evidence import ScanOptions, correlate, load_rules, scan_paths
+from trainguard.evidence.cuda_errors import RULE_ID as CUDA_RULE_ID
+from trainguard.evidence.events import FailureEvent
+from trainguard.evidence.signals import SIGNAL_FIELD
 from trainguard.evidence.textmodel import Prediction
-from trainguard.evidence.textread import FIRM, decide
-from trainguard.taxonomy import Action, Category
+from trainguard.evidence.textread import FIRM, contested, decide, read_by_number
+from trainguard.taxonomy import DEFAULT_ACTION, Action, Category, Severity
 
 TH = {"answer": 0.3, "category": 0.7, "action": 0.6}
 CORPUS = Path(__file__).resolve().parents[2] / "data" / "realworld"
@@ -24,16 +27,16 @@ def pred(label: str, p: float) -> Prediction:
 
 def test_an_unknown_standing_on_failure_words_takes_the_models_category_and_action() -> None:
     d = decide(Category.UNKNOWN, Action.NONE, pred("oom_host", 0.4), pred("fix_config", 0.3),
-               TH, may_answer=True, driver_report=False, rule_confidence=0.2)
+               TH, may_answer=True, read_by_number=False, rule_confidence=0.2)
     assert (d.category, d.action) == (Category.OOM_HOST, Action.FIX_CONFIG)
     assert d.category_changed and d.action_changed
 
 
 def test_an_unknown_below_the_answer_threshold_or_read_by_a_rule_stays_unknown() -> None:
     low = decide(Category.UNKNOWN, Action.NONE, pred("oom_host", 0.29), pred("fix_config", 0.9),
-                 TH, may_answer=True, driver_report=False, rule_confidence=0.2)
+                 TH, may_answer=True, read_by_number=False, rule_confidence=0.2)
     benign = decide(Category.UNKNOWN, Action.NONE, pred("oom_host", 0.99),
-                    pred("fix_config", 0.9), TH, may_answer=False, driver_report=False,
+                    pred("fix_config", 0.9), TH, may_answer=False, read_by_number=False,
                     rule_confidence=0.2)
     for d in (low, benign):
         assert (d.category, d.action) == (Category.UNKNOWN, Action.NONE)
@@ -42,7 +45,7 @@ def test_an_unknown_below_the_answer_threshold_or_read_by_a_rule_stays_unknown()
 
 def test_an_unsure_rule_gives_way_to_a_sure_model() -> None:
     d = decide(Category.CUDA_SOFTWARE_BUG, Action.FIX_CODE, pred("oom_gpu", 0.8),
-               pred("fix_config", 0.5), TH, may_answer=False, driver_report=False,
+               pred("fix_config", 0.5), TH, may_answer=False, read_by_number=False,
                rule_confidence=0.5)
     # Where the category changed, the action is the model's even under the action threshold.
     assert (d.category, d.action) == (Category.OOM_GPU, Action.FIX_CONFIG)
@@ -50,20 +53,20 @@ def test_an_unsure_rule_gives_way_to_a_sure_model() -> None:
 
 def test_only_the_action_changes_when_the_model_agrees_on_the_category() -> None:
     d = decide(Category.CUDA_SOFTWARE_BUG, Action.FIX_CODE, pred("cuda_software_bug", 0.9),
-               pred("fix_config", 0.65), TH, may_answer=False, driver_report=False,
+               pred("fix_config", 0.65), TH, may_answer=False, read_by_number=False,
                rule_confidence=0.5)
     assert (d.category, d.action) == (Category.CUDA_SOFTWARE_BUG, Action.FIX_CONFIG)
     assert not d.category_changed and d.action_changed
     below = decide(Category.CUDA_SOFTWARE_BUG, Action.FIX_CODE, pred("oom_gpu", 0.69),
-                   pred("fix_config", 0.59), TH, may_answer=False, driver_report=False,
+                   pred("fix_config", 0.59), TH, may_answer=False, read_by_number=False,
                    rule_confidence=0.5)
     assert (below.category, below.action) == (Category.CUDA_SOFTWARE_BUG, Action.FIX_CODE)
 
 
-def test_a_sure_rule_a_driver_report_or_evidence_alone_is_never_second_guessed() -> None:
-    for kwargs in ({"rule_confidence": FIRM, "driver_report": False},
-                   {"rule_confidence": 0.3, "driver_report": True},
-                   {"rule_confidence": 0.3, "driver_report": False, "beyond_evidence": False}):
+def test_a_sure_rule_a_read_by_number_or_evidence_alone_is_never_second_guessed() -> None:
+    for kwargs in ({"rule_confidence": FIRM, "read_by_number": False},
+                   {"rule_confidence": 0.3, "read_by_number": True},
+                   {"rule_confidence": 0.3, "read_by_number": False, "beyond_evidence": False}):
         d = decide(Category.GPU_HARDWARE, Action.EXCLUDE_NODE, pred("oom_gpu", 0.99),
                    pred("fix_config", 0.99), TH, may_answer=False, **kwargs)  # type: ignore[arg-type]
         assert (d.category, d.action) == (Category.GPU_HARDWARE, Action.EXCLUDE_NODE), kwargs
@@ -71,16 +74,16 @@ def test_a_sure_rule_a_driver_report_or_evidence_alone_is_never_second_guessed()
 
 def test_a_guess_never_takes_a_node_out_of_service() -> None:
     answered = decide(Category.UNKNOWN, Action.NONE, pred("gpu_hardware", 0.9),
-                      pred("exclude_node", 0.9), TH, may_answer=True, driver_report=False,
+                      pred("exclude_node", 0.9), TH, may_answer=True, read_by_number=False,
                       rule_confidence=0.2)
     assert (answered.category, answered.action) == (Category.GPU_HARDWARE, Action.RESTART_JOB)
     doubted = decide(Category.CUDA_SOFTWARE_BUG, Action.FIX_CODE, pred("cuda_software_bug", 0.9),
-                     pred("reboot_node", 0.9), TH, may_answer=False, driver_report=False,
+                     pred("reboot_node", 0.9), TH, may_answer=False, read_by_number=False,
                      rule_confidence=0.5)
     assert doubted.action is Action.RESTART_JOB
     # Away from a node action is the safe direction: a rule's reboot may become a restart.
     kept = decide(Category.GPU_HARDWARE, Action.REBOOT_NODE, pred("gpu_hardware", 0.9),
-                  pred("restart_job", 0.9), TH, may_answer=False, driver_report=False,
+                  pred("restart_job", 0.9), TH, may_answer=False, read_by_number=False,
                   rule_confidence=0.5)
     assert kept.action is Action.RESTART_JOB and kept.action_changed
 
@@ -115,3 +118,29 @@ def test_logs_classify_shows_which_model_answered(tmp_path: Path) -> None:
     assert row["inferred_action"]["cues"] == ["text model"]
     text = CliRunner().invoke(app, ["logs", "classify", str(PREEMPTED)], env={"COLUMNS": "220"})
     assert "inferred (text)" in text.output and "(rules: unknown)" in text.output
+
+
+def _event(category: Category, **kw: object) -> FailureEvent:
+    return FailureEvent(category, DEFAULT_ACTION[category], Severity.FATAL, "some_rule", "x",
+                        **kw)  # type: ignore[arg-type]
+
+
+def test_an_incident_the_rules_read_as_two_causes_is_contested() -> None:
+    user, hang = _event(Category.USER_CODE_ERROR), _event(Category.NCCL_TIMEOUT_HANG)
+    assert contested(user, [hang])
+    assert not contested(user, [_event(Category.USER_CODE_ERROR), _event(Category.UNKNOWN)])
+    info = FailureEvent(Category.NCCL_TIMEOUT_HANG, Action.NONE, Severity.INFO, "r", "x")
+    assert not contested(user, [info])
+    d = decide(Category.USER_CODE_ERROR, Action.FIX_CODE, pred("nccl_timeout_hang", 0.99),
+               pred("restart_job", 0.99), TH, may_answer=False, read_by_number=False,
+               rule_confidence=0.3, contested=True)
+    assert (d.category, d.action) == (Category.USER_CODE_ERROR, Action.FIX_CODE)
+
+
+def test_readings_that_rest_on_a_number_are_read_by_number() -> None:
+    assert read_by_number(_event(Category.GPU_HARDWARE, xid=79))
+    assert read_by_number(_event(Category.OOM_HOST, fields=((SIGNAL_FIELD, "9"),)))
+    cuda = FailureEvent(Category.CUDA_SOFTWARE_BUG, Action.FIX_CODE, Severity.FATAL,
+                        CUDA_RULE_ID, "x")
+    assert read_by_number(cuda)
+    assert not read_by_number(_event(Category.USER_CODE_ERROR))
