@@ -6,8 +6,8 @@
 What the model reads of a case is what ``logs classify`` gives it: the first incident's evidence
 lines and their neighbours (``Incident.text_lines``, the learned models off). Cases with no
 incident are left out (there is nothing to read). Needs scikit-learn (the ``dev`` extra):
-TfidfVectorizer and LogisticRegression fit the weights, which ``textmodel.py`` scores with numpy
-alone.
+TfidfVectorizer and LogisticRegression fit the weights, which ``textmodel.py`` scores in plain
+Python.
 
 **Thresholds by replay, leaving a corpus out.** For each held-out corpus with a recorded *fresh*
 answer (``tests/data/fresh_rule_answers.jsonl``: what the rules said before that corpus existed,
@@ -31,7 +31,13 @@ from typing import Any
 import numpy as np
 
 from trainguard.evidence import Incident, ScanOptions, correlate, load_rules, scan_paths
-from trainguard.evidence.textmodel import Head, Prediction, TextModel, from_json, text_features
+from trainguard.evidence.textmodel import (
+    Prediction,
+    TextModel,
+    from_json,
+    head_of,
+    text_features,
+)
 from trainguard.evidence.textread import beyond_evidence, contested, decide, read_by_number
 from trainguard.taxonomy import Action, Category
 
@@ -118,10 +124,10 @@ def fit(cases: Sequence[Case], thresholds: dict[str, float], source: str) -> Tex
     for name, labels in (("category", [c.category for c in cases]),
                          ("action", [c.action for c in cases])):
         lr = LogisticRegression(C=C, max_iter=5000).fit(x, labels)
-        heads[name] = Head(tuple(str(k) for k in lr.classes_), np.asarray(lr.coef_),
-                           np.asarray(lr.intercept_))
+        heads[name] = head_of([str(k) for k in lr.classes_], lr.coef_.tolist(),
+                              lr.intercept_.tolist())
     vocab = {str(f): int(i) for f, i in vec.vocabulary_.items()}
-    return TextModel(vocab, np.asarray(vec.idf_), heads, thresholds, source)
+    return TextModel(vocab, tuple(float(v) for v in vec.idf_), heads, thresholds, source)
 
 
 def replay(cases: Sequence[Case]) -> dict[str, Any]:
@@ -208,7 +214,7 @@ def compare(a: TextModel, b: TextModel) -> bool:
     if not np.allclose(a.idf, b.idf, atol=1e-4):
         return False
     return all(a.heads[k].classes == b.heads[k].classes
-               and np.allclose(a.heads[k].coef, b.heads[k].coef, atol=2e-3)
+               and np.allclose(a.heads[k].weights, b.heads[k].weights, atol=2e-3)
                and np.allclose(a.heads[k].intercept, b.heads[k].intercept, atol=2e-3)
                for k in ("category", "action"))
 

@@ -9,7 +9,7 @@ It is a linear model over the lines' words and word pairs: a TF-IDF vector (subl
 frequency, smoothed inverse document frequency, L2-normalised) scored by a multinomial logistic
 regression, one *head* for the category and one for the action. ``scripts/fit_text_model.py``
 fits it on every labelled corpus in ``tests/data/realworld*/`` and writes
-``data/textmodel.json``; scoring here needs only numpy.
+``data/textmodel.json``; scoring here is plain Python.
 
     >>> tokens("NCCL watchdog timed out after 0x1f ms: ProcessGroupNCCL.cpp:1234")
     ['nccl', 'watchdog', 'timed', 'out', 'after', 'ms', 'processgroupnccl', 'cpp']
@@ -29,8 +29,6 @@ from importlib import resources
 from itertools import pairwise
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
 import re2
 
 from trainguard.evidence.events import CUE_CHARS
@@ -67,9 +65,9 @@ class Head:
     """One multinomial logistic regression over the shared features."""
 
     classes: tuple[str, ...]
-    coef: npt.NDArray[np.float64]
-    """(classes, features) weights."""
-    intercept: npt.NDArray[np.float64]
+    weights: tuple[tuple[float, ...], ...]
+    """Per feature, its weight for each class (feature-major: a text touches few features)."""
+    intercept: tuple[float, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,49 +87,52 @@ class Prediction:
 
 @dataclass(frozen=True, slots=True)
 class TextModel:
-    """The fitted vocabulary, IDF weights, heads and the thresholds chosen for them."""
+    """The fitted vocabulary, IDF weights, heads and the thresholds chosen for them.
+
+    Scoring is plain Python: a text touches a few hundred of the features, so a sparse dot
+    product per class is cheaper than importing numpy into ``logs classify``."""
 
     vocabulary: Mapping[str, int]
-    idf: npt.NDArray[np.float64]
+    idf: tuple[float, ...]
     heads: Mapping[str, Head]
     thresholds: Mapping[str, float]
-    """head -> the probability at which its answer replaces the rules' (see ``inference.py``)."""
+    """head -> the probability at which its answer replaces the rules' (see ``textread.py``)."""
     source: str = ""
 
-    def vector(self, feats: Sequence[str]) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]:
-        """The sparse TF-IDF vector of these features: (indices, values), L2-normalised."""
+    def vector(self, feats: Sequence[str]) -> dict[int, float]:
+        """The sparse TF-IDF vector of these features (feature index -> value), L2-normalised."""
         counts = Counter(j for j in (self.vocabulary.get(f) for f in feats) if j is not None)
-        if not counts:
-            return np.zeros(0, dtype=np.intp), np.zeros(0)
-        idx = np.fromiter(counts.keys(), dtype=np.intp, count=len(counts))
-        tf = np.fromiter((1.0 + math.log(n) for n in counts.values()), dtype=np.float64,
-                         count=len(counts))
-        vals = tf * self.idf[idx]
-        return idx, vals / float(np.linalg.norm(vals))
+        vals = {j: (1.0 + math.log(n)) * self.idf[j] for j, n in counts.items()}
+        norm = math.sqrt(sum(v * v for v in vals.values()))
+        return {j: v / norm for j, v in vals.items()} if norm > 0 else {}
 
     def predict(self, head: str, feats: Sequence[str]) -> Prediction:
         """The head's classes for these features, most likely first."""
         h = self.heads[head]
-        idx, vals = self.vector(feats)
-        scores = h.coef[:, idx] @ vals + h.intercept
-        probs = np.exp(scores - scores.max())
-        probs /= probs.sum()
-        order = np.argsort(-probs, kind="stable")
-        return Prediction(tuple((h.classes[i], float(probs[i])) for i in order))
+        scores = list(h.intercept)
+        for j, v in self.vector(feats).items():
+            for c, w in enumerate(h.weights[j]):
+                scores[c] += w * v
+        top = max(scores)
+        exps = [math.exp(x - top) for x in scores]
+        total = sum(exps)
+        ranked = sorted(zip(h.classes, (e / total for e in exps), strict=True),
+                        key=lambda kv: -kv[1])
+        return Prediction(tuple(ranked))
 
     def leaning(self, head: str, label: str, lines: Sequence[str], limit: int = 3
                 ) -> tuple[int, ...]:
-        """Indices of the lines whose words most favour ``label`` (at most ``limit``)."""
+        """Indices of the lines whose words most favour ``label`` (at most ``limit``): each
+        feature's weight for ``label`` above its mean weight, summed over the line's vector."""
         h = self.heads[head]
         row = h.classes.index(label)
-        mean = h.coef.mean(axis=0)
         scored = []
         for i, line in enumerate(lines[:TEXT_LINES]):
-            idx, vals = self.vector(features(tokens(line[:CUE_CHARS])))
-            if idx.size:
-                lean = float((h.coef[row, idx] - mean[idx]) @ vals)
-                if lean > 0:
-                    scored.append((-lean, i))
+            vec = self.vector(features(tokens(line[:CUE_CHARS])))
+            lean = sum((h.weights[j][row] - sum(h.weights[j]) / len(h.classes)) * v
+                       for j, v in vec.items())
+            if lean > 0:
+                scored.append((-lean, i))
         return tuple(i for _, i in sorted(scored)[:limit])
 
     def to_json(self) -> str:
@@ -140,22 +141,30 @@ class TextModel:
             "source": self.source,
             "thresholds": dict(self.thresholds),
             "vocabulary": vocab,
-            "idf": [round(float(v), 5) for v in self.idf],
+            "idf": [round(v, 5) for v in self.idf],
             "heads": {name: {"classes": list(h.classes),
-                             "intercept": [round(float(v), 5) for v in h.intercept],
-                             "coef": [[round(float(v), 4) for v in row] for row in h.coef]}
+                             "intercept": [round(v, 5) for v in h.intercept],
+                             "coef": [[round(w[c], 4) for w in h.weights]
+                                      for c in range(len(h.classes))]}
                       for name, h in self.heads.items()},
         }
         return json.dumps(doc, separators=(",", ":")) + "\n"
 
 
+def head_of(classes: Sequence[str], coef: Sequence[Sequence[float]],
+            intercept: Sequence[float]) -> Head:
+    """A head from class-major weights (``coef[class][feature]``, as fitted and stored)."""
+    return Head(tuple(classes), tuple(tuple(float(v) for v in col) for col in zip(*coef,
+                                                                                  strict=True)),
+                tuple(float(v) for v in intercept))
+
+
 def from_json(text: str) -> TextModel:
     doc = json.loads(text)
-    heads = {name: Head(tuple(h["classes"]), np.asarray(h["coef"], dtype=np.float64),
-                        np.asarray(h["intercept"], dtype=np.float64))
+    heads = {name: head_of(h["classes"], h["coef"], h["intercept"])
              for name, h in doc["heads"].items()}
     return TextModel({f: i for i, f in enumerate(doc["vocabulary"])},
-                     np.asarray(doc["idf"], dtype=np.float64), heads,
+                     tuple(float(v) for v in doc["idf"]), heads,
                      {k: float(v) for k, v in doc["thresholds"].items()}, doc.get("source", ""))
 
 
@@ -166,4 +175,4 @@ def builtin_text_model() -> TextModel:
 
 
 __all__ = ["TEXT_LINES", "Head", "Prediction", "TextModel", "builtin_text_model", "features",
-           "from_json", "text_features", "tokens"]
+           "from_json", "head_of", "text_features", "tokens"]

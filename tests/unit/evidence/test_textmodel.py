@@ -13,11 +13,11 @@ from script_module import load_script
 from trainguard.evidence import load_rules, scan_bytes
 from trainguard.evidence.scanner import CONTEXT_CHARS, CONTEXT_LINES
 from trainguard.evidence.textmodel import (
-    Head,
     TextModel,
     builtin_text_model,
     features,
     from_json,
+    head_of,
     text_features,
     tokens,
 )
@@ -88,8 +88,8 @@ def test_the_stored_form_scores_as_the_fitted_model() -> None:
 
 
 def test_text_with_no_known_word_gives_the_prior() -> None:
-    model = TextModel({"x": 0}, np.ones(1), {"category": Head(
-        ("a", "b"), np.array([[1.0], [-1.0]]), np.array([0.0, np.log(3.0)]))}, {})
+    model = TextModel({"x": 0}, (1.0,), {"category": head_of(
+        ("a", "b"), [[1.0], [-1.0]], [0.0, float(np.log(3.0))])}, {})
     pred = model.predict("category", ["unseen"])
     assert pred.label == "b" and abs(pred.probability - 0.75) < 1e-9
 
@@ -109,7 +109,8 @@ def test_the_builtin_model_has_both_heads_and_its_thresholds() -> None:
     assert set(model.heads["action"].classes) <= {a.value for a in Action}
     assert set(model.thresholds) == {"answer", "category", "action"}
     assert all(0 <= v <= 1.01 for v in model.thresholds.values())
-    assert len(model.vocabulary) == len(model.idf) == model.heads["category"].coef.shape[1]
+    assert len(model.vocabulary) == len(model.idf) == len(model.heads["category"].weights)
+    assert all(len(w) == len(model.heads["action"].classes) for w in model.heads["action"].weights)
 
 
 def test_the_stored_model_is_what_the_corpora_give() -> None:
