@@ -41,9 +41,8 @@ from trainguard.taxonomy import DEFAULT_ACTION, Action, Category, Severity
 TEXT_CUE = "text model"
 FIRM = 0.7
 """A rule at least this sure is never second-guessed. The rules' own confidence bands say what
-this means: below it sit the generic readings (an exit status, a bare Python exception, a
-segfault, a socket error, a CUDA error by code, a launcher's summary), at or above it the
-forms documented to mean one cause."""
+this means: below it sit the generic readings (a bare Python exception, a segfault, a socket
+error, a launcher's summary), at or above it the forms documented to mean one cause."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +64,8 @@ def decide(category: Category, action: Action, by_category: Prediction, by_actio
     """The (category, action) once the text model's predictions are weighed against the
     answer so far (pure: ``scripts/fit_text_model.py`` replays it on past answers);
     ``rule_confidence`` is the root cause's own (a rule at least :data:`FIRM` sure is never
-    second-guessed), ``beyond_evidence`` whether the model read any line besides the
+    second-guessed), ``read_by_number`` whether that reading rests on a number
+    (:func:`read_by_number`), ``beyond_evidence`` whether the model read any line besides the
     rules' evidence (on the evidence alone, the rule's reading of its own line stands),
     ``contested`` whether the rules read the incident's events as more than one cause (then the
     root was chosen by their order across ranks and by precedence, which words cannot see)."""
