@@ -19,6 +19,7 @@ tests/data/realworld_heldout38/, tests/data/realworld_heldout39/,
 tests/data/realworld_heldout40/, tests/data/realworld_heldout41/,
 tests/data/realworld_heldout42/, tests/data/realworld_heldout43/,
 tests/data/realworld_heldout44/ and tests/data/realworld_heldout45/).
+tests/data/realworld_heldout44/ and tests/data/realworld_heldout46/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -416,6 +417,14 @@ Chronos, TimesFM, AutoGluon, TabPFN and N-BEATS searched alongside, led by how t
 size and category coverage when it was frozen (see its README). It was built in parallel with other
 corpora, each by its own helper in its own branch; corpora not in its branch could not be checked,
 so the independence test checks it only against the ones listed before it here."""
+HELDOUT46_CASES = 5
+HELDOUT46_CATEGORIES = 3
+"""The forty-sixth corpus (issue threads of contrastive, embedding and retrieval model training
+codebases: open_clip, FlagEmbedding and BLIP kept, with sentence-transformers, gritlm, contrastors,
+LAVIS and VLM2Vec searched alongside, led by how the run ended): its size and category
+coverage when it was frozen (see its README). It was built in parallel with other corpora, each by
+its own helper in its own branch; the corpus numbered 45 was not in its branch, so the independence
+test checks it only against the ones listed before it here."""
 
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
@@ -462,6 +471,7 @@ FROZEN = (
     ("realworld_heldout43", HELDOUT43_CASES, 1, HELDOUT43_CATEGORIES),
     ("realworld_heldout44", HELDOUT44_CASES, 1, HELDOUT44_CATEGORIES),
     ("realworld_heldout45", HELDOUT45_CASES, 1, HELDOUT45_CATEGORIES),
+    ("realworld_heldout46", HELDOUT46_CASES, 1, HELDOUT46_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
