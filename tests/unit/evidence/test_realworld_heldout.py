@@ -20,6 +20,7 @@ tests/data/realworld_heldout40/, tests/data/realworld_heldout41/,
 tests/data/realworld_heldout42/, tests/data/realworld_heldout43/,
 tests/data/realworld_heldout44/ and tests/data/realworld_heldout45/).
 tests/data/realworld_heldout44/ and tests/data/realworld_heldout46/).
+tests/data/realworld_heldout44/ and tests/data/realworld_heldout47/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -425,6 +426,17 @@ LAVIS and VLM2Vec searched alongside, led by how the run ended): its size and ca
 coverage when it was frozen (see its README). It was built in parallel with other corpora, each by
 its own helper in its own branch; the corpus numbered 45 was not in its branch, so the independence
 test checks it only against the ones listed before it here."""
+HELDOUT47_CASES = 8
+HELDOUT47_CATEGORIES = 5
+"""The forty-seventh corpus (issue and pull-request threads of audio, music and voice generation
+model trainers: so-vits-svc, fish-speech, AudioLDM fine-tuning, VITS2, an EnCodec trainer, Mozilla
+and Coqui TTS kept, with audiocraft, GPT-SoVITS, RVC, bark, VITS, OpenVoice, VoiceCraft, tango,
+descript-audio-codec and audiolm-pytorch searched alongside, led by how the run ended; the
+twenty-fourth corpus had searched several of these repositories before without taking a case from
+them): its size and category coverage when it was frozen (see its README). It was built in
+parallel with other corpora, each by its own helper in its own branch; corpora numbered 45 and 46
+were not in its branch, so the independence test checks it only against the ones listed before it
+here."""
 
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
@@ -472,6 +484,7 @@ FROZEN = (
     ("realworld_heldout44", HELDOUT44_CASES, 1, HELDOUT44_CATEGORIES),
     ("realworld_heldout45", HELDOUT45_CASES, 1, HELDOUT45_CATEGORIES),
     ("realworld_heldout46", HELDOUT46_CASES, 1, HELDOUT46_CATEGORIES),
+    ("realworld_heldout47", HELDOUT47_CASES, 1, HELDOUT47_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
