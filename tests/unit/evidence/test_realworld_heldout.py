@@ -17,8 +17,8 @@ tests/data/realworld_heldout34/, tests/data/realworld_heldout35/,
 tests/data/realworld_heldout36/, tests/data/realworld_heldout37/,
 tests/data/realworld_heldout38/, tests/data/realworld_heldout39/,
 tests/data/realworld_heldout40/, tests/data/realworld_heldout41/,
-tests/data/realworld_heldout42/, tests/data/realworld_heldout43/ and
-tests/data/realworld_heldout44/).
+tests/data/realworld_heldout42/, tests/data/realworld_heldout43/,
+tests/data/realworld_heldout44/ and tests/data/realworld_heldout48/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -408,6 +408,16 @@ in parallel with other corpora, each by its own helper in its own branch; corpor
 43 were not in its branch, so the independence test checks it only against the ones listed before
 it here."""
 
+HELDOUT48_CASES = 2
+HELDOUT48_CATEGORIES = 2
+"""The forty-eighth corpus (issue threads of self-supervised and foundation vision model
+pre-training codebases: DINOv2 and the MAE-derived FastConvMAE kept, with DINO, MAE, MoCo v3,
+I-JEPA, VISSL, Lightly, SAM 2 training, ConvNeXt, Swin Transformer / SimMIM, timm, big_vision and
+EVA searched alongside, led by how the run ended): its size and category coverage when it was
+frozen (see its README). It was built in parallel with other corpora, each by its own helper in its
+own branch; corpora numbered 45 to 47 were not in its branch, so the independence test checks it
+only against the ones listed before it here."""
+
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
     ("realworld_heldout3", 41, 1, 12),
@@ -452,6 +462,7 @@ FROZEN = (
     ("realworld_heldout42", HELDOUT42_CASES, 1, HELDOUT42_CATEGORIES),
     ("realworld_heldout43", HELDOUT43_CASES, 1, HELDOUT43_CATEGORIES),
     ("realworld_heldout44", HELDOUT44_CASES, 1, HELDOUT44_CATEGORIES),
+    ("realworld_heldout48", HELDOUT48_CASES, 1, HELDOUT48_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
