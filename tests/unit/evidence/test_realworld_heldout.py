@@ -21,6 +21,7 @@ tests/data/realworld_heldout42/, tests/data/realworld_heldout43/,
 tests/data/realworld_heldout44/ and tests/data/realworld_heldout45/).
 tests/data/realworld_heldout44/ and tests/data/realworld_heldout46/).
 tests/data/realworld_heldout44/ and tests/data/realworld_heldout47/).
+tests/data/realworld_heldout44/ and tests/data/realworld_heldout48/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -437,6 +438,15 @@ them): its size and category coverage when it was frozen (see its README). It wa
 parallel with other corpora, each by its own helper in its own branch; corpora numbered 45 and 46
 were not in its branch, so the independence test checks it only against the ones listed before it
 here."""
+HELDOUT48_CASES = 2
+HELDOUT48_CATEGORIES = 2
+"""The forty-eighth corpus (issue threads of self-supervised and foundation vision model
+pre-training codebases: DINOv2 and the MAE-derived FastConvMAE kept, with DINO, MAE, MoCo v3,
+I-JEPA, VISSL, Lightly, SAM 2 training, ConvNeXt, Swin Transformer / SimMIM, timm, big_vision and
+EVA searched alongside, led by how the run ended): its size and category coverage when it was
+frozen (see its README). It was built in parallel with other corpora, each by its own helper in its
+own branch; corpora numbered 45 to 47 were not in its branch, so the independence test checks it
+only against the ones listed before it here."""
 
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
@@ -485,6 +495,7 @@ FROZEN = (
     ("realworld_heldout45", HELDOUT45_CASES, 1, HELDOUT45_CATEGORIES),
     ("realworld_heldout46", HELDOUT46_CASES, 1, HELDOUT46_CATEGORIES),
     ("realworld_heldout47", HELDOUT47_CASES, 1, HELDOUT47_CATEGORIES),
+    ("realworld_heldout48", HELDOUT48_CASES, 1, HELDOUT48_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
