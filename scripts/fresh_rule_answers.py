@@ -8,7 +8,8 @@ day and measured once; later rounds of rules were written with it in view. To re
 its ``labels.jsonl`` (a detached ``git worktree`` under a temporary folder), copies the corpus in,
 and records the first incident's category, action, root signature and confidence as that
 commit's code read them (as ``scripts/corpus_accuracy.py`` does; the oldest commits predate the
-scan's ``suspicious_lines`` option and scan without it).
+scan's ``suspicious_lines`` option and scan without it). At commits that have the text model
+(``textread.py``), its layer is left out: the replay is what adds it.
 ``scripts/fit_text_model.py`` replays the text model over these answers to choose its thresholds.
 Needs the repository's history (a full clone); takes about a minute.
 """
@@ -29,6 +30,9 @@ _DUMP = r'''
 import json, sys
 from pathlib import Path
 from trainguard.evidence import ScanOptions, correlate, load_rules, scan_paths
+import trainguard.evidence.incidents as incidents
+if hasattr(incidents, "read_text"):  # the text model is what the replay adds: leave it out
+    incidents.read_text = lambda found, *args, **kwargs: found
 rules = load_rules()
 try:
     options = ScanOptions(suspicious_lines=True)
