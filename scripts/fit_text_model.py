@@ -63,8 +63,6 @@ class Case:
     features: tuple[str, ...]
     may_answer: bool
     read_by_number: bool
-    rule_confidence: float
-    """Today's root cause's confidence (the replay uses the fresh answer's)."""
     beyond_evidence: bool
     """Whether the model reads lines besides the incident's evidence."""
     contested: bool
@@ -95,8 +93,7 @@ def read_cases(dirs: Sequence[Path]) -> tuple[list[Case], int]:
             cases.append(Case(d.name, str(lab["file"]), str(lab["category"]),
                               str(lab["action"]),
                               tuple(text_features([e.program_text for e in inc.text_lines])),
-                              may_answer(inc), read_by_number(inc.root_cause),
-                              inc.root_cause.confidence, _beyond(inc),
+                              may_answer(inc), read_by_number(inc.root_cause), _beyond(inc),
                               contested(inc.root_cause, inc.related)))
     return cases, none
 
@@ -134,6 +131,7 @@ def replay(cases: Sequence[Case]) -> dict[str, Any]:
     """Leave each corpus with fresh answers out, predict it, choose thresholds."""
     rows = [json.loads(line) for line in FRESH.read_text().splitlines() if line.strip()]
     fresh = {(r["corpus"], r["file"]): (r["category"], r["action"]) for r in rows}
+    # The rule's own confidence as it was then (the limit on doubting a sure rule).
     sure = {(r["corpus"], r["file"]): r["confidence"] or 0.0 for r in rows}
     held = sorted({c.corpus for c in cases if (c.corpus, c.file) in fresh})
     preds: list[tuple[Case, tuple[str, str], Prediction, Prediction]] = []

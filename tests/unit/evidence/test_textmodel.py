@@ -52,7 +52,7 @@ def _toy_cases(script):  # type: ignore[no-untyped-def]
             ("no space left on device checkpoint", "storage_io", "check_storage"),
             ("checkpoint write failed no space left", "storage_io", "check_storage")]
     return [script.Case("toy", f"{i}.log", cat, act, tuple(text_features([d])), True, False,
-                        0.5, True, False) for i, (d, cat, act) in enumerate(docs)]
+                        True, False) for i, (d, cat, act) in enumerate(docs)]
 
 
 def test_scoring_with_numpy_is_scikit_learns() -> None:
