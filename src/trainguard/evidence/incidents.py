@@ -83,7 +83,7 @@ class Incident:
 
     @property
     def category(self) -> Category:
-        """The rules' category, or the one the cue model answered for an ``unknown``."""
+        """The rules' category, or the one a model gave (``inference.py``, ``textread.py``)."""
         return self.inference.applied(self.root_cause.category, self.root_cause.action)[0]
 
     @property
@@ -92,7 +92,7 @@ class Incident:
 
     @property
     def inferred(self) -> bool:
-        """The category is a model's guess: no signature explains the incident."""
+        """The category is a model's: an ``unknown`` answered, or an unsure rule overruled."""
         return self.inference.category is not None
 
     @property
@@ -416,7 +416,8 @@ def correlate(events: Iterable[FailureEvent], rules: RuleSet | None = None,
     """Group events into incidents, most important first.
 
     With ``learned`` (the default) the learned models may answer an ``unknown`` incident's
-    category and turn an action into ``fix_config`` (``inference.py``), marked as inferred.
+    category and turn an action into ``fix_config`` (``inference.py``), and the text model may
+    answer an ``unknown`` or overrule an unsure rule (``textread.py``), marked as inferred.
 
     Incidents made only of informational events (a benign loss-scale overflow, an NFS server
     coming back) are dropped unless ``include_info``; those that stand on failure words no
