@@ -140,8 +140,8 @@ def replay(cases: Sequence[Case]) -> dict[str, Any]:
         model = fit([c for c in cases if c.corpus != name], {}, "")
         for c in cases:
             if c.corpus == name:
-                preds.append((c, fresh[(c.corpus, c.file)], model.predict("category", c.features),
-                              model.predict("action", c.features)))
+                heads = model.predictions(c.features)
+                preds.append((c, fresh[(c.corpus, c.file)], heads["category"], heads["action"]))
     # The fresh answers of cases that have no incident today are unknowns nothing can change.
     with_incident = {(c.corpus, c.file) for c in cases}
     missing = [v for k, v in fresh.items() if k not in with_incident and k[0] in held]

@@ -108,9 +108,17 @@ class TextModel:
 
     def predict(self, head: str, feats: Sequence[str]) -> Prediction:
         """The head's classes for these features, most likely first."""
-        h = self.heads[head]
+        return self._ranked(self.heads[head], self.vector(feats))
+
+    def predictions(self, feats: Sequence[str]) -> dict[str, Prediction]:
+        """Every head's prediction for these features (the vector built once)."""
+        vec = self.vector(feats)
+        return {name: self._ranked(h, vec) for name, h in self.heads.items()}
+
+    @staticmethod
+    def _ranked(h: Head, vec: Mapping[int, float]) -> Prediction:
         scores = list(h.intercept)
-        for j, v in self.vector(feats).items():
+        for j, v in vec.items():
             for c, w in enumerate(h.weights[j]):
                 scores[c] += w * v
         top = max(scores)

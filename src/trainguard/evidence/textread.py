@@ -127,7 +127,8 @@ def read_text(found: Inference, root: FailureEvent, lines: Sequence[EvidenceLine
     model = model or builtin_text_model()
     texts = [line.program_text for line in lines]
     feats = text_features(texts)
-    by_category, by_action = model.predict("category", feats), model.predict("action", feats)
+    heads = model.predictions(feats)
+    by_category, by_action = heads["category"], heads["action"]
     category, action = found.applied(root.category, root.action)
     d = decide(category, action, by_category, by_action, model.thresholds,
                may_answer=may_answer, read_by_number=read_by_number(root),
