@@ -79,8 +79,7 @@ class Alternative:
 
     def to_dict(self) -> dict[str, Any]:
         return {"category": self.category.value, "confidence": round(self.confidence, 3),
-                "lines": [{"path": e.path, "line": e.line_no, "text": e.text}
-                          for e in self.lines]}
+                "lines": [e.to_dict() for e in self.lines]}
 
 
 @dataclass(frozen=True, slots=True)

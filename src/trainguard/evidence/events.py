@@ -51,6 +51,10 @@ class EvidenceLine:
         """The line as the program wrote it (``unwrap.unwrap_line``): what the models read."""
         return unwrap_line(self.text)
 
+    def to_dict(self) -> dict[str, Any]:
+        """As JSON: ``{"path", "line", "text"}``, the form every evidence list is written in."""
+        return {"path": self.path, "line": self.line_no, "text": self.text}
+
 
 @dataclass(frozen=True, slots=True)
 class FailureEvent:
@@ -107,9 +111,7 @@ class FailureEvent:
             "caused_by_xid": self.caused_by_xid,
             "confidence": round(self.confidence, 3),
             "fields": dict(self.fields),
-            "evidence": [
-                {"path": e.path, "line": e.line_no, "text": e.text} for e in self.evidence
-            ],
+            "evidence": [e.to_dict() for e in self.evidence],
         }
         if boot:
             d["since_boot_s"] = self.time

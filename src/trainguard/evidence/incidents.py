@@ -177,8 +177,7 @@ class Incident:
             "hosts": list(self.hosts),
             "ranks": list(self.ranks),
             "event_count": self.event_count,
-            "suspicious_lines": [{"path": e.path, "line": e.line_no, "text": e.text}
-                                 for e in self.suspicious_lines],
+            "suspicious_lines": [e.to_dict() for e in self.suspicious_lines],
             "alternatives": [a.to_dict() for a in self.alternatives],
             "inferred": self.inferred,
             "inferred_category": (self.inference.category.to_dict()

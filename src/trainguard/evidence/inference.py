@@ -58,8 +58,7 @@ class InferredCategory:
         return {"category": self.category.value, "rule_category": self.rule_category.value,
                 "model": self.model, "confidence": round(self.confidence, 3),
                 "threshold": self.threshold,
-                "lines": [{"path": e.path, "line": e.line_no, "text": e.text}
-                          for e in self.lines]}
+                "lines": [e.to_dict() for e in self.lines]}
 
 
 @dataclass(frozen=True, slots=True)
