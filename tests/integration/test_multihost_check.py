@@ -161,7 +161,9 @@ def test_preflight_swaps_a_degraded_node_for_the_spare(cluster: HostCluster,
                                                         tmp_path: Path) -> None:
     base = Job(cluster, tmp_path, "base", nodes=("host1", "host2", "host3"),
                spares=("host4",), steps=20)
-    assert base.wait()["status"] == "succeeded", base.output()[-3000:]
+    base_summary = base.wait()
+    assert base_summary["status"] == "succeeded", base.output()[-3000:]
+    assert base_summary["exclusions"] == [], base.attempts_why(base_summary)
     cluster.throttle("host2", 100)
     try:
         job = Job(cluster, tmp_path, "preflight", nodes=("host1", "host2", "host3"),
@@ -173,7 +175,7 @@ def test_preflight_swaps_a_degraded_node_for_the_spare(cluster: HostCluster,
     assert [e["node"] for e in summary["exclusions"]] == ["host2"], job.output()[-3000:]
     assert summary["attempts"][0]["nodes"] == ["host1", "host4", "host3"]
     assert len(summary["attempts"]) == 1
-    assert job.final_loss() == base.final_loss()
+    assert job.final_loss() == base.final_loss(), base.attempts_why(base_summary)
 
 
 def test_a_stall_on_a_degraded_link_is_checked_and_the_host_excluded(

@@ -3,7 +3,9 @@ model, deterministic data per step, ``torch.save`` checkpoints every ``--ckpt-ev
 (rank 0, atomic rename), resume from the newest one, ``destroy_process_group`` at the end.
 
 It prints ``step N loss X`` per step (progress for the supervisor) and writes the final loss to
-``--loss-log``. A run that is killed and resumed ends with the same loss as one that is not.
+``--loss-log``. A run that is killed and resumed ends with the same loss as one that is not,
+even when it resumes from the last step's checkpoint (the checkpoint keeps the step's mean
+loss, so no step is left to recompute it).
 """
 
 from __future__ import annotations
@@ -54,8 +56,10 @@ def main() -> None:
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         start = int(state["step"])
+        mean = float(state["mean_loss"])
         print(f"resumed from {last.name} at step {start}", flush=True)
-    loss = torch.tensor(0.0)
+    else:
+        mean = float("nan")
     for step in range(start, args.steps):
         x, y = batch(step, rank, world)
         opt.zero_grad()
@@ -64,17 +68,17 @@ def main() -> None:
         opt.step()
         avg = loss.detach().clone()
         dist.all_reduce(avg)
-        print(f"step {step + 1} loss {avg.item() / world:.6f}", flush=True)
+        mean = avg.item() / world
+        print(f"step {step + 1} loss {mean:.6f}", flush=True)
         if (step + 1) % args.ckpt_every == 0 and rank == 0:
             tmp = args.ckpt_dir / f".step-{step + 1}.pt.tmp"
             torch.save({"model": model.state_dict(), "opt": opt.state_dict(),
-                        "step": step + 1}, tmp)
+                        "step": step + 1, "mean_loss": mean}, tmp)
             os.replace(tmp, args.ckpt_dir / f"step-{step + 1}.pt")
         time.sleep(args.step_time)
-    final = loss.detach().clone()
-    dist.all_reduce(final)
+    dist.barrier()
     if rank == 0 and args.loss_log is not None:
-        args.loss_log.write_text(f"{final.item() / world:.8f}\n")
+        args.loss_log.write_text(f"{mean:.8f}\n")
     dist.destroy_process_group()
 
 
