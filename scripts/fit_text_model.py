@@ -99,7 +99,7 @@ def read_cases(dirs: Sequence[Path]) -> tuple[list[Case], int]:
 
 
 def _beyond(inc: Incident) -> bool:
-    return beyond_evidence(inc.lines, inc.text_lines)
+    return beyond_evidence(inc.evidence_lines, inc.text_lines)
 
 
 def may_answer(inc: Incident) -> bool:

@@ -134,11 +134,18 @@ class Incident:
         return _lines_of(self.root_cause, self.related)
 
     @property
+    def evidence_lines(self) -> tuple[EvidenceLine, ...]:
+        """Every event's evidence lines (not capped, not deduplicated): what the rules read."""
+        return tuple(e for ev in (self.root_cause, *self.related) for e in ev.evidence)
+
+    @property
     def text_lines(self) -> tuple[EvidenceLine, ...]:
         """What the text model reads: every evidence line and its neighbours
-        (``FailureEvent.context``) once, in file order (at most ``TEXT_LINES``)."""
-        lines = {(e.path, e.line_no): e for ev in (self.root_cause, *self.related)
-                 for e in (*ev.evidence, *ev.context)}
+        (``FailureEvent.context``) once, in file order (at most ``TEXT_LINES``). A line that is
+        one event's evidence and another's neighbour is read as the evidence (whole, not cut)."""
+        events = (self.root_cause, *self.related)
+        lines = {(e.path, e.line_no): e for ev in events for e in ev.context}
+        lines.update(((e.path, e.line_no), e) for ev in events for e in ev.evidence)
         return tuple(lines[k] for k in sorted(lines))[:TEXT_LINES]
 
     @property
@@ -440,7 +447,7 @@ def with_inference(inc: Incident) -> Incident:
     found = infer(root.category, root.action, [e.program_text for e in root.evidence], alts,
                   lines=[e.program_text for e in inc.lines])
     return replace(inc, inference=read_text(found, root, inc.text_lines, inc.suspicious,
-                                            inc.lines, inc.related))
+                                            inc.evidence_lines, inc.related))
 
 
 __all__ = ["DEFAULT_WINDOW_S", "Incident", "correlate", "deduplicate", "event_priority",

@@ -97,9 +97,10 @@ def decide(category: Category, action: Action, by_category: Prediction, by_actio
 
 def beyond_evidence(inc_lines: Sequence[EvidenceLine], text_lines: Sequence[EvidenceLine]
                     ) -> bool:
-    """Whether the text holds a line that is not the rules' evidence."""
-    seen = set(inc_lines)
-    return any(line not in seen for line in text_lines)
+    """Whether the text holds a line that is not the rules' evidence (lines compared by where
+    they are, not by text: a neighbour's copy of a line may be cut)."""
+    seen = {(line.path, line.line_no) for line in inc_lines}
+    return any((line.path, line.line_no) not in seen for line in text_lines)
 
 
 def read_by_number(root: FailureEvent) -> bool:

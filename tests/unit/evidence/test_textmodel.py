@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from script_module import load_script
 
-from trainguard.evidence import load_rules, scan_bytes
+from trainguard.evidence import correlate, load_rules, scan_bytes
 from trainguard.evidence.scanner import CONTEXT_CHARS, CONTEXT_LINES
 from trainguard.evidence.textmodel import (
     TextModel,
@@ -165,3 +165,17 @@ def test_context_is_neither_compared_nor_stored() -> None:
     assert ev.context
     bare = type(ev)(**{f: getattr(ev, f) for f in ev.__slots__ if f != "context"})  # type: ignore[attr-defined]
     assert bare == ev and "context" not in ev.to_dict()
+
+
+def test_a_line_that_is_one_events_evidence_and_anothers_neighbour_is_read_whole() -> None:
+    long_tail = " ".join(["detail"] * (CONTEXT_CHARS // 6 + 20))
+    lines = ["RuntimeError: CUDA error: an illegal memory access was encountered",
+             f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB {long_tail}"]
+    events = _events(lines)
+    assert len(events) == 2
+    # the second line is the first event's (cut) neighbour and the second event's evidence
+    assert any(c.line_no == 2 and len(c.text) == CONTEXT_CHARS for c in events[0].context)
+    inc = correlate(events, load_rules(), learned=False)[0]
+    (second,) = [t for t in inc.text_lines if t.line_no == 2]
+    assert second.text == lines[1]
+    assert {(e.path, e.line_no) for e in inc.evidence_lines} == {("job.log", 1), ("job.log", 2)}

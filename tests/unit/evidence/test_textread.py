@@ -11,10 +11,16 @@ from typer.testing import CliRunner
 from trainguard.cli.main import app
 from trainguard.evidence import ScanOptions, correlate, load_rules, scan_paths
 from trainguard.evidence.cuda_errors import RULE_ID as CUDA_RULE_ID
-from trainguard.evidence.events import FailureEvent
+from trainguard.evidence.events import EvidenceLine, FailureEvent
 from trainguard.evidence.signals import SIGNAL_FIELD
 from trainguard.evidence.textmodel import Prediction
-from trainguard.evidence.textread import FIRM, contested, decide, read_by_number
+from trainguard.evidence.textread import (
+    FIRM,
+    beyond_evidence,
+    contested,
+    decide,
+    read_by_number,
+)
 from trainguard.taxonomy import DEFAULT_ACTION, Action, Category, Severity
 
 TH = {"answer": 0.3, "category": 0.7, "action": 0.6}
@@ -144,3 +150,12 @@ def test_readings_that_rest_on_a_number_are_read_by_number() -> None:
                         CUDA_RULE_ID, "x")
     assert read_by_number(cuda)
     assert not read_by_number(_event(Category.USER_CODE_ERROR))
+
+
+def test_text_beyond_the_evidence_is_told_by_where_a_line_is_not_by_its_text() -> None:
+    evidence = [EvidenceLine("job.log", 7, "RuntimeError: NCCL error: unhandled system error")]
+    # a neighbour's copy of an evidence line may be cut: it is still that line
+    cut = [EvidenceLine("job.log", 7, "RuntimeError: NCCL error")]
+    assert not beyond_evidence(evidence, cut)
+    assert beyond_evidence(evidence, [*cut, EvidenceLine("job.log", 8, "ib0: link down")])
+    assert beyond_evidence(evidence, [EvidenceLine("other.log", 7, evidence[0].text)])
