@@ -103,5 +103,7 @@ def test_manual_agents_started_from_the_printed_commands_run_the_job(tmp_path: P
         connected = re.findall(rf"agent of {node}: connected to controller "
                                rf"127\.0\.0\.1:{control['port']} \(session "
                                rf"{control['session']}, attempt {attempt}\)", said)
-        assert len(connected) == 1, said
-        assert said.count(f"agent of {node}: done, exit status 0") == 1, said
+        # (on failure: the agent's words and what the controller said of each attempt)
+        why = f"{said}\n--- run log ---\n{text[-3000:]}"
+        assert len(connected) == 1, why
+        assert said.count(f"agent of {node}: done, exit status 0") == 1, why
