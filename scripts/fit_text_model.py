@@ -13,7 +13,8 @@ Python.
 answer (``tests/data/fresh_rule_answers.jsonl``: what the rules said before that corpus existed,
 see ``scripts/fresh_rule_answers.py``), a model is fitted on every other corpus and its
 predictions are weighed against the fresh answer by ``textread.decide``. The thresholds with the
-most right categories plus right actions over all those corpora are kept (the higher of equals).
+most right categories plus right actions over all those corpora are kept (the higher of equals;
+``NEVER`` turns a doubt off).
 The table printed is that replay: the fresh rules alone against the rules with the text model.
 """
 
@@ -38,7 +39,13 @@ from trainguard.evidence.textmodel import (
     head_of,
     text_features,
 )
-from trainguard.evidence.textread import beyond_evidence, contested, decide, read_by_number
+from trainguard.evidence.textread import (
+    NEVER,
+    beyond_evidence,
+    contested,
+    decide,
+    read_by_number,
+)
 from trainguard.taxonomy import Action, Category
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,8 +57,8 @@ C = 10.0
 MIN_DF = 2
 """A feature must occur in at least this many cases."""
 ANSWER_GRID = (0.0, 0.2, 0.3, 0.4, 0.5, 0.6)
-OVERRIDE_GRID = (0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 1.01)
-"""1.01: never."""
+OVERRIDE_GRID = (0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, NEVER)
+SOFT_ACTION_GRID = (0.5, 0.6, 0.7, 0.8, 0.9, NEVER)
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,11 +163,11 @@ def replay(cases: Sequence[Case]) -> dict[str, Any]:
             act += d.action.value == c.action
         return cat, act
 
-    best: tuple[tuple[int, float, float, float], dict[str, float]] | None = None
-    for a, k, t in product(ANSWER_GRID, OVERRIDE_GRID, OVERRIDE_GRID):
-        th = {"answer": a, "category": k, "action": t}
+    best: tuple[tuple[int, float, float, float, float], dict[str, float]] | None = None
+    for a, k, t, s in product(ANSWER_GRID, OVERRIDE_GRID, OVERRIDE_GRID, SOFT_ACTION_GRID):
+        th = {"answer": a, "category": k, "action": t, "soft_action": s}
         cat, act = score(th)
-        key = (cat + act, a, k, t)
+        key = (cat + act, a, k, t, s)
         if best is None or key > best[0]:
             best = (key, th)
     assert best is not None

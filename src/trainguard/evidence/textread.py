@@ -18,6 +18,11 @@ a fresh route would see, not what rules tuned on it say):
   - the reading does not rest on a number the model's words drop (an XID, a signal read from an
     exit status, a CUDA error by its code);
   - the model read more than the rules' own evidence lines;
+* **the action alone** of any rule, sure ones included, gives way when both it and the action
+  head's choice are actions a person takes (change the code or the configuration, check the
+  network or the storage, restart), never a node's, and the head's probability reaches
+  ``thresholds["soft_action"]``: a rule's confidence is in the cause it read, and the same
+  cause is fixed in the code in one job and in its configuration in another;
 * where the category changed, the action is the model's, unless the lines already named one (a
   remedy or the config model, ``inference.py``).
 
@@ -39,6 +44,8 @@ from trainguard.evidence.textmodel import Prediction, TextModel, builtin_text_mo
 from trainguard.taxonomy import DEFAULT_ACTION, Action, Category, Severity
 
 TEXT_CUE = "text model"
+NEVER = 1.01
+"""A threshold no probability reaches (a doubt the replay found to cost more than it gains)."""
 FIRM = 0.7
 """A rule at least this sure is never second-guessed. The rules' own confidence bands say what
 this means: below it sit the generic readings (a bare Python exception, a segfault, a socket
@@ -83,8 +90,11 @@ def decide(category: Category, action: Action, by_category: Prediction, by_actio
     new_action = action
     if new_category is not Category.UNKNOWN:
         proposed = Action(by_action.label)
-        doubted = open_to_doubt and proposed is not action and \
-            by_action.probability >= thresholds["action"]
+        other = proposed is not action
+        soft = action not in NODE_ACTIONS and proposed not in NODE_ACTIONS
+        doubted = other and (
+            (open_to_doubt and by_action.probability >= thresholds["action"])
+            or (soft and by_action.probability >= thresholds.get("soft_action", NEVER)))
         if cat_changed or doubted:
             new_action = proposed
         if new_action in NODE_ACTIONS and action not in NODE_ACTIONS:
@@ -152,5 +162,5 @@ def read_text(found: Inference, root: FailureEvent, lines: Sequence[EvidenceLine
     return out
 
 
-__all__ = ["FIRM", "TEXT_CUE", "TextDecision", "beyond_evidence", "contested", "decide",
+__all__ = ["FIRM", "NEVER", "TEXT_CUE", "TextDecision", "beyond_evidence", "contested", "decide",
            "read_by_number", "read_text"]

@@ -94,6 +94,24 @@ def test_a_guess_never_takes_a_node_out_of_service() -> None:
     assert kept.action is Action.RESTART_JOB and kept.action_changed
 
 
+def test_a_sure_rules_action_between_a_persons_fixes_may_give_way() -> None:
+    soft = {**TH, "soft_action": 0.8}
+    args = {"may_answer": False, "read_by_number": True, "rule_confidence": FIRM,
+            "contested": True}
+    d = decide(Category.NCCL_TIMEOUT_HANG, Action.RESTART_JOB, pred("nccl_timeout_hang", 0.9),
+               pred("fix_config", 0.8), soft, **args)  # type: ignore[arg-type]
+    assert (d.category, d.action) == (Category.NCCL_TIMEOUT_HANG, Action.FIX_CONFIG)
+    assert d.action_changed and not d.category_changed
+    # not below the threshold, not without one (never), and never to or from a node action
+    for th, rule_action, proposed, p in ((soft, Action.RESTART_JOB, "fix_config", 0.79),
+                                         (TH, Action.RESTART_JOB, "fix_config", 0.99),
+                                         (soft, Action.EXCLUDE_NODE, "fix_config", 0.99),
+                                         (soft, Action.FIX_CODE, "reset_gpu", 0.99)):
+        kept = decide(Category.GPU_HARDWARE, rule_action, pred("gpu_hardware", 0.9),
+                      pred(proposed, p), th, **args)  # type: ignore[arg-type]
+        assert kept.action is rule_action and not kept.action_changed, (th, rule_action, proposed)
+
+
 # --- through correlate and the CLI ----------------------------------------------------------------
 
 PREEMPTED = CORPUS / "cases" / "080-kubeflow-tfjob-failed-node-preempted.log"
