@@ -107,7 +107,7 @@ def test_the_builtin_model_has_both_heads_and_its_thresholds() -> None:
     assert set(model.heads) == {"category", "action"}
     assert set(model.heads["category"].classes) <= {c.value for c in Category}
     assert set(model.heads["action"].classes) <= {a.value for a in Action}
-    assert set(model.thresholds) == {"answer", "category", "action"}
+    assert set(model.thresholds) == {"answer", "category", "action", "soft_action"}
     assert all(0 <= v <= 1.01 for v in model.thresholds.values())
     assert len(model.vocabulary) == len(model.idf) == len(model.heads["category"].weights)
     assert all(len(w) == len(model.heads["action"].classes) for w in model.heads["action"].weights)
