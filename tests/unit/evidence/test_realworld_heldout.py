@@ -21,6 +21,7 @@ tests/data/realworld_heldout42/, tests/data/realworld_heldout43/,
 tests/data/realworld_heldout44/, tests/data/realworld_heldout45/,
 tests/data/realworld_heldout46/, tests/data/realworld_heldout47/,
 tests/data/realworld_heldout48/ and tests/data/realworld_heldout49/).
+tests/data/realworld_heldout48/ and tests/data/realworld_heldout50/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -457,6 +458,16 @@ calibration, QAT or distillation run ended): its size and category coverage when
 its README). It was built in parallel with other corpora, each by its own helper in its own branch;
 corpora not in its branch could not be checked, so the independence test checks it only against
 the ones listed before it here."""
+HELDOUT50_CASES = 4
+HELDOUT50_CATEGORIES = 3
+"""The fiftieth corpus (issue threads of alternative-architecture and long-context research
+training codebases: the RWKV LoRA trainer Blealtan/RWKV-LM-LoRA, OpenNLPLab/lightning-attention,
+HazyResearch/safari and state-spaces/mamba kept, with BlinkDL/RWKV-LM, RWKV-Runner, RWKV-PEFT,
+flash-linear-attention, ring-flash-attention, EasyContext, long-context-attention, xlstm,
+torchscale, LongLoRA, YaRN and hgru2-pytorch searched alongside, led by how the run ended): its
+size and category coverage when it was frozen (see its README). It was built in parallel with
+other corpora, each by its own helper in its own branch; a corpus numbered 49 was not in its
+branch, so the independence test checks it only against the ones listed before it here."""
 
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
@@ -507,6 +518,7 @@ FROZEN = (
     ("realworld_heldout47", HELDOUT47_CASES, 1, HELDOUT47_CATEGORIES),
     ("realworld_heldout48", HELDOUT48_CASES, 1, HELDOUT48_CATEGORIES),
     ("realworld_heldout49", HELDOUT49_CASES, 1, HELDOUT49_CATEGORIES),
+    ("realworld_heldout50", HELDOUT50_CASES, 1, HELDOUT50_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
