@@ -22,6 +22,7 @@ tests/data/realworld_heldout44/, tests/data/realworld_heldout45/,
 tests/data/realworld_heldout46/, tests/data/realworld_heldout47/,
 tests/data/realworld_heldout48/ and tests/data/realworld_heldout49/).
 tests/data/realworld_heldout48/ and tests/data/realworld_heldout50/).
+tests/data/realworld_heldout48/ and tests/data/realworld_heldout51/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -468,6 +469,16 @@ torchscale, LongLoRA, YaRN and hgru2-pytorch searched alongside, led by how the 
 size and category coverage when it was frozen (see its README). It was built in parallel with
 other corpora, each by its own helper in its own branch; a corpus numbered 49 was not in its
 branch, so the independence test checks it only against the ones listed before it here."""
+HELDOUT51_CASES = 7
+HELDOUT51_CATEGORIES = 2
+"""The fifty-first corpus (issue threads of graph-learning training stacks run on GPUs: PyTorch
+Geometric and its pytorch_scatter library, OGB and GraphLearn-for-PyTorch kept, with DGL
+(GraphBolt, DistDGL), DGL-KE, PyTorch-BigGraph, GraphStorm, quiver, gnnlab, deep_gcns_torch and
+knowledge-graph-embedding trainers (RotatE, PyKEEN, LibKGE) searched alongside, led by how the run
+ended): its size and category coverage when it was frozen (see its README). It was built in
+parallel with other corpora, each by its own helper in its own branch; corpora numbered 49 and 50
+were not in its branch, so the independence test checks it only against the ones listed before it
+here."""
 
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
@@ -519,6 +530,7 @@ FROZEN = (
     ("realworld_heldout48", HELDOUT48_CASES, 1, HELDOUT48_CATEGORIES),
     ("realworld_heldout49", HELDOUT49_CASES, 1, HELDOUT49_CATEGORIES),
     ("realworld_heldout50", HELDOUT50_CASES, 1, HELDOUT50_CATEGORIES),
+    ("realworld_heldout51", HELDOUT51_CASES, 1, HELDOUT51_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
