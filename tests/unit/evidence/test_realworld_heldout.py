@@ -19,8 +19,8 @@ tests/data/realworld_heldout38/, tests/data/realworld_heldout39/,
 tests/data/realworld_heldout40/, tests/data/realworld_heldout41/,
 tests/data/realworld_heldout42/, tests/data/realworld_heldout43/,
 tests/data/realworld_heldout44/, tests/data/realworld_heldout45/,
-tests/data/realworld_heldout46/, tests/data/realworld_heldout47/ and
-tests/data/realworld_heldout48/).
+tests/data/realworld_heldout46/, tests/data/realworld_heldout47/,
+tests/data/realworld_heldout48/ and tests/data/realworld_heldout52/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -446,6 +446,15 @@ EVA searched alongside, led by how the run ended): its size and category coverag
 frozen (see its README). It was built in parallel with other corpora, each by its own helper in its
 own branch; corpora numbered 45 to 47 were not in its branch, so the independence test checks it
 only against the ones listed before it here."""
+HELDOUT52_CASES = 7
+HELDOUT52_CATEGORIES = 2
+"""The fifty-second corpus (issue threads of federated, decentralized and privacy-preserving
+training frameworks: Flower, NVFlare, Opacus, APPFL, FLUTE and PySyft kept, with FedML, OpenFL,
+FATE / FATE-LLM, FederatedScope, prime-diloco, hivemind, Petals and rl-swarm searched alongside,
+led by how the run ended): its size and category coverage when it was frozen (see its README). It
+was built in parallel with other corpora, each by its own helper in its own branch; corpora
+numbered 49 to 51 were not in its branch, so the independence test checks it only against the ones
+listed before it here."""
 
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
@@ -495,6 +504,7 @@ FROZEN = (
     ("realworld_heldout46", HELDOUT46_CASES, 1, HELDOUT46_CATEGORIES),
     ("realworld_heldout47", HELDOUT47_CASES, 1, HELDOUT47_CATEGORIES),
     ("realworld_heldout48", HELDOUT48_CASES, 1, HELDOUT48_CATEGORIES),
+    ("realworld_heldout52", HELDOUT52_CASES, 1, HELDOUT52_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
