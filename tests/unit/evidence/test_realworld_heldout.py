@@ -23,6 +23,7 @@ tests/data/realworld_heldout46/, tests/data/realworld_heldout47/,
 tests/data/realworld_heldout48/ and tests/data/realworld_heldout49/).
 tests/data/realworld_heldout48/ and tests/data/realworld_heldout50/).
 tests/data/realworld_heldout48/ and tests/data/realworld_heldout51/).
+tests/data/realworld_heldout48/ and tests/data/realworld_heldout52/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -448,6 +449,15 @@ EVA searched alongside, led by how the run ended): its size and category coverag
 frozen (see its README). It was built in parallel with other corpora, each by its own helper in its
 own branch; corpora numbered 45 to 47 were not in its branch, so the independence test checks it
 only against the ones listed before it here."""
+HELDOUT52_CASES = 7
+HELDOUT52_CATEGORIES = 2
+"""The fifty-second corpus (issue threads of federated, decentralized and privacy-preserving
+training frameworks: Flower, NVFlare, Opacus, APPFL, FLUTE and PySyft kept, with FedML, OpenFL,
+FATE / FATE-LLM, FederatedScope, prime-diloco, hivemind, Petals and rl-swarm searched alongside,
+led by how the run ended): its size and category coverage when it was frozen (see its README). It
+was built in parallel with other corpora, each by its own helper in its own branch; corpora
+numbered 49 to 51 were not in its branch, so the independence test checks it only against the ones
+listed before it here."""
 
 HELDOUT49_CASES = 7
 HELDOUT49_CATEGORIES = 5
@@ -531,6 +541,7 @@ FROZEN = (
     ("realworld_heldout49", HELDOUT49_CASES, 1, HELDOUT49_CATEGORIES),
     ("realworld_heldout50", HELDOUT50_CASES, 1, HELDOUT50_CATEGORIES),
     ("realworld_heldout51", HELDOUT51_CASES, 1, HELDOUT51_CATEGORIES),
+    ("realworld_heldout52", HELDOUT52_CASES, 1, HELDOUT52_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
