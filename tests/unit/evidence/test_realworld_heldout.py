@@ -20,10 +20,9 @@ tests/data/realworld_heldout40/, tests/data/realworld_heldout41/,
 tests/data/realworld_heldout42/, tests/data/realworld_heldout43/,
 tests/data/realworld_heldout44/, tests/data/realworld_heldout45/,
 tests/data/realworld_heldout46/, tests/data/realworld_heldout47/,
-tests/data/realworld_heldout48/ and tests/data/realworld_heldout49/).
-tests/data/realworld_heldout48/ and tests/data/realworld_heldout50/).
-tests/data/realworld_heldout48/ and tests/data/realworld_heldout51/).
-tests/data/realworld_heldout48/ and tests/data/realworld_heldout52/).
+tests/data/realworld_heldout48/, tests/data/realworld_heldout49/,
+tests/data/realworld_heldout50/, tests/data/realworld_heldout51/ and
+tests/data/realworld_heldout52/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
