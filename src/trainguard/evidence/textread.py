@@ -47,9 +47,10 @@ TEXT_CUE = "text model"
 NEVER = 1.01
 """A threshold no probability reaches (a doubt the replay found to cost more than it gains)."""
 FIRM = 0.7
-"""A rule at least this sure is never second-guessed. The rules' own confidence bands say what
-this means: below it sit the generic readings (a bare Python exception, a segfault, a socket
-error, a launcher's summary), at or above it the forms documented to mean one cause."""
+"""A rule at least this sure never has its category second-guessed (its action only between a
+person's fixes, ``thresholds["soft_action"]``). The rules' own confidence bands say what this
+means: below it sit the generic readings (a bare Python exception, a segfault, a socket error, a
+launcher's summary), at or above it the forms documented to mean one cause."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,11 +72,13 @@ def decide(category: Category, action: Action, by_category: Prediction, by_actio
     """The (category, action) once the text model's predictions are weighed against the
     answer so far (pure: ``scripts/fit_text_model.py`` replays it on past answers);
     ``rule_confidence`` is the root cause's own (a rule at least :data:`FIRM` sure is never
-    second-guessed), ``read_by_number`` whether that reading rests on a number
-    (:func:`read_by_number`), ``beyond_evidence`` whether the model read any line besides the
-    rules' evidence (on the evidence alone, the rule's reading of its own line stands),
-    ``contested`` whether the rules read the incident's events as more than one cause (then the
-    root was chosen by their order across ranks and by precedence, which words cannot see)."""
+    second-guessed but for its action between a person's fixes), ``read_by_number`` whether
+    that reading rests on a number (:func:`read_by_number`), ``beyond_evidence`` whether the
+    model read any line besides the rules' evidence (on the evidence alone, the rule's reading
+    of its own line stands), ``contested`` whether the rules read the incident's events as more
+    than one cause (then the root was chosen by their order across ranks and by precedence,
+    which words cannot see); these limits hold for the category and for any action doubt but
+    the one between a person's fixes (``thresholds["soft_action"]``)."""
     top = Category(by_category.label)
     new_category = category
     open_to_doubt = beyond_evidence and not contested and not read_by_number and \
