@@ -23,6 +23,7 @@ tests/data/realworld_heldout46/, tests/data/realworld_heldout47/,
 tests/data/realworld_heldout48/, tests/data/realworld_heldout49/,
 tests/data/realworld_heldout50/, tests/data/realworld_heldout51/,
 tests/data/realworld_heldout52/ and tests/data/realworld_heldout53/).
+tests/data/realworld_heldout52/ and tests/data/realworld_heldout54/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -499,6 +500,16 @@ the Hugging Face course, minGPT, nn-zero-to-hero, llm.c multi-GPU runs and other
 searched alongside, led by how the run ended): its size and category coverage when it was frozen
 (see its README). It was built in parallel with other corpora, each by its own helper in its own
 branch; corpora not in its branch could not be checked, so the independence test checks it only
+HELDOUT54_CASES = 5
+HELDOUT54_CATEGORIES = 3
+"""The fifty-fourth corpus (issue threads of benchmark suites and vendor / framework reference
+training implementations: pytorch/examples, the MLPerf training reference mlcommons/training,
+NVIDIA's MLPerf submission in mlcommons/training_results_v2.1 and the AlgoPerf benchmark
+mlcommons/algorithmic-efficiency kept, with NVIDIA/DeepLearningExamples, other MLPerf training
+submissions, pytorch/benchmark, tensorflow/models, the huggingface/transformers example scripts and
+NVIDIA/apex searched alongside, led by how the run ended): its size and category coverage when it
+was frozen (see its README). It was built in parallel with other corpora, each by its own helper in
+its own branch; a corpus numbered 53 was not in its branch, so the independence test checks it only
 against the ones listed before it here."""
 
 FROZEN = (
@@ -554,6 +565,7 @@ FROZEN = (
     ("realworld_heldout51", HELDOUT51_CASES, 1, HELDOUT51_CATEGORIES),
     ("realworld_heldout52", HELDOUT52_CASES, 1, HELDOUT52_CATEGORIES),
     ("realworld_heldout53", HELDOUT53_CASES, 1, HELDOUT53_CATEGORIES),
+    ("realworld_heldout54", HELDOUT54_CASES, 1, HELDOUT54_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
