@@ -24,6 +24,7 @@ tests/data/realworld_heldout48/, tests/data/realworld_heldout49/,
 tests/data/realworld_heldout50/, tests/data/realworld_heldout51/,
 tests/data/realworld_heldout52/ and tests/data/realworld_heldout53/).
 tests/data/realworld_heldout52/ and tests/data/realworld_heldout54/).
+tests/data/realworld_heldout52/ and tests/data/realworld_heldout55/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -511,6 +512,16 @@ NVIDIA/apex searched alongside, led by how the run ended): its size and category
 was frozen (see its README). It was built in parallel with other corpora, each by its own helper in
 its own branch; a corpus numbered 53 was not in its branch, so the independence test checks it only
 against the ones listed before it here."""
+HELDOUT55_CASES = 5
+HELDOUT55_CATEGORIES = 3
+"""The fifty-fifth corpus (issue and pull-request threads of compiled training: torch.compile
+(Dynamo / Inductor / AOTAutograd), CUDA graphs and the training codebases whose runs broke when
+compilation was turned on (SD-Trainer, SimpleTuner, LLMs-from-scratch, Megatron-LM's optimizer CUDA
+graphs), with pytorch/pytorch pt2 threads, Lightning-AI/lightning-thunder, pytorch/xla on GPU and
+compiled DDP/FSDP searched alongside, led by how the run ended): its size and category coverage
+when it was frozen (see its README). It was built in parallel with other corpora, each by its own
+helper in its own branch; corpora numbered 53 and 54 were not in its branch, so the independence
+test checks it only against the ones listed before it here."""
 
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
@@ -566,6 +577,7 @@ FROZEN = (
     ("realworld_heldout52", HELDOUT52_CASES, 1, HELDOUT52_CATEGORIES),
     ("realworld_heldout53", HELDOUT53_CASES, 1, HELDOUT53_CATEGORIES),
     ("realworld_heldout54", HELDOUT54_CASES, 1, HELDOUT54_CATEGORIES),
+    ("realworld_heldout55", HELDOUT55_CASES, 1, HELDOUT55_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
