@@ -21,8 +21,8 @@ tests/data/realworld_heldout42/, tests/data/realworld_heldout43/,
 tests/data/realworld_heldout44/, tests/data/realworld_heldout45/,
 tests/data/realworld_heldout46/, tests/data/realworld_heldout47/,
 tests/data/realworld_heldout48/, tests/data/realworld_heldout49/,
-tests/data/realworld_heldout50/, tests/data/realworld_heldout51/ and
-tests/data/realworld_heldout52/).
+tests/data/realworld_heldout50/, tests/data/realworld_heldout51/,
+tests/data/realworld_heldout52/ and tests/data/realworld_heldout56/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -489,6 +489,18 @@ parallel with other corpora, each by its own helper in its own branch; corpora n
 were not in its branch, so the independence test checks it only against the ones listed before it
 here."""
 
+HELDOUT56_CASES = 3
+HELDOUT56_CATEGORIES = 3
+"""The fifty-sixth corpus (issue threads of GPU training jobs run inside container runtimes on HPC
+and cloud hosts: NVIDIA/enroot with pyxis, NVIDIA-NeMo containers launched through pyxis/enroot,
+and a Docker GPU container through the NVIDIA container toolkit kept, with apptainer/apptainer,
+apptainer/singularity and sylabs/singularity, NVIDIA/pyxis, hpc/charliecloud, Podman with CDI,
+NERSC podman-hpc, Sarus / Shifter, NVIDIA/nvidia-container-toolkit and libnvidia-container and NGC
+container threads searched alongside, led by how the run ended): its size and category coverage
+when it was frozen (see its README). It was built in parallel with other corpora, each by its own
+helper in its own branch; corpora numbered 53 to 55 were not in its branch, so the independence
+test checks it only against the ones listed before it here."""
+
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
     ("realworld_heldout3", 41, 1, 12),
@@ -541,6 +553,7 @@ FROZEN = (
     ("realworld_heldout50", HELDOUT50_CASES, 1, HELDOUT50_CATEGORIES),
     ("realworld_heldout51", HELDOUT51_CASES, 1, HELDOUT51_CATEGORIES),
     ("realworld_heldout52", HELDOUT52_CASES, 1, HELDOUT52_CATEGORIES),
+    ("realworld_heldout56", HELDOUT56_CASES, 1, HELDOUT56_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
