@@ -25,6 +25,7 @@ tests/data/realworld_heldout50/, tests/data/realworld_heldout51/,
 tests/data/realworld_heldout52/ and tests/data/realworld_heldout53/).
 tests/data/realworld_heldout52/ and tests/data/realworld_heldout54/).
 tests/data/realworld_heldout52/ and tests/data/realworld_heldout55/).
+tests/data/realworld_heldout52/ and tests/data/realworld_heldout56/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -521,6 +522,16 @@ graphs), with pytorch/pytorch pt2 threads, Lightning-AI/lightning-thunder, pytor
 compiled DDP/FSDP searched alongside, led by how the run ended): its size and category coverage
 when it was frozen (see its README). It was built in parallel with other corpora, each by its own
 helper in its own branch; corpora numbered 53 and 54 were not in its branch, so the independence
+HELDOUT56_CASES = 3
+HELDOUT56_CATEGORIES = 3
+"""The fifty-sixth corpus (issue threads of GPU training jobs run inside container runtimes on HPC
+and cloud hosts: NVIDIA/enroot with pyxis, NVIDIA-NeMo containers launched through pyxis/enroot,
+and a Docker GPU container through the NVIDIA container toolkit kept, with apptainer/apptainer,
+apptainer/singularity and sylabs/singularity, NVIDIA/pyxis, hpc/charliecloud, Podman with CDI,
+NERSC podman-hpc, Sarus / Shifter, NVIDIA/nvidia-container-toolkit and libnvidia-container and NGC
+container threads searched alongside, led by how the run ended): its size and category coverage
+when it was frozen (see its README). It was built in parallel with other corpora, each by its own
+helper in its own branch; corpora numbered 53 to 55 were not in its branch, so the independence
 test checks it only against the ones listed before it here."""
 
 FROZEN = (
@@ -578,6 +589,7 @@ FROZEN = (
     ("realworld_heldout53", HELDOUT53_CASES, 1, HELDOUT53_CATEGORIES),
     ("realworld_heldout54", HELDOUT54_CASES, 1, HELDOUT54_CATEGORIES),
     ("realworld_heldout55", HELDOUT55_CASES, 1, HELDOUT55_CATEGORIES),
+    ("realworld_heldout56", HELDOUT56_CASES, 1, HELDOUT56_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
