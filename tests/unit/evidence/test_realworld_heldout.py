@@ -22,10 +22,9 @@ tests/data/realworld_heldout44/, tests/data/realworld_heldout45/,
 tests/data/realworld_heldout46/, tests/data/realworld_heldout47/,
 tests/data/realworld_heldout48/, tests/data/realworld_heldout49/,
 tests/data/realworld_heldout50/, tests/data/realworld_heldout51/,
-tests/data/realworld_heldout52/ and tests/data/realworld_heldout53/).
-tests/data/realworld_heldout52/ and tests/data/realworld_heldout54/).
-tests/data/realworld_heldout52/ and tests/data/realworld_heldout55/).
-tests/data/realworld_heldout52/ and tests/data/realworld_heldout56/).
+tests/data/realworld_heldout52/, tests/data/realworld_heldout53/,
+tests/data/realworld_heldout54/, tests/data/realworld_heldout55/ and
+tests/data/realworld_heldout56/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -502,6 +501,7 @@ the Hugging Face course, minGPT, nn-zero-to-hero, llm.c multi-GPU runs and other
 searched alongside, led by how the run ended): its size and category coverage when it was frozen
 (see its README). It was built in parallel with other corpora, each by its own helper in its own
 branch; corpora not in its branch could not be checked, so the independence test checks it only
+against the ones listed before it here."""
 HELDOUT54_CASES = 5
 HELDOUT54_CATEGORIES = 3
 """The fifty-fourth corpus (issue threads of benchmark suites and vendor / framework reference
@@ -522,6 +522,7 @@ graphs), with pytorch/pytorch pt2 threads, Lightning-AI/lightning-thunder, pytor
 compiled DDP/FSDP searched alongside, led by how the run ended): its size and category coverage
 when it was frozen (see its README). It was built in parallel with other corpora, each by its own
 helper in its own branch; corpora numbered 53 and 54 were not in its branch, so the independence
+test checks it only against the ones listed before it here."""
 HELDOUT56_CASES = 3
 HELDOUT56_CATEGORIES = 3
 """The fifty-sixth corpus (issue threads of GPU training jobs run inside container runtimes on HPC
