@@ -25,6 +25,7 @@ tests/data/realworld_heldout50/, tests/data/realworld_heldout51/,
 tests/data/realworld_heldout52/, tests/data/realworld_heldout53/,
 tests/data/realworld_heldout54/, tests/data/realworld_heldout55/,
 tests/data/realworld_heldout56/ and tests/data/realworld_heldout57/).
+tests/data/realworld_heldout56/ and tests/data/realworld_heldout58/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -544,6 +545,17 @@ how the run ended): its size and category coverage when it was frozen (see its R
 built in parallel with other corpora, each by its own helper in its own branch; corpora not in its
 branch could not be checked, so the independence test checks it only against the ones listed
 before it here."""
+HELDOUT58_CASES = 10
+HELDOUT58_CATEGORIES = 6
+"""The fifty-eighth corpus (issue and pull-request threads of hyperparameter-search and AutoML tools
+that drive training trials and of trainers' built-in search: Optuna and optuna-examples, an
+Optuna-driven trainer (jax-unirep), the Hugging Face Trainer's hyperparameter_search, SMAC3,
+Auto-PyTorch, KerasTuner, AutoKeras and ivadomed's automate_training sweep kept, with nni, W&B
+sweeps, syne-tune, Ax, FLAML, Ludwig hyperopt, allennlp-optuna and setfit / sentence-transformers
+searched alongside, led by how the trial or study ended): its size and category coverage when it
+was frozen (see its README). It was built in parallel with other corpora, each by its own helper in
+its own branch; a corpus numbered 57 was not in its branch, so the independence test checks it only
+against the ones listed before it here."""
 
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
@@ -602,6 +614,7 @@ FROZEN = (
     ("realworld_heldout55", HELDOUT55_CASES, 1, HELDOUT55_CATEGORIES),
     ("realworld_heldout56", HELDOUT56_CASES, 1, HELDOUT56_CATEGORIES),
     ("realworld_heldout57", HELDOUT57_CASES, 1, HELDOUT57_CATEGORIES),
+    ("realworld_heldout58", HELDOUT58_CASES, 1, HELDOUT58_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
