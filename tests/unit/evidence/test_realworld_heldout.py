@@ -23,8 +23,8 @@ tests/data/realworld_heldout46/, tests/data/realworld_heldout47/,
 tests/data/realworld_heldout48/, tests/data/realworld_heldout49/,
 tests/data/realworld_heldout50/, tests/data/realworld_heldout51/,
 tests/data/realworld_heldout52/, tests/data/realworld_heldout53/,
-tests/data/realworld_heldout54/, tests/data/realworld_heldout55/ and
-tests/data/realworld_heldout56/).
+tests/data/realworld_heldout54/, tests/data/realworld_heldout55/,
+tests/data/realworld_heldout56/ and tests/data/realworld_heldout59/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -535,6 +535,18 @@ when it was frozen (see its README). It was built in parallel with other corpora
 helper in its own branch; corpora numbered 53 to 55 were not in its branch, so the independence
 test checks it only against the ones listed before it here."""
 
+HELDOUT59_CASES = 7
+HELDOUT59_CATEGORIES = 4
+"""The fifty-ninth corpus (issue threads of GPU training run from notebook environments: Jupyter /
+JupyterLab kernels, Kaggle notebooks, a Kubeflow Jupyter notebook pod and a Databricks notebook kept
+(huggingface/accelerate's notebook_launcher, scDiffEq, kubeflow/kubeflow, databrickslabs/dolly,
+DogBreed_gluon, GRAINet, RF-DETR's ddp_notebook), with VS Code notebooks, JupyterHub
+batchspawner / kubespawner, SageMaker Studio, Colab and Lightning's ddp_notebook searched
+alongside, led by how the run ended): its size and category coverage when it was frozen (see its
+README). It was built in parallel with other corpora, each by its own helper in its own branch;
+corpora numbered 57 and 58 were not in its branch, so the independence test checks it only against
+the ones listed before it here."""
+
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
     ("realworld_heldout3", 41, 1, 12),
@@ -591,6 +603,7 @@ FROZEN = (
     ("realworld_heldout54", HELDOUT54_CASES, 1, HELDOUT54_CATEGORIES),
     ("realworld_heldout55", HELDOUT55_CASES, 1, HELDOUT55_CATEGORIES),
     ("realworld_heldout56", HELDOUT56_CASES, 1, HELDOUT56_CATEGORIES),
+    ("realworld_heldout59", HELDOUT59_CASES, 1, HELDOUT59_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
