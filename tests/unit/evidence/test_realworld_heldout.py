@@ -26,6 +26,7 @@ tests/data/realworld_heldout52/, tests/data/realworld_heldout53/,
 tests/data/realworld_heldout54/, tests/data/realworld_heldout55/,
 tests/data/realworld_heldout56/ and tests/data/realworld_heldout57/).
 tests/data/realworld_heldout56/ and tests/data/realworld_heldout58/).
+tests/data/realworld_heldout56/ and tests/data/realworld_heldout59/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -557,6 +558,18 @@ was frozen (see its README). It was built in parallel with other corpora, each b
 its own branch; a corpus numbered 57 was not in its branch, so the independence test checks it only
 against the ones listed before it here."""
 
+HELDOUT59_CASES = 7
+HELDOUT59_CATEGORIES = 4
+"""The fifty-ninth corpus (issue threads of GPU training run from notebook environments: Jupyter /
+JupyterLab kernels, Kaggle notebooks, a Kubeflow Jupyter notebook pod and a Databricks notebook kept
+(huggingface/accelerate's notebook_launcher, scDiffEq, kubeflow/kubeflow, databrickslabs/dolly,
+DogBreed_gluon, GRAINet, RF-DETR's ddp_notebook), with VS Code notebooks, JupyterHub
+batchspawner / kubespawner, SageMaker Studio, Colab and Lightning's ddp_notebook searched
+alongside, led by how the run ended): its size and category coverage when it was frozen (see its
+README). It was built in parallel with other corpora, each by its own helper in its own branch;
+corpora numbered 57 and 58 were not in its branch, so the independence test checks it only against
+the ones listed before it here."""
+
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
     ("realworld_heldout3", 41, 1, 12),
@@ -615,6 +628,7 @@ FROZEN = (
     ("realworld_heldout56", HELDOUT56_CASES, 1, HELDOUT56_CATEGORIES),
     ("realworld_heldout57", HELDOUT57_CASES, 1, HELDOUT57_CATEGORIES),
     ("realworld_heldout58", HELDOUT58_CASES, 1, HELDOUT58_CATEGORIES),
+    ("realworld_heldout59", HELDOUT59_CASES, 1, HELDOUT59_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
