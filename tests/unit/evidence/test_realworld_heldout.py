@@ -27,6 +27,7 @@ tests/data/realworld_heldout54/, tests/data/realworld_heldout55/,
 tests/data/realworld_heldout56/ and tests/data/realworld_heldout57/).
 tests/data/realworld_heldout56/ and tests/data/realworld_heldout58/).
 tests/data/realworld_heldout56/ and tests/data/realworld_heldout59/).
+tests/data/realworld_heldout56/ and tests/data/realworld_heldout60/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -570,6 +571,19 @@ README). It was built in parallel with other corpora, each by its own helper in 
 corpora numbered 57 and 58 were not in its branch, so the independence test checks it only against
 the ones listed before it here."""
 
+HELDOUT60_CASES = 6
+HELDOUT60_CATEGORIES = 4
+"""The sixtieth corpus (issue and pull-request threads of the data-preparation and data-loading
+steps of GPU training jobs: Hugging Face datasets caches on multi-node jobs (InternLM/xtuner,
+huggingface/datasets), NeMo Curator GPU deduplication, Megatron-Bridge packed-sequence
+preparation on NFS, Megatron preprocess_data.py (bigcode-project/Megatron-LM) and NeMo's merged
+indexed datasets kept, with datatrove, dolma, Megatron-LM and gpt-neox indexed datasets, nanotron,
+litData and mosaicml/streaming streaming tokenization and dataset sharding searched alongside, led
+by how the step ended): its size and category coverage when it was frozen (see its README). It was
+built in parallel with other corpora, each by its own helper in its own branch; corpora numbered
+57 to 59 were not in its branch, so the independence test checks it only against the ones listed
+before it here."""
+
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
     ("realworld_heldout3", 41, 1, 12),
@@ -629,6 +643,7 @@ FROZEN = (
     ("realworld_heldout57", HELDOUT57_CASES, 1, HELDOUT57_CATEGORIES),
     ("realworld_heldout58", HELDOUT58_CASES, 1, HELDOUT58_CATEGORIES),
     ("realworld_heldout59", HELDOUT59_CASES, 1, HELDOUT59_CATEGORIES),
+    ("realworld_heldout60", HELDOUT60_CASES, 1, HELDOUT60_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
