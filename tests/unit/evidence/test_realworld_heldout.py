@@ -24,10 +24,9 @@ tests/data/realworld_heldout48/, tests/data/realworld_heldout49/,
 tests/data/realworld_heldout50/, tests/data/realworld_heldout51/,
 tests/data/realworld_heldout52/, tests/data/realworld_heldout53/,
 tests/data/realworld_heldout54/, tests/data/realworld_heldout55/,
-tests/data/realworld_heldout56/ and tests/data/realworld_heldout57/).
-tests/data/realworld_heldout56/ and tests/data/realworld_heldout58/).
-tests/data/realworld_heldout56/ and tests/data/realworld_heldout59/).
-tests/data/realworld_heldout56/ and tests/data/realworld_heldout60/).
+tests/data/realworld_heldout56/, tests/data/realworld_heldout57/,
+tests/data/realworld_heldout58/, tests/data/realworld_heldout59/ and
+tests/data/realworld_heldout60/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
