@@ -69,6 +69,10 @@ _FOLLOWING_MAX_BYTES = 2 * MAX_BLOCK_CHARS
 CONTEXT_LINES = 5
 """Lines kept either side of each matched line for the text model (``FailureEvent.context``)."""
 CONTEXT_CHARS = 400
+"""A neighbour is kept to this many characters of the line as the program wrote it."""
+_CONTEXT_RAW_BYTES = 16 * CONTEXT_CHARS
+"""How much of a neighbour is read to unwrap it (a Docker json-file record escapes each
+non-ASCII character in six)."""
 
 
 
@@ -344,17 +348,16 @@ def _scan_region(fs: _FileScan, prefilter: object, buf: bytes, cut: int, line_ba
 def _neighbours(fs: _FileScan, buf: bytes, start: int, end: int, line_no: int
                 ) -> tuple[EvidenceLine, ...]:
     """Up to :data:`CONTEXT_LINES` lines either side of ``buf[start:end]`` (line ``line_no``)
-    that ``buf`` holds, each cut at :data:`CONTEXT_CHARS` bytes: what the text model reads
-    around a matched line."""
+    that ``buf`` holds, each as the program wrote it (``unwrap_line``: out of a collector's
+    record before it is cut) and cut at :data:`CONTEXT_CHARS` characters: what the text model
+    reads around a matched line."""
     before: list[EvidenceLine] = []
     pos = start
     for k in range(1, CONTEXT_LINES + 1):
         if pos <= 0:
             break
         s = buf.rfind(b"\n", 0, pos - 1) + 1
-        before.append(EvidenceLine(fs.path, line_no - k,
-                                   buf[s:min(pos - 1, s + CONTEXT_CHARS)].decode(
-                                       "utf-8", "replace")))
+        before.append(_neighbour(fs.path, line_no - k, buf[s:min(pos - 1, s + _CONTEXT_RAW_BYTES)]))
         pos = s
     after: list[EvidenceLine] = []
     pos = end + 1
@@ -363,11 +366,14 @@ def _neighbours(fs: _FileScan, buf: bytes, start: int, end: int, line_no: int
             break
         e = buf.find(b"\n", pos)
         e = len(buf) if e < 0 else e
-        after.append(EvidenceLine(fs.path, line_no + k,
-                                  buf[pos:min(e, pos + CONTEXT_CHARS)].decode("utf-8",
-                                                                               "replace")))
+        after.append(_neighbour(fs.path, line_no + k, buf[pos:min(e, pos + _CONTEXT_RAW_BYTES)]))
         pos = e + 1
     return (*reversed(before), *after)
+
+
+def _neighbour(path: str, line_no: int, raw: bytes) -> EvidenceLine:
+    return EvidenceLine(path, line_no,
+                        unwrap_line(raw.decode("utf-8", "replace"))[:CONTEXT_CHARS])
 
 
 def scan_paths(paths: Sequence[str], rules: RuleSet, options: ScanOptions = ScanOptions(),

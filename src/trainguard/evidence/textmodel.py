@@ -38,6 +38,7 @@ from trainguard.evidence.events import CUE_CHARS
 _WORD = re2.compile(r"[a-z][a-z0-9_]+")
 _HEX = re2.compile(r"0x[0-9a-f]+")
 _HEXLIKE = re2.compile(r"^[a-f0-9]{6,}$")
+_DIGIT = re2.compile(r"[0-9]")
 
 TEXT_LINES = 400
 """At most this many lines of an incident are read (its evidence lines and their neighbours)."""
@@ -55,9 +56,32 @@ def features(words: Sequence[str]) -> list[str]:
     return [*words, *(f"{a} {b}" for a, b in pairwise(words))]
 
 
+def without_shared_prefix(lines: Sequence[str]) -> list[str]:
+    """``lines`` without the prefix all of them share, digits aside, up to its last space: a
+    collector's column (docker compose's ``trainer-1  | ``, Ray's worker tag) or a time stamp
+    on every line. Its words are the collector's, not the program's, and the same log read bare
+    or through a collector must weigh the same.
+
+        >>> without_shared_prefix(["12:00:01 trainer-1 | Killed", "12:00:02 trainer-1 | oom"])
+        ['Killed', 'oom']
+        >>> without_shared_prefix(["Killed", "oom-kill"])
+        ['Killed', 'oom-kill']
+    """
+    if len(lines) < 2:
+        return list(lines)
+    shapes = [_DIGIT.sub("0", line) for line in lines]  # one character for one: same length
+    shortest, longest = min(shapes), max(shapes)
+    common = next((i for i, (a, b) in enumerate(zip(shortest, longest, strict=False)) if a != b),
+                  len(shortest))
+    cut = shortest.rfind(" ", 0, common) + 1
+    return [line[cut:] for line in lines] if cut else list(lines)
+
+
 def text_features(lines: Sequence[str]) -> list[str]:
-    """The features of an incident's lines (each line cut at :data:`CUE_CHARS`)."""
-    return features(tokens("\n".join(line[:CUE_CHARS] for line in lines[:TEXT_LINES])))
+    """The features of an incident's lines (each line cut at :data:`CUE_CHARS`, the prefix they
+    all share dropped: :func:`without_shared_prefix`)."""
+    read = without_shared_prefix([line[:CUE_CHARS] for line in lines[:TEXT_LINES]])
+    return features(tokens("\n".join(read)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,8 +159,9 @@ class TextModel:
         h = self.heads[head]
         row = h.classes.index(label)
         scored = []
-        for i, line in enumerate(lines[:TEXT_LINES]):
-            vec = self.vector(features(tokens(line[:CUE_CHARS])))
+        read = without_shared_prefix([line[:CUE_CHARS] for line in lines[:TEXT_LINES]])
+        for i, line in enumerate(read):
+            vec = self.vector(features(tokens(line)))
             lean = sum((h.weights[j][row] - sum(h.weights[j]) / len(h.classes)) * v
                        for j, v in vec.items())
             if lean > 0:
@@ -183,4 +208,4 @@ def builtin_text_model() -> TextModel:
 
 
 __all__ = ["TEXT_LINES", "Head", "Prediction", "TextModel", "builtin_text_model", "features",
-           "from_json", "head_of", "text_features", "tokens"]
+           "from_json", "head_of", "text_features", "tokens", "without_shared_prefix"]

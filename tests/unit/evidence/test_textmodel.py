@@ -20,6 +20,7 @@ from trainguard.evidence.textmodel import (
     head_of,
     text_features,
     tokens,
+    without_shared_prefix,
 )
 from trainguard.taxonomy import Action, Category
 
@@ -179,3 +180,31 @@ def test_a_line_that_is_one_events_evidence_and_anothers_neighbour_is_read_whole
     (second,) = [t for t in inc.text_lines if t.line_no == 2]
     assert second.text == lines[1]
     assert {(e.path, e.line_no) for e in inc.evidence_lines} == {("job.log", 1), ("job.log", 2)}
+
+
+def test_a_prefix_every_line_shares_is_not_read() -> None:
+    bare = ["INFO step 10 loss 2.1", "RuntimeError: NCCL error: unhandled system error",
+            "ncclSystemError: System call (e.g. socket, malloc) failed"]
+    for wrap in (lambda i, s: f"trainer-1  | {s}",
+                 lambda i, s: f"2026-03-03T04:12:{i:02d}.{i:06d}Z {s}",
+                 lambda i, s: f"(RayTrainWorker pid=4123{i}, ip=10.1.2.3) {s}"):
+        wrapped = [wrap(i, s) for i, s in enumerate(bare)]
+        assert without_shared_prefix(wrapped) == bare
+        assert text_features(wrapped) == text_features(bare)
+    # words the lines share are the program's when nothing else is shared
+    assert without_shared_prefix(["oom-kill event", "Killed process 7"]) == \
+        ["oom-kill event", "Killed process 7"]
+    assert without_shared_prefix(["only one line"]) == ["only one line"]
+
+
+def test_a_neighbour_is_unwrapped_before_it_is_cut() -> None:
+    bar = "\u2588" * 120  # six characters each in a Docker record: the record passes 400 bytes
+    lines = [json.dumps({"log": f" 35%|{bar}| 738/2081\n", "stream": "stderr",
+                         "time": "2026-03-03T04:12:00Z"}, separators=(",", ":")),
+             json.dumps({"log": "RuntimeError: CUDA error: an illegal memory access was "
+                                "encountered\n", "stream": "stderr",
+                         "time": "2026-03-03T04:12:01Z"}, separators=(",", ":"))]
+    assert len(lines[0].encode()) > CONTEXT_CHARS
+    (ev,) = _events(lines)
+    (before,) = ev.context
+    assert before.text == f"2026-03-03T04:12:00Z  35%|{bar}| 738/2081"
