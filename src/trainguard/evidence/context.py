@@ -34,6 +34,8 @@ from trainguard.evidence.events import FailureEvent
 from trainguard.evidence.rules import Pattern, PatternMatch, compile_re2
 from trainguard.taxonomy import Action, Category, Severity
 
+CONTEXT_FIELD = "context"
+"""The field that says why the lines around an event changed its reading (:func:`as_checkpoint`)."""
 LOSS_SCALE_RUN_SIGNATURE = "loss_scale_run"
 LOSS_SCALE_RUN_MIN = 4
 """Consecutive scale reductions (no recovery in between) that make a run numerical trouble..."""
@@ -102,7 +104,7 @@ def as_checkpoint(ev: FailureEvent, why: str) -> FailureEvent:
     """``ev`` re-labelled a checkpoint failure; its action (check storage, fix code) stays."""
     return replace(ev, category=Category.CHECKPOINT,
                    summary=f"{ev.summary} ({why})"[:300],
-                   fields=(*ev.fields, ("context", why)))
+                   fields=(*ev.fields, (CONTEXT_FIELD, why)))
 
 
 @dataclass(slots=True)

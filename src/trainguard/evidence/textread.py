@@ -16,13 +16,15 @@ a fresh route would see, not what rules tuned on it say):
   - the rules read one cause only (when they read several, the root was chosen by the order of
     events across ranks and by precedence, which words cannot see);
   - the reading does not rest on a number the model's words drop (an XID, a signal read from an
-    exit status, a CUDA error by its code);
+    exit status, a CUDA error by its code) or on where a line stands among the others (an
+    exception raised inside a checkpoint library's frames);
   - the model read more than the rules' own evidence lines;
 * **the action alone** of any rule, sure ones included, gives way when both it and the action
   head's choice are actions a person takes (change the code or the configuration, check the
   network or the storage, restart), never a node's, and the head's probability reaches
-  ``thresholds["soft_action"]``: a rule's confidence is in the cause it read, and the same
-  cause is fixed in the code in one job and in its configuration in another;
+  ``thresholds["soft_action"]`` -- under the same limits as above but the rule's confidence:
+  a rule's confidence is in the cause it read, and the same cause is fixed in the code in one
+  job and in its configuration in another;
 * where the category changed, the action is the model's, unless the lines already named one (a
   remedy or the config model, ``inference.py``).
 
@@ -36,6 +38,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from trainguard.evidence.actions import InferredAction
+from trainguard.evidence.context import CONTEXT_FIELD
 from trainguard.evidence.cuda_errors import RULE_ID as CUDA_RULE_ID
 from trainguard.evidence.events import EvidenceLine, FailureEvent
 from trainguard.evidence.inference import NODE_ACTIONS, Inference, InferredCategory
@@ -77,12 +80,12 @@ def decide(category: Category, action: Action, by_category: Prediction, by_actio
     model read any line besides the rules' evidence (on the evidence alone, the rule's reading
     of its own line stands), ``contested`` whether the rules read the incident's events as more
     than one cause (then the root was chosen by their order across ranks and by precedence,
-    which words cannot see); these limits hold for the category and for any action doubt but
-    the one between a person's fixes (``thresholds["soft_action"]``)."""
+    which words cannot see); all but the first limit hold for the action doubt between a
+    person's fixes (``thresholds["soft_action"]``) too."""
     top = Category(by_category.label)
     new_category = category
-    open_to_doubt = beyond_evidence and not contested and not read_by_number and \
-        rule_confidence < FIRM
+    readable = beyond_evidence and not contested and not read_by_number
+    open_to_doubt = readable and rule_confidence < FIRM
     if category is Category.UNKNOWN:
         if may_answer and by_category.probability >= thresholds["answer"]:
             new_category = top
@@ -94,7 +97,7 @@ def decide(category: Category, action: Action, by_category: Prediction, by_actio
     if new_category is not Category.UNKNOWN:
         proposed = Action(by_action.label)
         other = proposed is not action
-        soft = action not in NODE_ACTIONS and proposed not in NODE_ACTIONS
+        soft = readable and action not in NODE_ACTIONS and proposed not in NODE_ACTIONS
         doubted = other and (
             (open_to_doubt and by_action.probability >= thresholds["action"])
             or (soft and by_action.probability >= thresholds.get("soft_action", NEVER)))
@@ -117,10 +120,12 @@ def beyond_evidence(inc_lines: Sequence[EvidenceLine], text_lines: Sequence[Evid
 
 
 def read_by_number(root: FailureEvent) -> bool:
-    """Whether the rules' reading rests on a number, which the model's words drop: an XID, a
-    signal read from an exit status, a CUDA error by its code."""
+    """Whether the rules' reading rests on a number, which the model's words drop (an XID, a
+    signal read from an exit status, a CUDA error by its code), or on where a line stands among
+    the others, which a bag of words cannot see (an exception raised inside a checkpoint
+    library's frames, ``context.py``)."""
     return root.xid is not None or root.field_value(SIGNAL_FIELD) is not None or \
-        root.signature == CUDA_RULE_ID
+        root.signature == CUDA_RULE_ID or root.field_value(CONTEXT_FIELD) is not None
 
 
 def contested(root: FailureEvent, related: Sequence[FailureEvent]) -> bool:

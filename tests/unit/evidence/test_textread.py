@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from trainguard.cli.main import app
 from trainguard.evidence import ScanOptions, correlate, load_rules, scan_paths
+from trainguard.evidence.context import as_checkpoint
 from trainguard.evidence.cuda_errors import RULE_ID as CUDA_RULE_ID
 from trainguard.evidence.events import EvidenceLine, FailureEvent
 from trainguard.evidence.signals import SIGNAL_FIELD
@@ -96,8 +97,7 @@ def test_a_guess_never_takes_a_node_out_of_service() -> None:
 
 def test_a_sure_rules_action_between_a_persons_fixes_may_give_way() -> None:
     soft = {**TH, "soft_action": 0.8}
-    args = {"may_answer": False, "read_by_number": True, "rule_confidence": FIRM,
-            "contested": True}
+    args = {"may_answer": False, "read_by_number": False, "rule_confidence": FIRM}
     d = decide(Category.NCCL_TIMEOUT_HANG, Action.RESTART_JOB, pred("nccl_timeout_hang", 0.9),
                pred("fix_config", 0.8), soft, **args)  # type: ignore[arg-type]
     assert (d.category, d.action) == (Category.NCCL_TIMEOUT_HANG, Action.FIX_CONFIG)
@@ -110,6 +110,12 @@ def test_a_sure_rules_action_between_a_persons_fixes_may_give_way() -> None:
         kept = decide(Category.GPU_HARDWARE, rule_action, pred("gpu_hardware", 0.9),
                       pred(proposed, p), th, **args)  # type: ignore[arg-type]
         assert kept.action is rule_action and not kept.action_changed, (th, rule_action, proposed)
+    # nor where the words cannot judge: a reading by number, a contested root, a bare line
+    for limit in ({"read_by_number": True}, {"contested": True}, {"beyond_evidence": False}):
+        kept = decide(Category.NCCL_TIMEOUT_HANG, Action.RESTART_JOB,
+                      pred("nccl_timeout_hang", 0.9), pred("fix_config", 0.99), soft,
+                      **{**args, **limit})  # type: ignore[arg-type]
+        assert kept.action is Action.RESTART_JOB, limit
 
 
 # --- through correlate and the CLI ----------------------------------------------------------------
@@ -167,6 +173,8 @@ def test_readings_that_rest_on_a_number_are_read_by_number() -> None:
     cuda = FailureEvent(Category.CUDA_SOFTWARE_BUG, Action.FIX_CODE, Severity.FATAL,
                         CUDA_RULE_ID, "x")
     assert read_by_number(cuda)
+    # a reading by where the exception was raised (a checkpoint library's frames)
+    assert read_by_number(as_checkpoint(_event(Category.USER_CODE_ERROR), "raised inside x"))
     assert not read_by_number(_event(Category.USER_CODE_ERROR))
 
 
