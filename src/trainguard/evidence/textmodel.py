@@ -32,13 +32,13 @@ from typing import Any
 import re2
 
 from trainguard.evidence.events import CUE_CHARS
+from trainguard.evidence.tracebacks import shape
 
 # RE2 like every pattern that reads log lines (linear time); these three need finditer and sub,
 # which the rules' Pattern protocol leaves out.
 _WORD = re2.compile(r"[a-z][a-z0-9_]+")
 _HEX = re2.compile(r"0x[0-9a-f]+")
 _HEXLIKE = re2.compile(r"^[a-f0-9]{6,}$")
-_DIGIT = re2.compile(r"[0-9]")
 
 TEXT_LINES = 400
 """At most this many lines of an incident are read (its evidence lines and their neighbours)."""
@@ -69,7 +69,7 @@ def without_shared_prefix(lines: Sequence[str]) -> list[str]:
     """
     if len(lines) < 2:
         return list(lines)
-    shapes = [_DIGIT.sub("0", line) for line in lines]  # one character for one: same length
+    shapes = [shape(line) for line in lines]  # one character for one: same length
     shortest, longest = min(shapes), max(shapes)
     common = next((i for i, (a, b) in enumerate(zip(shortest, longest, strict=False)) if a != b),
                   len(shortest))

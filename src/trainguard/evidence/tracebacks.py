@@ -58,7 +58,7 @@ def strip_rank_prefix(line: str, indent: int | None = None) -> tuple[str, str, i
     return m.group(0), body[cut:], pad
 
 
-def _shape(text: str) -> str:
+def shape(text: str) -> str:
     """``text`` with every digit read as 0: a collector's prefix keeps its shape from line to
     line while its time stamp, counter or pid changes."""
     return _DIGIT.sub("0", text)
@@ -79,7 +79,7 @@ def strip_collector_prefix(line: str, prefix: str, indent: int) -> tuple[bool, s
     """Whether ``line`` carries ``prefix`` (digits aside), and its body without the prefix and
     the ``indent`` spaces the collector put after it (the body's own indentation stays)."""
     head = line[:len(prefix)]
-    if head != prefix and _shape(head) != _shape(prefix):
+    if head != prefix and shape(head) != shape(prefix):
         return False, line
     body = line[len(prefix):]
     return True, body[min(indent, len(body) - len(body.lstrip(" "))):]
@@ -166,5 +166,5 @@ def with_traceback(ev: FailureEvent, found: ExceptionLine, header: EvidenceLine
 
 
 __all__ = ["MAX_FRAME_LINES", "ExceptionLine", "collector_prefix",
-           "find_exception_line", "python_exception_event", "strip_collector_prefix",
+           "find_exception_line", "python_exception_event", "shape", "strip_collector_prefix",
            "strip_rank_prefix", "with_traceback"]
