@@ -134,33 +134,64 @@ def fit(cases: Sequence[Case], thresholds: dict[str, float], source: str) -> Tex
     return TextModel(vocab, tuple(float(v) for v in vec.idf_), heads, thresholds, source)
 
 
-def replay(cases: Sequence[Case]) -> dict[str, Any]:
-    """Leave each corpus with fresh answers out, predict it, choose thresholds."""
+Replayed = tuple[Case, tuple[str, str], Prediction, Prediction]
+"""A held-out case, the fresh rules' (category, action), and the two heads' predictions of a
+model fitted without its corpus."""
+
+
+def fresh_answers() -> dict[tuple[str, str], dict[str, Any]]:
+    """``scripts/fresh_rule_answers.py``'s rows by (corpus, file)."""
     rows = [json.loads(line) for line in FRESH.read_text().splitlines() if line.strip()]
-    fresh = {(r["corpus"], r["file"]): (r["category"], r["action"]) for r in rows}
-    # The rule's own confidence as it was then (the limit on doubting a sure rule).
-    sure = {(r["corpus"], r["file"]): r["confidence"] or 0.0 for r in rows}
-    held = sorted({c.corpus for c in cases if (c.corpus, c.file) in fresh})
-    preds: list[tuple[Case, tuple[str, str], Prediction, Prediction]] = []
+    return {(r["corpus"], r["file"]): r for r in rows}
+
+
+def held_out_predictions(cases: Sequence[Case], fresh: dict[tuple[str, str], dict[str, Any]],
+                         only: set[str] | None = None) -> list[Replayed]:
+    """Leave each corpus with fresh answers (of ``only``, if given) out, fit, predict it."""
+    held = sorted({c.corpus for c in cases if (c.corpus, c.file) in fresh
+                   and (only is None or c.corpus in only)})
+    preds: list[Replayed] = []
     for i, name in enumerate(held, start=1):
         print(f"[{i}/{len(held)}] leaving out {name}", file=sys.stderr)
         model = fit([c for c in cases if c.corpus != name], {}, "")
         for c in cases:
             if c.corpus == name:
+                row = fresh[(c.corpus, c.file)]
                 heads = model.predictions(c.features)
-                preds.append((c, fresh[(c.corpus, c.file)], heads["category"], heads["action"]))
+                preds.append((c, (row["category"], row["action"]), heads["category"],
+                              heads["action"]))
+    return preds
+
+
+def replayed(item: Replayed, rule_confidence: float, th: dict[str, float]) -> tuple[str, str]:
+    """The (category, action) ``logs classify`` would have given: the fresh rules' answer
+    weighed against the held-out model by ``textread.decide``."""
+    c, (fc, fa), pc, pa = item
+    d = decide(Category(fc), Action(fa), pc, pa, th, may_answer=c.may_answer,
+               read_by_number=c.read_by_number, rule_confidence=rule_confidence,
+               beyond_evidence=c.beyond_evidence, contested=c.contested)
+    return d.category.value, d.action.value
+
+
+def replay(cases: Sequence[Case]) -> dict[str, Any]:
+    """Leave each corpus with fresh answers out, predict it, choose thresholds."""
+    rows = fresh_answers()
+    fresh = {k: (r["category"], r["action"]) for k, r in rows.items()}
+    # The rule's own confidence as it was then (the limit on doubting a sure rule).
+    sure = {k: r["confidence"] or 0.0 for k, r in rows.items()}
+    held = sorted({c.corpus for c in cases if (c.corpus, c.file) in fresh})
+    preds = held_out_predictions(cases, rows)
     # The fresh answers of cases that have no incident today are unknowns nothing can change.
     with_incident = {(c.corpus, c.file) for c in cases}
     missing = [v for k, v in fresh.items() if k not in with_incident and k[0] in held]
 
     def score(th: dict[str, float]) -> tuple[int, int]:
         cat = act = 0
-        for c, (fc, fa), pc, pa in preds:
-            d = decide(Category(fc), Action(fa), pc, pa, th, may_answer=c.may_answer,
-                       read_by_number=c.read_by_number, rule_confidence=sure[(c.corpus, c.file)],
-                       beyond_evidence=c.beyond_evidence, contested=c.contested)
-            cat += d.category.value == c.category
-            act += d.action.value == c.action
+        for item in preds:
+            c = item[0]
+            got = replayed(item, sure[(c.corpus, c.file)], th)
+            cat += got[0] == c.category
+            act += got[1] == c.action
         return cat, act
 
     best: tuple[tuple[int, float, float, float, float], dict[str, float]] | None = None
