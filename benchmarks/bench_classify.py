@@ -70,7 +70,7 @@ def pattern_files(tmp: Path) -> tuple[Path, Path]:
     kws = [k for r in rules.rules for k in r.keywords]
     kws += [re.escape(k) for k in (*XID_KEYWORDS, TRACEBACK_KEYWORD)]
     # `logs classify` also lets through lines with failure words no rule explains (suspicion.py).
-    kws.append(f"(^|[^[:alnum:]_.])({WORD_ALTERNATIVES})([^[:alnum:]_.]|$)")
+    kws.append(f"(^|[^[:alnum:]_.])({WORD_ALTERNATIVES})([^[:alnum:]_.]|\\.+([^[:alnum:]_.]|$)|$)")
     ere = tmp / "keywords.ere"
     ere.write_text("\n".join(_ere(k) for k in kws) + "\n")
     full = [re.sub(r"\(\?P<\w+>", "(?:", r.pattern.pattern) for r in rules.rules]

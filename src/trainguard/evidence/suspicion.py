@@ -39,15 +39,17 @@ _WEAK = (r"errors?|fail(?:ed|ure|ures|s|ing)?|time[- ]?out|timed out|exceptions?
          r"unreachable|denied|unavailable|cannot|could not|unable to")
 WORD_ALTERNATIVES = f"{_STRONG}|{_WEAK}"
 """The failure words as one regex alternation (no context): for benchmarks and documentation."""
-# Words only: '_' and '.' next to a word make it part of an identifier or a file name; a
-# colour code just before a word ("ESC[31mERROR") still leaves it a word (the prefilter reads
-# the raw chunk). The context never crosses a line end: the prefilter runs over whole chunks.
-WORDS_SOURCE = (rf"(?im:(?:^|[^\w.\n]|\x1b\[[\d;]*m)(?:{WORD_ALTERNATIVES})"
-                rf"(?:$|[^\w.\n]))")
+# Words only: '_' and '.' next to a word make it part of an identifier or a file name
+# ("struct.error", "failed.txt"), but dots that end a sentence ("Killed.", "will now abort.",
+# "failed...") leave it a word. A colour code just before a word ("ESC[31mERROR") still leaves it
+# a word (the prefilter reads the raw chunk). The context never crosses a line end: the
+# prefilter runs over whole chunks.
+_AFTER = r"(?:$|[^\w.\n]|\.+(?:$|[^\w.\n]))"
+WORDS_SOURCE = (rf"(?im:(?:^|[^\w.\n]|\x1b\[[\d;]*m)(?:{WORD_ALTERNATIVES}){_AFTER})")
 """RE2 source of the failure words, for the scanner's prefilter."""
 
 _WORDS: Pattern = compile_re2(WORDS_SOURCE)
-_STRONG_RX: Pattern = compile_re2(rf"(?im:(?:^|[^\w.\n])(?:{_STRONG})(?:$|[^\w.\n]))")
+_STRONG_RX: Pattern = compile_re2(rf"(?im:(?:^|[^\w.\n])(?:{_STRONG}){_AFTER})")
 _COUNTED_ZERO: Pattern = compile_re2(
     r"(?i:\b(?:0|no|zero|without(?: any)?) (?:errors?|failures?|exceptions?|timeouts?)\b|"
     r"\b(?:errors?|failures?|failed|timeouts?|lost)\s*[:=]\s*0+\b|"
@@ -93,7 +95,7 @@ def _words(text: str) -> tuple[str, ...]:
     while len(found) < 8 and (m := _WORDS.search(text[pos:])) is not None:
         raw = m.group(0)
         at = text.find(raw, pos)
-        word = raw.strip(" \t:;,()[]<>\"'!?/=-+*#|").lower()
+        word = raw.strip(" \t:;,.()[]<>\"'!?/=-+*#|").lower()
         if word and word not in found:
             found.append(word)
         pos = at + max(1, len(raw) - 1)

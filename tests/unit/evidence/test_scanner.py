@@ -410,3 +410,13 @@ def test_host_from_path_only_when_lines_carry_none(tmp_path: Path) -> None:
     assert [e.host for e in events] == ["node2", "node17"]
     events, _ = _scan(d / "kern.log")
     assert [e.host for e in events] == ["node2", None]
+
+
+def test_tensorflow_1_exception_form_is_read_as_the_exception(tmp_path: Path) -> None:
+    # TF 1.x: "<Name>Error (see above for traceback): <message>", the bracket part of the form.
+    log = tmp_path / "worker.log"
+    log.write_text("INFO:tensorflow:Saving checkpoints for 6 into model.ckpt.\n"
+                   "NotFoundError (see above for traceback): model/1/variables/variables_temp_9\n")
+    events, _ = scan_paths([str(log)], load_rules(), ScanOptions())
+    assert [(e.signature, e.field_value("exc_type"), e.field_value("message")) for e in events] == [
+        ("python_exception", "NotFoundError", "model/1/variables/variables_temp_9")]

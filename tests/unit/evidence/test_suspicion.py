@@ -25,6 +25,11 @@ SUSPICIOUS = ScanOptions(suspicious_lines=True, default_year=2024)
         ("ERROR 2024-05-01 upload of shard 7 failed, retrying", ("error", "failed"),
          WEAK_CONFIDENCE),
         ("grpc: request timed out after 30s", ("timed out",), WEAK_CONFIDENCE),
+        # A dot that ends the sentence does not make the word a file name or an identifier.
+        ("Loading checkpoint shards:  97%| 29/30 [00:35<00:01,  1.39s/it]Killed.", ("killed",),
+         STRONG_CONFIDENCE),
+        ("*** Your MPI job will now abort.", ("abort",), STRONG_CONFIDENCE),
+        ("upload failed... retrying in 5s", ("failed",), WEAK_CONFIDENCE),
     ],
 )
 def test_failure_words_and_their_confidence(line: str, words: tuple[str, ...],
@@ -44,6 +49,8 @@ def test_failure_words_and_their_confidence(line: str, words: tuple[str, ...],
         "  error_file: <N/A>",
         "export NCCL_IB_TIMEOUT=22",
         "loaded /data/failed.txt",
+        "wrote /data/errors.2024.log",
+        "  File \"x.py\", line 3, in read: struct.error.args",
         "step 10 | loss 2.1 | tokens/s 51234",
     ],
 )
