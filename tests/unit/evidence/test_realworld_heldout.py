@@ -25,8 +25,8 @@ tests/data/realworld_heldout50/, tests/data/realworld_heldout51/,
 tests/data/realworld_heldout52/, tests/data/realworld_heldout53/,
 tests/data/realworld_heldout54/, tests/data/realworld_heldout55/,
 tests/data/realworld_heldout56/, tests/data/realworld_heldout57/,
-tests/data/realworld_heldout58/, tests/data/realworld_heldout59/ and
-tests/data/realworld_heldout60/).
+tests/data/realworld_heldout58/, tests/data/realworld_heldout59/,
+tests/data/realworld_heldout60/ and tests/data/realworld_heldout61/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -583,6 +583,19 @@ built in parallel with other corpora, each by its own helper in its own branch; 
 57 to 59 were not in its branch, so the independence test checks it only against the ones listed
 before it here."""
 
+HELDOUT61_CASES = 6
+HELDOUT61_CATEGORIES = 4
+"""The sixty-first corpus (issue threads of speech and audio model training outside the toolkits
+that earlier corpora took cases from: Kaldi nnet3 chain training, WeNet, fairseq wav2vec 2.0
+pretraining, wav2letter, a k2-based Matcha-TTS recipe and the Descript audio codec trainer kept,
+with FunASR, Whisper fine-tuning repositories, lhotse, NVIDIA tacotron2 / waveglow, F5-TTS,
+s3prl, deepspeech.pytorch and others searched alongside, led by how the run ended): its size and
+category coverage when it was frozen (see its README). Speech and audio training was already the
+twenty-fourth corpus's main route and part of the thirteenth's and forty-seventh's, so this one
+avoided every repository any earlier corpus took a case from. It was built in parallel with other
+corpora, each by its own helper in its own branch; it is checked only against the ones listed
+before it here."""
+
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
     ("realworld_heldout3", 41, 1, 12),
@@ -643,6 +656,7 @@ FROZEN = (
     ("realworld_heldout58", HELDOUT58_CASES, 1, HELDOUT58_CATEGORIES),
     ("realworld_heldout59", HELDOUT59_CASES, 1, HELDOUT59_CATEGORIES),
     ("realworld_heldout60", HELDOUT60_CASES, 1, HELDOUT60_CATEGORIES),
+    ("realworld_heldout61", HELDOUT61_CASES, 1, HELDOUT61_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
