@@ -27,6 +27,7 @@ tests/data/realworld_heldout54/, tests/data/realworld_heldout55/,
 tests/data/realworld_heldout56/, tests/data/realworld_heldout57/,
 tests/data/realworld_heldout58/, tests/data/realworld_heldout59/,
 tests/data/realworld_heldout60/ and tests/data/realworld_heldout61/).
+tests/data/realworld_heldout60/ and tests/data/realworld_heldout62/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -595,6 +596,17 @@ twenty-fourth corpus's main route and part of the thirteenth's and forty-seventh
 avoided every repository any earlier corpus took a case from. It was built in parallel with other
 corpora, each by its own helper in its own branch; it is checked only against the ones listed
 before it here."""
+HELDOUT62_CASES = 8
+HELDOUT62_CATEGORIES = 6
+"""The sixty-second corpus (issue threads of computer-vision detection and segmentation trainers
+that no earlier corpus searched: YOLOX, the Caffe2 Detectron, Mesh R-CNN, IDEA-Research's
+DINO, YOLACT, the GDRNPP YOLOX detector and MedSAM kept, with DETR-family, YOLOv6, MaskFormer,
+EfficientDet, SAM fine-tuning and semantic-segmentation trainers searched alongside; the OpenMMLab,
+detectron2, Ultralytics and PaddleDetection sub-routes of earlier corpora avoided; led by how the
+run ended): its size and category coverage when it was frozen (see its README). It was built in
+parallel with other corpora, each by its own helper in its own branch; a corpus numbered 61 was
+not in its branch, so the independence test checks it only against the ones listed before it
+here."""
 
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
@@ -657,6 +669,7 @@ FROZEN = (
     ("realworld_heldout59", HELDOUT59_CASES, 1, HELDOUT59_CATEGORIES),
     ("realworld_heldout60", HELDOUT60_CASES, 1, HELDOUT60_CATEGORIES),
     ("realworld_heldout61", HELDOUT61_CASES, 1, HELDOUT61_CATEGORIES),
+    ("realworld_heldout62", HELDOUT62_CASES, 1, HELDOUT62_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
