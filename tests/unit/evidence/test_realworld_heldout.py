@@ -28,6 +28,7 @@ tests/data/realworld_heldout56/, tests/data/realworld_heldout57/,
 tests/data/realworld_heldout58/, tests/data/realworld_heldout59/,
 tests/data/realworld_heldout60/ and tests/data/realworld_heldout61/).
 tests/data/realworld_heldout60/ and tests/data/realworld_heldout62/).
+tests/data/realworld_heldout60/ and tests/data/realworld_heldout63/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -607,6 +608,21 @@ run ended): its size and category coverage when it was frozen (see its README). 
 parallel with other corpora, each by its own helper in its own branch; a corpus numbered 61 was
 not in its branch, so the independence test checks it only against the ones listed before it
 here."""
+HELDOUT63_CASES = 6
+HELDOUT63_CATEGORIES = 2
+"""The sixty-third corpus (issue and pull-request threads of recommendation-system and
+large-embedding training: NVIDIA-Merlin/HierarchicalKV's GPU hash table under TFRA, the NVTabular
+data loader under Horovod, alibaba/x-deeplearning's parameter-server trainer, PARAM's distributed
+DLRM benchmark and the facebookresearch/dlrm reference kept, with HugeCTR / SOK, Merlin models and
+dataloader, recsys-examples, TFRA, tensorflow/recommenders, DLRM and NCF in DeepLearningExamples
+and mlcommons/training, TorchEasyRec, RecIS, DeepRec, PaddleRec, RecBole and HLLM searched
+alongside, led by how the run ended): its size and category coverage when it was frozen (see its
+README). The thirty-seventh corpus had already made this stack its main route, so this one took
+nothing from the three repositories that corpus kept cases from (pytorch/FBGEMM,
+meta-pytorch/torchrec, NVIDIA-Merlin/Transformers4Rec) and reused none of its rejected threads. It
+was built in parallel with other corpora, each by its own helper in its own branch; corpora
+numbered 61 and 62 were not in its branch, so the independence test checks it only against the
+ones listed before it here."""
 
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
@@ -670,6 +686,7 @@ FROZEN = (
     ("realworld_heldout60", HELDOUT60_CASES, 1, HELDOUT60_CATEGORIES),
     ("realworld_heldout61", HELDOUT61_CASES, 1, HELDOUT61_CATEGORIES),
     ("realworld_heldout62", HELDOUT62_CASES, 1, HELDOUT62_CATEGORIES),
+    ("realworld_heldout63", HELDOUT63_CASES, 1, HELDOUT63_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
