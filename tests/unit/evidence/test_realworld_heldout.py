@@ -26,10 +26,9 @@ tests/data/realworld_heldout52/, tests/data/realworld_heldout53/,
 tests/data/realworld_heldout54/, tests/data/realworld_heldout55/,
 tests/data/realworld_heldout56/, tests/data/realworld_heldout57/,
 tests/data/realworld_heldout58/, tests/data/realworld_heldout59/,
-tests/data/realworld_heldout60/ and tests/data/realworld_heldout61/).
-tests/data/realworld_heldout60/ and tests/data/realworld_heldout62/).
-tests/data/realworld_heldout60/ and tests/data/realworld_heldout63/).
-tests/data/realworld_heldout60/ and tests/data/realworld_heldout64/).
+tests/data/realworld_heldout60/, tests/data/realworld_heldout61/,
+tests/data/realworld_heldout62/, tests/data/realworld_heldout63/ and
+tests/data/realworld_heldout64/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
