@@ -179,8 +179,8 @@ def replay(cases: Sequence[Case]) -> dict[str, Any]:
     fresh = {k: (r["category"], r["action"]) for k, r in rows.items()}
     # The rule's own confidence as it was then (the limit on doubting a sure rule).
     sure = {k: r["confidence"] or 0.0 for k, r in rows.items()}
-    held = sorted({c.corpus for c in cases if (c.corpus, c.file) in fresh})
     preds = held_out_predictions(cases, rows)
+    held = {c.corpus for c, *_ in preds}
     # The fresh answers of cases that have no incident today are unknowns nothing can change.
     with_incident = {(c.corpus, c.file) for c in cases}
     missing = [v for k, v in fresh.items() if k not in with_incident and k[0] in held]

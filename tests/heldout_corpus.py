@@ -8,6 +8,8 @@ import json
 import re
 from pathlib import Path
 
+from trainguard.taxonomy import SUPERVISOR_CATEGORIES, Category
+
 DATA = Path(__file__).resolve().parent / "data"
 
 FIELDS = {"file", "category", "action", "xids", "source", "diagnosis"}
@@ -28,6 +30,8 @@ GENERIC_LINES = {
     "| GPU  Name        Persistence-M| Bus-Id        Disp.A | Volatile Uncorr. ECC |",
     "| Fan  Temp  Perf  Pwr:Usage/Cap|         Memory-Usage | GPU-Util  Compute M. |",
 }
+LOG_CATEGORIES = {c.value for c in set(Category) - SUPERVISOR_CATEGORIES - {Category.UNKNOWN}}
+"""The supervisor's own diagnoses (a hung job, an injected fault) are never a log line's."""
 NVRM_XID = re.compile(r"NVRM: Xid \([^)]*\): (\d+)")
 
 

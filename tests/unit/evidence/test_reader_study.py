@@ -9,13 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from heldout_corpus import DATA, LOG_CATEGORIES, labels
 
-from trainguard.taxonomy import SUPERVISOR_CATEGORIES, Action, Category
+from trainguard.taxonomy import Action
 
 ROOT = Path(__file__).resolve().parents[3]
-DATA = ROOT / "tests" / "data"
 STUDY = DATA / "reader_study"
-LOG_CATEGORIES = {c.value for c in set(Category) - SUPERVISOR_CATEGORIES - {Category.UNKNOWN}}
 ACTIONS = {a.value for a in Action} - {Action.NONE.value}
 
 
@@ -31,7 +30,7 @@ def _cases() -> dict[str, tuple[str, str]]:
 
 
 def _label(corpus: str, file: str) -> tuple[str, str]:
-    for r in _jsonl(DATA / corpus / "labels.jsonl"):
+    for r in labels(DATA / corpus):
         if r["file"] == file:
             return str(r["category"]), str(r["action"])
     raise AssertionError(f"{corpus}/{file} has no label")

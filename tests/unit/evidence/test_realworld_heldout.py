@@ -47,6 +47,7 @@ import pytest
 from heldout_corpus import (
     DATA,
     FIELDS,
+    LOG_CATEGORIES,
     MAX_LINES,
     NVRM_XID,
     consecutive_pairs,
@@ -55,11 +56,9 @@ from heldout_corpus import (
     normalised,
 )
 
-from trainguard.taxonomy import SUPERVISOR_CATEGORIES, Action, Category
+from trainguard.taxonomy import Action
 
 DEV = DATA / "realworld"
-LOG_CATEGORIES = {c.value for c in set(Category) - SUPERVISOR_CATEGORIES - {Category.UNKNOWN}}
-"""The supervisor's own diagnoses (a hung job, an injected fault) are never a log line's."""
 
 
 @dataclass(frozen=True)
