@@ -125,7 +125,11 @@ def test_kill_tree_kills_a_real_tree_even_a_process_that_ignores_sigterm() -> No
 
 
 def test_end_of_file_on_the_link_makes_the_reaper_kill_the_tree_and_exit() -> None:
-    rank = subprocess.Popen(["bash", "-c", "sleep 60 & wait"], start_new_session=True)
+    # Not `bash -c "sleep 60 & wait"`: when the child's TERM lands first, bash's `wait` returns
+    # and bash exits 0 before its own TERM arrives. A rank that sleeps itself has no such race.
+    rank = subprocess.Popen([sys.executable, "-c", "import subprocess, time; "
+                             "subprocess.Popen(['sleep', '60']); time.sleep(60)"],
+                            start_new_session=True)
     link = ReaperLink.start()
     try:
         link.add(rank.pid)
