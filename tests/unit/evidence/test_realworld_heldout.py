@@ -27,8 +27,8 @@ tests/data/realworld_heldout54/, tests/data/realworld_heldout55/,
 tests/data/realworld_heldout56/, tests/data/realworld_heldout57/,
 tests/data/realworld_heldout58/, tests/data/realworld_heldout59/,
 tests/data/realworld_heldout60/, tests/data/realworld_heldout61/,
-tests/data/realworld_heldout62/, tests/data/realworld_heldout63/ and
-tests/data/realworld_heldout64/).
+tests/data/realworld_heldout62/, tests/data/realworld_heldout63/,
+tests/data/realworld_heldout64/ and tests/data/realworld_heldout65/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -635,6 +635,16 @@ and category coverage when it was frozen (see its README). It was built in paral
 corpora, each by its own helper in its own branch; corpora numbered 61 to 63 were not in its
 branch, so the independence test checks it only against the ones listed before it here."""
 
+HELDOUT65_CASES = 12
+HELDOUT65_CATEGORIES = 5
+"""The sixty-fifth corpus (issue and pull-request threads of the HPC communication layers under GPU
+jobs: Open MPI, UCX and UCC, MPICH over UCX, NVSHMEM, CUDA-aware MPI through mpi4py / mpi4jax /
+conda-forge Open MPI, PMIx under srun and Horovod's MPI transport, led by how the layer failed: CUDA
+IPC, IB verbs and HCA limits, PMIx launch, shared memory, host and GPU OOM under mpirun): its size
+and category coverage when it was frozen (see its README). It was built in parallel with other
+corpora, each by its own helper in its own branch; those were not in its branch, so the
+independence test checks it only against the ones listed before it here."""
+
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
     ("realworld_heldout3", 41, 1, 12),
@@ -699,6 +709,7 @@ FROZEN = (
     ("realworld_heldout62", HELDOUT62_CASES, 1, HELDOUT62_CATEGORIES),
     ("realworld_heldout63", HELDOUT63_CASES, 1, HELDOUT63_CATEGORIES),
     ("realworld_heldout64", HELDOUT64_CASES, 1, HELDOUT64_CATEGORIES),
+    ("realworld_heldout65", HELDOUT65_CASES, 1, HELDOUT65_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
