@@ -29,6 +29,7 @@ tests/data/realworld_heldout58/, tests/data/realworld_heldout59/,
 tests/data/realworld_heldout60/, tests/data/realworld_heldout61/,
 tests/data/realworld_heldout62/, tests/data/realworld_heldout63/,
 tests/data/realworld_heldout64/ and tests/data/realworld_heldout65/).
+tests/data/realworld_heldout64/ and tests/data/realworld_heldout66/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -634,6 +635,18 @@ torchmd-net, anemoi, neuralhydrology, Climate2Weather) avoided, led by how the r
 and category coverage when it was frozen (see its README). It was built in parallel with other
 corpora, each by its own helper in its own branch; corpora numbered 61 to 63 were not in its
 branch, so the independence test checks it only against the ones listed before it here."""
+HELDOUT66_CASES = 4
+HELDOUT66_CATEGORIES = 2
+"""The sixty-sixth corpus (issue and pull-request threads of GPU reinforcement-learning and
+robot-simulation trainers outside the repositories and rejected threads of the sixteenth,
+thirty-eighth and forty-third corpora: an Isaac Gym task (isaac-sim/IsaacGymEnvs), the
+AlphaZero-style combopt-zero trainer, FastTD3 on MuJoCo Playground humanoid tasks and Unity
+ML-Agents kept, with RLlib, Isaac Lab, ManiSkill, RLinf, MJX / Brax, CleanRL, sheeprl,
+DreamerV3, Habitat, legged-robot Isaac Gym forks, ProtoMotions and mjlab searched alongside, led
+by how the run ended): its size and category coverage when it was frozen (see its README). It
+was built in parallel with other corpora, each by its own helper in its own branch; a corpus
+numbered 65 was not in its branch, so the independence test checks it only against the ones
+listed before it here."""
 
 HELDOUT65_CASES = 12
 HELDOUT65_CATEGORIES = 5
@@ -710,6 +723,7 @@ FROZEN = (
     ("realworld_heldout63", HELDOUT63_CASES, 1, HELDOUT63_CATEGORIES),
     ("realworld_heldout64", HELDOUT64_CASES, 1, HELDOUT64_CATEGORIES),
     ("realworld_heldout65", HELDOUT65_CASES, 1, HELDOUT65_CATEGORIES),
+    ("realworld_heldout66", HELDOUT66_CASES, 1, HELDOUT66_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
