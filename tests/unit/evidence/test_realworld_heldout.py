@@ -30,6 +30,7 @@ tests/data/realworld_heldout60/, tests/data/realworld_heldout61/,
 tests/data/realworld_heldout62/, tests/data/realworld_heldout63/,
 tests/data/realworld_heldout64/ and tests/data/realworld_heldout65/).
 tests/data/realworld_heldout64/ and tests/data/realworld_heldout66/).
+tests/data/realworld_heldout64/ and tests/data/realworld_heldout67/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -657,6 +658,15 @@ IPC, IB verbs and HCA limits, PMIx launch, shared memory, host and GPU OOM under
 and category coverage when it was frozen (see its README). It was built in parallel with other
 corpora, each by its own helper in its own branch; those were not in its branch, so the
 independence test checks it only against the ones listed before it here."""
+HELDOUT67_CASES = 6
+HELDOUT67_CATEGORIES = 2
+"""The sixty-seventh corpus (issue threads of GPU array and kernel libraries used inside training
+pipelines: rapidsai/dask-cuda, the cuDF tracker, cupy/cupy, NVIDIA/warp, taichi-dev/taichi and
+JAX's GPU backend kept, with numba's CUDA target, cuML, cuGraph, RMM, UCX-Py and RAFT searched
+alongside, led by how the run ended): its size and category coverage when it was frozen (see its
+README). It was built in parallel with other corpora, each by its own helper in its own branch;
+corpora numbered 65 and 66 were not in its branch, so the independence test checks it only against
+the ones listed before it here."""
 
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
@@ -724,6 +734,7 @@ FROZEN = (
     ("realworld_heldout64", HELDOUT64_CASES, 1, HELDOUT64_CATEGORIES),
     ("realworld_heldout65", HELDOUT65_CASES, 1, HELDOUT65_CATEGORIES),
     ("realworld_heldout66", HELDOUT66_CASES, 1, HELDOUT66_CATEGORIES),
+    ("realworld_heldout67", HELDOUT67_CASES, 1, HELDOUT67_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
