@@ -31,6 +31,7 @@ tests/data/realworld_heldout62/, tests/data/realworld_heldout63/,
 tests/data/realworld_heldout64/ and tests/data/realworld_heldout65/).
 tests/data/realworld_heldout64/ and tests/data/realworld_heldout66/).
 tests/data/realworld_heldout64/ and tests/data/realworld_heldout67/).
+tests/data/realworld_heldout64/ and tests/data/realworld_heldout68/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -668,6 +669,20 @@ README). It was built in parallel with other corpora, each by its own helper in 
 corpora numbered 65 and 66 were not in its branch, so the independence test checks it only against
 the ones listed before it here."""
 
+HELDOUT68_CASES = 5
+HELDOUT68_CATEGORIES = 2
+"""The sixty-eighth corpus (issue and pull-request threads of the training-data and checkpoint I/O
+layers of GPU training jobs: Hugging Face datasets streaming over fsspec / HTTP, Hub streaming in
+the awsome-distributed-ai FSDP example, h5py annotation files read by DDP ranks (MTTR), timm
+checkpoints on a shared multi-node filesystem and MosaicML Streaming's local shard cache kept,
+with WebDataset, torchdata, NVIDIA DALI, FFCV, Petastorm, orbax / tensorstore,
+torch.distributed.checkpoint, s3fs / gcsfs / gcsfuse and parallel filesystems searched alongside,
+led by how the run ended): its size and category coverage when it was frozen (see its README). The
+forty-first corpus had already made checkpointing and dataset-streaming libraries its main route,
+so no thread that corpus (or the sixtieth) kept or rejected was reused. It was built in parallel
+with other corpora, each by its own helper in its own branch; corpora numbered 65 to 67 were not
+in its branch, so the independence test checks it only against the ones listed before it here."""
+
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
     ("realworld_heldout3", 41, 1, 12),
@@ -735,6 +750,7 @@ FROZEN = (
     ("realworld_heldout65", HELDOUT65_CASES, 1, HELDOUT65_CATEGORIES),
     ("realworld_heldout66", HELDOUT66_CASES, 1, HELDOUT66_CATEGORIES),
     ("realworld_heldout67", HELDOUT67_CASES, 1, HELDOUT67_CATEGORIES),
+    ("realworld_heldout68", HELDOUT68_CASES, 1, HELDOUT68_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
