@@ -65,11 +65,13 @@ typecheck: install
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir site
 
-# PYTEST_ARGS='-m "not multihost"' skips the namespaced multi-host runs (the slowest part of the suite on 2
-# cores; CI runs them).
+# The suite in two parts (scripts/pytest_parts.sh): on PYTEST_WORKERS processes, then the tests
+# marked `alone` (they measure speed) with the machine to themselves.
+# PYTEST_ARGS='-m "not multihost"' skips the namespaced multi-host runs (CI runs them).
 PYTEST_ARGS ?=
+PYTEST_WORKERS ?= 4
 pytest: install sysdeps
-	$(BIN)/pytest -q $(PYTEST_ARGS)
+	bash scripts/pytest_parts.sh $(BIN)/pytest $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 test: lint typecheck docs pytest
 

@@ -24,7 +24,8 @@ from multihost_job import Job, _unavailable, no_job_left  # noqa: F401 (fixture)
 
 from trainguard.devcluster import HostCluster, missing_requirements
 
-pytestmark = [pytest.mark.integration, pytest.mark.multihost,
+# alone: the probes measure CPU and link speed, which other tests' load would skew
+pytestmark = [pytest.mark.integration, pytest.mark.multihost, pytest.mark.alone,
               pytest.mark.usefixtures("no_job_left")]
 
 TG = [sys.executable, "-m", "trainguard.cli.main"]

@@ -140,6 +140,17 @@ def test_rank_key_is_the_launchers_cold_and_in_a_standby(sb: Standbys) -> None:
     assert out.read_text().split()[-1] == cmd.key(env)
 
 
+@pytest.fixture
+def as_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process as ``python script.py``, as under pytest's own console script: a
+    pytest-xdist worker's ``__main__`` is neither a script nor a module (no key)."""
+    script = tmp_path / "bin" / "main.py"
+    script.parent.mkdir()
+    script.write_text("")
+    monkeypatch.setitem(sys.modules, "__main__", _mod("__main__", str(script)))
+
+
+@pytest.mark.usefixtures("as_script")
 def test_first_step_of_local_rank_0_writes_the_list_once(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     key = process_key()
@@ -225,6 +236,7 @@ def test_a_standby_started_before_the_list_imports_it_when_it_appears(sb: Standb
     assert out.read_text().split() == ["preloaded", "True", "False"]
 
 
+@pytest.mark.usefixtures("as_script")
 def test_a_rank_without_the_sdk_records_what_it_has_loaded_when_it_grew(
         tmp_path: Path) -> None:
     """A rank run in a standby (no SDK to write the list at its first step) records its
