@@ -56,7 +56,11 @@ def isolate(cluster: HostCluster, node: str, on: bool) -> None:
 def check(cluster: HostCluster) -> tuple[int, dict[str, Any], str]:
     argv = [*TG, "check", "--nodes", ",".join(HOSTS), "--json", "--no-links",
             "--probe", "cpu_gemm", "--agent-exec", f"{cluster.enter_script} {{node}}",
-            "--controller-addr", cluster.bridge_addr, "--time-limit", "10"]
+            "--controller-addr", cluster.bridge_addr, "--probe-timeout", "10",
+            # a healthy pair's round takes 9-13 s here under a load of 10; the hanging ones
+            # are stopped at the limit, which sets this test's length (default 60 s + 45 s a
+            # round)
+            "--ring-timeout", "30"]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=600,
                        cwd=Path(__file__).parents[2])
     assert r.returncode in (0, 1), r.stderr[-3000:]

@@ -305,21 +305,28 @@ class AgentBackend:
         good = [h for h in hosts if h not in report.flagged()]
         if not options.collective or len(good) < 2:
             return report
-        return self._ring(report, good, work_dir / "allreduce", status)
+        return self._ring(report, good, work_dir / "allreduce", status, options.ring_timeout_s)
 
     def _ring(self, report: CheckReport, hosts: Sequence[str], work_dir: Path,
-              status: Callable[[str], None]) -> CheckReport:
-        """The ring-wide all-reduce over the hosts that passed, added to ``report``."""
+              status: Callable[[str], None], timeout_s: float | None) -> CheckReport:
+        """The ring-wide all-reduce over the hosts that passed, added to ``report``;
+        ``timeout_s``: the ring's and each subset round's limit (None: the defaults)."""
         from trainguard.check.agents import ring_plan, run_ring
         from trainguard.check.allreduce import collective_finding, parse_result
-        from trainguard.check.ringrun import distinct_masters, split_ring, with_ring, with_split
+        from trainguard.check.ringrun import (
+            SUBSET_TIMEOUT_S,
+            distinct_masters,
+            split_ring,
+            with_ring,
+            with_split,
+        )
 
         status(f"ring-wide all-reduce over {len(hosts)} host(s)")
         plan = ring_plan(hosts, work_dir, (self.master_addr(tuple(hosts)),
                                           self.free_port(tuple(hosts))), self._python)
         started = self._clock()
-        text, why = run_ring(self, plan, max(60.0, self.connect_timeout_s), self._clock,
-                             self._sleep)
+        text, why = run_ring(self, plan, timeout_s or max(60.0, self.connect_timeout_s),
+                             self._clock, self._sleep)
         result = parse_result(text) if not why else None
         if result is None and not why:
             why = "no result line from rank 0"
@@ -329,7 +336,8 @@ class AgentBackend:
         if result is None:  # which host breaks it: rings over subsets (check.ringsplit)
             findings = with_split(finding, split_ring(
                 self, hosts, work_dir, distinct_masters(self.master_addr, self.free_port),
-                self._python, status=status, clock=self._clock, sleep=self._sleep))
+                self._python, timeout_s=timeout_s or SUBSET_TIMEOUT_S, status=status,
+                clock=self._clock, sleep=self._sleep))
             for f in findings:
                 status(f.reason)
         return with_ring(report, findings, self._clock() - started)

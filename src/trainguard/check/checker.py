@@ -67,6 +67,9 @@ class CheckOptions:
     collective: bool = True
     """After the probes and links, a ring-wide all-reduce over the hosts that passed (gloo, or
     NCCL with GPUs; torch on the hosts), through the agents."""
+    ring_timeout_s: float | None = None
+    """The ring-wide all-reduce's limit, and each subset round's when it failed; None: 60 s
+    (or the agents' connect timeout, if longer) for the ring, 45 s per round."""
     max_clock_offset_s: float = 1.0
     """A host whose clock is off by more than this (beyond the measurement's uncertainty)
     fails: timestamps of its logs and metrics would be misread."""

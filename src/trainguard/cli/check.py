@@ -74,6 +74,11 @@ def check(
         "that passed (gloo, NCCL with GPUs; needs torch on the hosts).")] = True,
     probe_timeout: ProbeTimeoutOpt = None,
     time_limit: OldTimeLimitOpt = None,
+    ring_timeout: Annotated[float | None, duration_option(
+        "--ring-timeout", min=1.0, show_default=False,
+        help="Seconds the ring-wide all-reduce may take, and each round of subset rings "
+        "that localizes a failed one [default: 60s for the ring, or --connect-timeout if "
+        "longer; 45s a round].")] = None,
     expected_gpus: Annotated[int | None, typer.Option(
         "--expected-gpus", min=0, help="GPUs each host should have (fewer fails).")] = None,
     floors: FloorsOpt = None,
@@ -121,7 +126,8 @@ def check(
             probes=tuple(probe) if probe else None, checkpoint_dir=checkpoint_dir,
             time_limit_s=probe_timeout_s(probe_timeout, time_limit),
             expected_gpus=expected_gpus, links=links, collective=collective,
-            max_clock_offset_s=max_clock_offset, floors=load_floors(floors))
+            ring_timeout_s=ring_timeout, max_clock_offset_s=max_clock_offset,
+            floors=load_floors(floors))
     except ConfigError as exc:
         fail(str(exc), 2)
     report = run_host_check(hosts, options, AgentsAt(backend, agent_exec, controller_addr,

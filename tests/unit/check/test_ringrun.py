@@ -7,10 +7,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from trainguard.agent.backend import AgentBackend, LocalLauncher
 from trainguard.check.allreduce import MARKER
 from trainguard.check.checker import CheckReport
 from trainguard.check.model import Finding, Level
 from trainguard.check.ringrun import (
+    SUBSET_TIMEOUT_S,
     distinct_masters,
     round_plan,
     split_ring,
@@ -19,6 +23,7 @@ from trainguard.check.ringrun import (
 )
 from trainguard.recover.backend import RankExit
 from trainguard.recover.launchplan import LaunchPlan
+from trainguard.recover.local import LocalBackend
 
 
 class FakeClock:
@@ -139,3 +144,32 @@ def test_the_named_host_replaces_cluster_in_the_report() -> None:
     assert with_split(failed, []) == [failed]
 
 
+
+
+@pytest.mark.parametrize(("given", "ring", "rounds"), [
+    (None, 60.0, SUBSET_TIMEOUT_S),  # the defaults
+    (20.0, 20.0, 20.0),  # check --ring-timeout 20: the ring and each round
+])
+def test_the_ring_timeout_limits_the_ring_and_each_subset_round(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, given: float | None, ring: float,
+        rounds: float) -> None:
+    import trainguard.check.agents as check_agents
+    import trainguard.check.ringrun as ringrun
+
+    limits: dict[str, float] = {}
+
+    def run_ring(backend: Any, plan: LaunchPlan, timeout_s: float, *_: Any) -> tuple[str, str]:
+        limits["ring"] = timeout_s
+        return "", f"not done in {timeout_s:g} s"
+
+    def split(*_: Any, timeout_s: float, **__: Any) -> list[Finding]:
+        limits["rounds"] = timeout_s
+        return [Finding("b", "host", Level.FAIL, "allreduce", "completes without it")]
+
+    monkeypatch.setattr(check_agents, "run_ring", run_ring)
+    monkeypatch.setattr(ringrun, "split_ring", split)
+    backend = AgentBackend(LocalBackend(), LocalLauncher())
+    report = backend._ring(_report(("a", "b", "c")), ("a", "b", "c"), tmp_path,
+                           lambda _: None, given)
+    assert limits == {"ring": ring, "rounds": rounds}
+    assert report.flagged() == ("b",)

@@ -174,6 +174,17 @@ def test_the_probe_timeout_flag_its_old_name_and_one_default(recorder: Recorder)
     assert "--probe-timeout" in shown and "--time-limit" not in shown
 
 
+def test_the_ring_timeout_reaches_the_check_and_is_validated(recorder: Recorder) -> None:
+    base = ["check", "--nodes", "a,b", "--no-links"]
+    assert runner.invoke(app, base).exit_code == 0
+    assert recorder.calls[-1][1].ring_timeout_s is None  # the ring's own defaults
+    assert runner.invoke(app, [*base, "--ring-timeout", "2m"]).exit_code == 0
+    assert recorder.calls[-1][1].ring_timeout_s == 120.0
+    r = runner.invoke(app, [*base, "--ring-timeout", "0"])
+    assert r.exit_code == 2 and "--ring-timeout" in one_error_line(r)
+    assert len(recorder.calls) == 2
+
+
 def _default(command: str, param: str, sub: str | None = None) -> object:
     group = typer.main.get_command(app)
     cmd = group.commands[command]  # type: ignore[attr-defined]
