@@ -65,6 +65,7 @@ def _measure_pinned(core: int) -> tuple[float, str]:
     return float(out[0]), out[1]
 
 
+@pytest.mark.alone  # a baseline then a hogged measurement: other tests' load skews both
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs Linux affinity")
 def test_a_cpu_hog_pinned_to_the_probes_core_lowers_cpu_gemm() -> None:
     core = min(os.sched_getaffinity(0))
