@@ -35,8 +35,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if mode == "with":
         return
     keep = mode == "only"
-    selected = [i for i in items if (i.get_closest_marker("alone") is not None) is keep]
-    deselected = [i for i in items if (i.get_closest_marker("alone") is not None) is not keep]
+    selected, deselected = [], []
+    for item in items:
+        alone = item.get_closest_marker("alone") is not None
+        (selected if alone is keep else deselected).append(item)
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = selected
