@@ -314,6 +314,7 @@ class AgentBackend:
         from trainguard.check.agents import ring_plan, run_ring
         from trainguard.check.allreduce import collective_finding, parse_result
         from trainguard.check.ringrun import (
+            RING_TIMEOUT_S,
             SUBSET_TIMEOUT_S,
             distinct_masters,
             split_ring,
@@ -325,7 +326,7 @@ class AgentBackend:
         plan = ring_plan(hosts, work_dir, (self.master_addr(tuple(hosts)),
                                           self.free_port(tuple(hosts))), self._python)
         started = self._clock()
-        text, why = run_ring(self, plan, timeout_s or max(60.0, self.connect_timeout_s),
+        text, why = run_ring(self, plan, timeout_s or max(RING_TIMEOUT_S, self.connect_timeout_s),
                              self._clock, self._sleep)
         result = parse_result(text) if not why else None
         if result is None and not why:

@@ -25,6 +25,9 @@ from trainguard.recover.launchplan import LaunchPlan, RankLaunch
 
 SUBSET_MBYTES = 1.0
 """The subsets' all-reduce size: they show whether it completes, not the bandwidth."""
+RING_TIMEOUT_S = 60.0
+"""The default limit of the ring-wide all-reduce over every host that passed (the agents'
+connect timeout when that is longer)."""
 SUBSET_TIMEOUT_S = 45.0
 """The default limit of one round (agents, torch start-up, rendezvous, the all-reduce): a
 healthy round of two pairs took 9-13 s on the 2-core test machine under a load of 10."""
@@ -139,5 +142,5 @@ def split_ring(backend: LaunchesAgents, hosts: Sequence[str], work_dir: Path,
     return split.findings()
 
 
-__all__ = ["SUBSET_MBYTES", "SUBSET_TIMEOUT_S", "MasterFor", "distinct_masters", "round_plan",
-           "run_round", "split_ring", "with_ring", "with_split"]
+__all__ = ["RING_TIMEOUT_S", "SUBSET_MBYTES", "SUBSET_TIMEOUT_S", "MasterFor", "distinct_masters",
+           "round_plan", "run_round", "split_ring", "with_ring", "with_split"]

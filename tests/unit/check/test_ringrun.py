@@ -14,6 +14,7 @@ from trainguard.check.allreduce import MARKER
 from trainguard.check.checker import CheckReport
 from trainguard.check.model import Finding, Level
 from trainguard.check.ringrun import (
+    RING_TIMEOUT_S,
     SUBSET_TIMEOUT_S,
     distinct_masters,
     round_plan,
@@ -144,10 +145,8 @@ def test_the_named_host_replaces_cluster_in_the_report() -> None:
     assert with_split(failed, []) == [failed]
 
 
-
-
 @pytest.mark.parametrize(("given", "ring", "rounds"), [
-    (None, 60.0, SUBSET_TIMEOUT_S),  # the defaults
+    (None, RING_TIMEOUT_S, SUBSET_TIMEOUT_S),  # the defaults
     (20.0, 20.0, 20.0),  # check --ring-timeout 20: the ring and each round
 ])
 def test_the_ring_timeout_limits_the_ring_and_each_subset_round(
