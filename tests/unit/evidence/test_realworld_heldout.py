@@ -29,8 +29,8 @@ tests/data/realworld_heldout58/, tests/data/realworld_heldout59/,
 tests/data/realworld_heldout60/, tests/data/realworld_heldout61/,
 tests/data/realworld_heldout62/, tests/data/realworld_heldout63/,
 tests/data/realworld_heldout64/, tests/data/realworld_heldout65/,
-tests/data/realworld_heldout66/, tests/data/realworld_heldout67/ and
-tests/data/realworld_heldout68/).
+tests/data/realworld_heldout66/, tests/data/realworld_heldout67/,
+tests/data/realworld_heldout68/ and tests/data/realworld_heldout69/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -682,6 +682,16 @@ so no thread that corpus (or the sixtieth) kept or rejected was reused. It was b
 with other corpora, each by its own helper in its own branch; corpora numbered 65 to 67 were not
 in its branch, so the independence test checks it only against the ones listed before it here."""
 
+HELDOUT69_CASES = 8
+HELDOUT69_CATEGORIES = 5
+"""The sixty-ninth corpus (issue and pull-request threads of local GPU LLM and speech inference
+engines outside PyTorch: whisper.cpp and a whisper.cpp desktop app, stable-diffusion.cpp's ggml
+CUDA backend, llama.cpp's quantize and model loader, KoboldCpp and MLC-LLM kept, with exllama /
+exllamav2, tinygrad, text-generation-webui and llama.cpp forks searched alongside, led by how the
+process ended): its size and category coverage when it was frozen (see its README). It was built
+in parallel with other corpora, each by its own helper in its own branch; those were not in its
+branch, so the independence test checks it only against the ones listed before it here."""
+
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
     ("realworld_heldout3", 41, 1, 12),
@@ -750,6 +760,7 @@ FROZEN = (
     ("realworld_heldout66", HELDOUT66_CASES, 1, HELDOUT66_CATEGORIES),
     ("realworld_heldout67", HELDOUT67_CASES, 1, HELDOUT67_CATEGORIES),
     ("realworld_heldout68", HELDOUT68_CASES, 1, HELDOUT68_CATEGORIES),
+    ("realworld_heldout69", HELDOUT69_CASES, 1, HELDOUT69_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
