@@ -31,6 +31,7 @@ tests/data/realworld_heldout62/, tests/data/realworld_heldout63/,
 tests/data/realworld_heldout64/, tests/data/realworld_heldout65/,
 tests/data/realworld_heldout66/, tests/data/realworld_heldout67/,
 tests/data/realworld_heldout68/ and tests/data/realworld_heldout69/).
+tests/data/realworld_heldout68/ and tests/data/realworld_heldout70/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -691,6 +692,18 @@ exllamav2, tinygrad, text-generation-webui and llama.cpp forks searched alongsid
 process ended): its size and category coverage when it was frozen (see its README). It was built
 in parallel with other corpora, each by its own helper in its own branch; those were not in its
 branch, so the independence test checks it only against the ones listed before it here."""
+HELDOUT70_CASES = 11
+HELDOUT70_CATEGORIES = 4
+"""The seventieth corpus (issue and pull-request threads of GPU inference runtimes and compilers
+outside the PyTorch training stack: NVIDIA/TensorRT, ONNX Runtime's CUDA execution provider
+(microsoft/onnxruntime and an application built on it), Triton Inference Server
+(triton-inference-server/server) and apache/tvm kept, with ONNX Runtime's TensorRT execution
+provider, Triton's onnxruntime / python / tensorrt backends and Torch-TensorRT searched alongside,
+led by how the run ended): its size and category coverage when it was frozen (see its README). The
+eighteenth corpus had already searched TensorRT-LLM and the Triton TensorRT-LLM backend, so no
+thread from those two repositories was used. It was built in parallel with other corpora, each by
+its own helper in its own branch; a corpus numbered 69 was not in its branch, so the independence
+test checks it only against the ones listed before it here."""
 
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
@@ -761,6 +774,7 @@ FROZEN = (
     ("realworld_heldout67", HELDOUT67_CASES, 1, HELDOUT67_CATEGORIES),
     ("realworld_heldout68", HELDOUT68_CASES, 1, HELDOUT68_CATEGORIES),
     ("realworld_heldout69", HELDOUT69_CASES, 1, HELDOUT69_CATEGORIES),
+    ("realworld_heldout70", HELDOUT70_CASES, 1, HELDOUT70_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
