@@ -32,6 +32,7 @@ tests/data/realworld_heldout64/, tests/data/realworld_heldout65/,
 tests/data/realworld_heldout66/, tests/data/realworld_heldout67/,
 tests/data/realworld_heldout68/ and tests/data/realworld_heldout69/).
 tests/data/realworld_heldout68/ and tests/data/realworld_heldout70/).
+tests/data/realworld_heldout68/ and tests/data/realworld_heldout71/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -704,6 +705,16 @@ eighteenth corpus had already searched TensorRT-LLM and the Triton TensorRT-LLM 
 thread from those two repositories was used. It was built in parallel with other corpora, each by
 its own helper in its own branch; a corpus numbered 69 was not in its branch, so the independence
 test checks it only against the ones listed before it here."""
+HELDOUT71_CASES = 4
+HELDOUT71_CATEGORIES = 3
+"""The seventy-first corpus (GPU jobs on HPC centres' shared infrastructure: HPC container runtimes
+with GPUs (NVIDIA/enroot, NVIDIA/pyxis, Singularity through a site wrapper) and HPC-site support
+trackers (jade-hpc-gpu, ai4d-iasc/trixie) kept, with parallel file systems (BeeGFS, GPFS, Lustre,
+WekaFS, NFS), Apptainer, Charliecloud, Podman with CDI and HPC-centre documentation pages searched
+alongside, led by how the job ended): its size and category coverage when it was frozen (see its
+README). It was built in parallel with other corpora, each by its own helper in its own branch;
+corpora numbered 69 and 70 were not in its branch, so the independence test checks it only against
+the ones listed before it here."""
 
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
@@ -775,6 +786,7 @@ FROZEN = (
     ("realworld_heldout68", HELDOUT68_CASES, 1, HELDOUT68_CATEGORIES),
     ("realworld_heldout69", HELDOUT69_CASES, 1, HELDOUT69_CATEGORIES),
     ("realworld_heldout70", HELDOUT70_CASES, 1, HELDOUT70_CATEGORIES),
+    ("realworld_heldout71", HELDOUT71_CASES, 1, HELDOUT71_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
