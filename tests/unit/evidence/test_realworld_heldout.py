@@ -29,8 +29,8 @@ tests/data/realworld_heldout58/, tests/data/realworld_heldout59/,
 tests/data/realworld_heldout60/, tests/data/realworld_heldout61/,
 tests/data/realworld_heldout62/, tests/data/realworld_heldout63/,
 tests/data/realworld_heldout64/, tests/data/realworld_heldout65/,
-tests/data/realworld_heldout66/, tests/data/realworld_heldout67/ and
-tests/data/realworld_heldout68/).
+tests/data/realworld_heldout66/, tests/data/realworld_heldout67/,
+tests/data/realworld_heldout68/ and tests/data/realworld_heldout72/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -682,6 +682,17 @@ so no thread that corpus (or the sixtieth) kept or rejected was reused. It was b
 with other corpora, each by its own helper in its own branch; corpora numbered 65 to 67 were not
 in its branch, so the independence test checks it only against the ones listed before it here."""
 
+HELDOUT72_CASES = 4
+HELDOUT72_CATEGORIES = 3
+"""The seventy-second corpus (issue threads of fine-tuning recipe repositories and smaller training
+libraries on NVIDIA GPUs: modelscope/ms-swift and hiyouga/LlamaFactory kept, with torchtune, H2O
+LLM Studio, Oumi, XTuner and other mmengine-based trainers, numba's CUDA target and MLflow / W&B
+instrumented multi-GPU runs searched alongside, and axolotl, verl, OpenRLHF, DeepSpeed core and
+Megatron core avoided, led by how the run ended): its size and category coverage when it was
+frozen (see its README). It was built in parallel with other corpora, each by its own helper in its
+own branch; corpora numbered 69 to 71 were not in its branch, so the independence test checks it
+only against the ones listed before it here."""
+
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
     ("realworld_heldout3", 41, 1, 12),
@@ -750,6 +761,7 @@ FROZEN = (
     ("realworld_heldout66", HELDOUT66_CASES, 1, HELDOUT66_CATEGORIES),
     ("realworld_heldout67", HELDOUT67_CASES, 1, HELDOUT67_CATEGORIES),
     ("realworld_heldout68", HELDOUT68_CASES, 1, HELDOUT68_CATEGORIES),
+    ("realworld_heldout72", HELDOUT72_CASES, 1, HELDOUT72_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
