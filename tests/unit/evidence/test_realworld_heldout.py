@@ -33,6 +33,7 @@ tests/data/realworld_heldout66/, tests/data/realworld_heldout67/,
 tests/data/realworld_heldout68/ and tests/data/realworld_heldout69/).
 tests/data/realworld_heldout68/ and tests/data/realworld_heldout70/).
 tests/data/realworld_heldout68/ and tests/data/realworld_heldout71/).
+tests/data/realworld_heldout68/ and tests/data/realworld_heldout72/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -715,6 +716,16 @@ alongside, led by how the job ended): its size and category coverage when it was
 README). It was built in parallel with other corpora, each by its own helper in its own branch;
 corpora numbered 69 and 70 were not in its branch, so the independence test checks it only against
 the ones listed before it here."""
+HELDOUT72_CASES = 4
+HELDOUT72_CATEGORIES = 3
+"""The seventy-second corpus (issue threads of fine-tuning recipe repositories and smaller training
+libraries on NVIDIA GPUs: modelscope/ms-swift and hiyouga/LlamaFactory kept, with torchtune, H2O
+LLM Studio, Oumi, XTuner and other mmengine-based trainers, numba's CUDA target and MLflow / W&B
+instrumented multi-GPU runs searched alongside, and axolotl, verl, OpenRLHF, DeepSpeed core and
+Megatron core avoided, led by how the run ended): its size and category coverage when it was
+frozen (see its README). It was built in parallel with other corpora, each by its own helper in its
+own branch; corpora numbered 69 to 71 were not in its branch, so the independence test checks it
+only against the ones listed before it here."""
 
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
@@ -787,6 +798,7 @@ FROZEN = (
     ("realworld_heldout69", HELDOUT69_CASES, 1, HELDOUT69_CATEGORIES),
     ("realworld_heldout70", HELDOUT70_CASES, 1, HELDOUT70_CATEGORIES),
     ("realworld_heldout71", HELDOUT71_CASES, 1, HELDOUT71_CATEGORIES),
+    ("realworld_heldout72", HELDOUT72_CASES, 1, HELDOUT72_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
