@@ -30,10 +30,9 @@ tests/data/realworld_heldout60/, tests/data/realworld_heldout61/,
 tests/data/realworld_heldout62/, tests/data/realworld_heldout63/,
 tests/data/realworld_heldout64/, tests/data/realworld_heldout65/,
 tests/data/realworld_heldout66/, tests/data/realworld_heldout67/,
-tests/data/realworld_heldout68/ and tests/data/realworld_heldout69/).
-tests/data/realworld_heldout68/ and tests/data/realworld_heldout70/).
-tests/data/realworld_heldout68/ and tests/data/realworld_heldout71/).
-tests/data/realworld_heldout68/ and tests/data/realworld_heldout72/).
+tests/data/realworld_heldout68/, tests/data/realworld_heldout69/,
+tests/data/realworld_heldout70/, tests/data/realworld_heldout71/ and
+tests/data/realworld_heldout72/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
