@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_server import _free_port as free_port
+from ports import free_port
 
 BINARY = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
 READY_TIMEOUT_S = 15.0

@@ -16,7 +16,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import NoReturn
 
 import pytest
+from ports import free_port
 from slurm_cluster import SlurmCluster, SlurmClusterError, missing_programs
 
 _PG_USER = "postgres"  # OS user to run the server as when tests run as root; also the DB superuser
@@ -53,13 +53,6 @@ def _find_pg_bindir() -> Path | None:
         if (bindir / "pg_ctl").is_file() and os.access(bindir / "pg_ctl", os.X_OK):
             return bindir
     return None
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +130,7 @@ def postgres_server() -> Iterator[PostgresServer]:
         if proc.returncode != 0:
             _failed("initdb", proc, log)
         for attempt in range(3):  # a port taken between probing and binding is worth a retry
-            port = _free_port()
+            port = free_port()
             # A throwaway server: durability is irrelevant, and fsync is slow.
             options = (
                 f"-c listen_addresses=127.0.0.1 -p {port} -k {sockdir} "

@@ -23,7 +23,6 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import time
 import urllib.error
@@ -35,6 +34,7 @@ from pathlib import Path
 from typing import NoReturn
 
 import pytest
+from ports import free_port
 
 READY_TIMEOUT_S = 10.0
 _STOP_TIMEOUT_S = 10.0
@@ -93,13 +93,6 @@ def binaries() -> tuple[str, str]:
     return prom, tool
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def backfill(openmetrics_files: Sequence[Path], data_dir: Path, promtool: str) -> None:
     """Write TSDB blocks for each file into ``data_dir``."""
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -145,7 +138,7 @@ def start_prometheus(workdir: Path, openmetrics_files: Sequence[Path], *,
     log_path = workdir / "prometheus.log"
     last_error = ""
     for _attempt in range(3):  # a port taken between probing and binding is worth a retry
-        port = _free_port()
+        port = free_port()
         url = f"http://127.0.0.1:{port}"
         cmd = [prom, f"--config.file={config}", f"--storage.tsdb.path={data_dir}",
                f"--web.listen-address=127.0.0.1:{port}",
@@ -180,7 +173,7 @@ def scraping_prometheus(workdir: Path, targets: Sequence[str], *, scrape_interva
               "scrape_configs": [{"job_name": "dcgm", "honor_labels": True,
                                   "static_configs": [{"targets": list(targets)}]}]}
     (workdir / "prometheus.yml").write_text(json.dumps(config))
-    url = f"http://127.0.0.1:{_free_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     log_path = workdir / "prometheus.log"
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(

@@ -30,6 +30,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from ports import free_port
+
 REQUIRED_PROGRAMS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "sinfo", "squeue",
                      "scancel", "unshare", "mount")
 ACTIVE_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED",
@@ -91,7 +93,7 @@ class SlurmCluster:
             for path in (self.root, self.root / "munge"):
                 path.chmod(0o755)  # munged wants its socket directory reachable (o+x)
             self._start_munged()
-            self.ctld_port = _free_port()
+            self.ctld_port = free_port("0.0.0.0")
             self.node_port0 = _free_port_block(len(self.nodes) + 1, avoid={self.ctld_port})
             self._write_config()
             self._check(["slurmctld", "-f", str(self.conf)])
@@ -299,13 +301,6 @@ class SlurmCluster:
             if not any(s in ACTIVE_STATES for s in states):
                 return
             time.sleep(0.1)
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("0.0.0.0", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _port_free(port: int) -> bool:

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from ports import free_port
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.integration
@@ -21,14 +21,8 @@ SCRIPT = Path(__file__).parent / "scripts" / "sharded_ckpt.py"
 WORLD = 2
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _run(*args: str) -> list[dict[str, Any]]:
-    port = _free_port()
+    port = free_port()
     procs = []
     for rank in range(WORLD):
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(WORLD), MASTER_ADDR="127.0.0.1",

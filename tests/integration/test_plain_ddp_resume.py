@@ -6,27 +6,21 @@ to recompute the loss from)."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from ports import free_port
 
 pytest.importorskip("torch")
 
 SCRIPT = Path(__file__).parent / "scripts" / "plain_ddp.py"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _run(ckpt: Path, loss: Path, steps: int) -> str:
     env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": str(_free_port())}
+           "MASTER_PORT": str(free_port())}
     r = subprocess.run([sys.executable, str(SCRIPT), "--steps", str(steps), "--ckpt-every", "5",
                         "--step-time", "0", "--ckpt-dir", str(ckpt), "--loss-log", str(loss)],
                        env=env, capture_output=True, text=True, timeout=120)

@@ -14,7 +14,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from ports import free_port
 
 from trainguard.snapshot.slot import read_header, slot_paths
 
@@ -43,12 +43,6 @@ class Launch:
     logs: tuple[str, ...]
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _launch(workdir: Path, name: str, rank_env: list[dict[str, str]],
             kill_after_rank_exit: int | None = None) -> Launch:
     """Run both ranks (rank r gets ``rank_env[r]``) to completion, or until
@@ -56,7 +50,7 @@ def _launch(workdir: Path, name: str, rank_env: list[dict[str, str]],
     killed by PID on the way out."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("TRAINGUARD_")}
     base.update(WORLD_SIZE=str(WORLD), LOCAL_WORLD_SIZE=str(WORLD), MASTER_ADDR="127.0.0.1",
-                MASTER_PORT=str(_free_port()))
+                MASTER_PORT=str(free_port()))
     cmd = [sys.executable, str(SCRIPT), "--steps", str(STEPS), "--ckpt-every", str(CKPT_EVERY),
            "--ckpt-dir", str(workdir / "ckpt"), "--loss-log", str(workdir / f"{name}.loss")]
     procs: list[subprocess.Popen[bytes]] = []

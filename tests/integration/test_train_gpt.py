@@ -16,7 +16,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ports import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -48,12 +48,6 @@ class Launch:
     seconds: float
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _launch(
     workdir: Path,
     *,
@@ -64,7 +58,7 @@ def _launch(
 ) -> Launch:
     """Run both ranks to completion (or, with `kill_after_rank_exit`, until that rank exits,
     then SIGKILL the others). Every process started here is killed by PID on the way out."""
-    port = _free_port()
+    port = free_port()
     base = {k: v for k, v in os.environ.items() if not k.startswith("TRAINGUARD_")}
     base.update(
         WORLD_SIZE=str(WORLD),

@@ -4,13 +4,13 @@ torch.distributed wrappers with a real single-rank gloo group."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from ports import free_port
 
 from trainguard.trace.statefile import read_state
 from trainguard.train.tracing import Tracer
@@ -88,12 +88,6 @@ def test_an_unwritable_state_file_does_not_stop_training(tmp_path: Path) -> None
     t.on_step(0)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_real_gloo_collectives_are_traced_and_ddp_broadcasts_seen(tmp_path: Path) -> None:
     script = textwrap.dedent("""
         import json, sys, torch, torch.distributed as dist
@@ -118,7 +112,7 @@ def test_real_gloo_collectives_are_traced_and_ddp_broadcasts_seen(tmp_path: Path
         dist.destroy_process_group()
     """)
     env = dict(os.environ, RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(_free_port()),
+               MASTER_PORT=str(free_port()),
                TRAINGUARD_EVENTS=str(tmp_path / "rank0.events.jsonl"))
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                           text=True, timeout=120, check=False)
