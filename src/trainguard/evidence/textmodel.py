@@ -5,7 +5,9 @@ nobody wrote rules for they abstain (``unknown``) or read the loudest line. The 
 every word of the incident's lines and their neighbours (the scanner keeps five lines either
 side of each event, ``FailureEvent.context``) and weighs them as the labelled threads did.
 
-It is a linear model over the lines' words and word pairs: a TF-IDF vector (sublinear term
+It is a linear model over the lines' words, word pairs and the parts of compound identifiers
+(``fused_layer_norm_cuda``, ``CUDAMismatchException``: a name nobody labelled still shares
+``cuda`` and ``mismatch`` with the threads that were): a TF-IDF vector (sublinear term
 frequency, smoothed inverse document frequency, L2-normalised) scored by a multinomial logistic
 regression, one *head* for the category and one for the action. ``scripts/fit_text_model.py``
 fits it on every labelled corpus in ``tests/data/realworld*/`` and writes
@@ -15,6 +17,8 @@ fits it on every labelled corpus in ``tests/data/realworld*/`` and writes
     ['nccl', 'watchdog', 'timed', 'out', 'after', 'ms', 'processgroupnccl', 'cpp']
     >>> features(["cuda", "error", "oom"])
     ['cuda', 'error', 'oom', 'cuda error', 'error oom']
+    >>> parts("DeepSpeedCPUAdam has no attribute ds_opt_adam")
+    ['deep', 'speed', 'cpu', 'adam', 'ds', 'opt', 'adam']
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ from trainguard.evidence.tracebacks import shape
 _WORD = re2.compile(r"[a-z][a-z0-9_]+")
 _HEX = re2.compile(r"0x[0-9a-f]+")
 _HEXLIKE = re2.compile(r"^[a-f0-9]{6,}$")
+_IDENT = re2.compile(r"[A-Za-z][A-Za-z0-9_]+")
+_ANY_HEX = re2.compile(r"0[xX][0-9a-fA-F]+")
 
 TEXT_LINES = 400
 """At most this many lines of an incident are read (its evidence lines and their neighbours)."""
@@ -54,6 +60,39 @@ def tokens(text: str) -> list[str]:
 def features(words: Sequence[str]) -> list[str]:
     """The words and each pair of adjacent words (``"cuda error"``)."""
     return [*words, *(f"{a} {b}" for a, b in pairwise(words))]
+
+
+def _split_case(word: str) -> list[str]:
+    """``word`` cut where its case or its kind (letter, digit) changes: ``CUDAMismatch`` gives
+    ``CUDA`` and ``Mismatch``, ``sm80`` gives ``sm`` and ``80``."""
+    out: list[str] = []
+    start = 0
+    for i in range(1, len(word)):
+        prev, ch = word[i - 1], word[i]
+        nxt = word[i + 1] if i + 1 < len(word) else ""
+        if (prev.islower() and ch.isupper()) or (prev.isdigit() != ch.isdigit()) or \
+                (prev.isupper() and ch.isupper() and nxt.islower()):
+            out.append(word[start:i])
+            start = i
+    out.append(word[start:])
+    return out
+
+
+def parts(text: str) -> list[str]:
+    """The parts of each compound identifier (cut at ``_`` and at changes of case or kind),
+    lower-case, of two or more letters; a word of one part gives none (it is a word already)."""
+    out: list[str] = []
+    for m in _IDENT.finditer(_ANY_HEX.sub(" ", text)):
+        cut = [p.lower() for chunk in m.group(0).split("_") for p in _split_case(chunk)]
+        kept = [p for p in cut if len(p) >= 2 and not p.isdigit() and _HEXLIKE.search(p) is None]
+        if len(kept) > 1:
+            out.extend(kept)
+    return out
+
+
+def read_features(text: str) -> list[str]:
+    """What the model reads of a text: its words, adjacent pairs and identifier parts."""
+    return [*features(tokens(text)), *parts(text)]
 
 
 def without_shared_prefix(lines: Sequence[str]) -> list[str]:
@@ -81,7 +120,7 @@ def text_features(lines: Sequence[str]) -> list[str]:
     """The features of an incident's lines (each line cut at :data:`CUE_CHARS`, the prefix they
     all share dropped: :func:`without_shared_prefix`)."""
     read = without_shared_prefix([line[:CUE_CHARS] for line in lines[:TEXT_LINES]])
-    return features(tokens("\n".join(read)))
+    return read_features("\n".join(read))
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +200,7 @@ class TextModel:
         scored = []
         read = without_shared_prefix([line[:CUE_CHARS] for line in lines[:TEXT_LINES]])
         for i, line in enumerate(read):
-            vec = self.vector(features(tokens(line)))
+            vec = self.vector(read_features(line))
             lean = sum((h.weights[j][row] - sum(h.weights[j]) / len(h.classes)) * v
                        for j, v in vec.items())
             if lean > 0:
@@ -208,4 +247,5 @@ def builtin_text_model() -> TextModel:
 
 
 __all__ = ["TEXT_LINES", "Head", "Prediction", "TextModel", "builtin_text_model", "features",
-           "from_json", "head_of", "text_features", "tokens", "without_shared_prefix"]
+           "from_json", "head_of", "parts", "read_features", "text_features", "tokens",
+           "without_shared_prefix"]

@@ -18,6 +18,7 @@ from trainguard.evidence.textmodel import (
     features,
     from_json,
     head_of,
+    parts,
     text_features,
     tokens,
     without_shared_prefix,
@@ -39,6 +40,24 @@ def test_features_are_words_and_adjacent_pairs_across_lines() -> None:
     assert text_features(["Killed process", "out of memory"]) == [
         "killed", "process", "out", "of", "memory", "killed process", "process out", "out of",
         "of memory"]
+
+
+def test_a_compound_identifiers_parts_are_words_too() -> None:
+    assert parts("CUDAMismatchException: No module named 'fused_layer_norm_cuda'") == [
+        "cuda", "mismatch", "exception", "fused", "layer", "norm", "cuda"]
+    assert parts("ProcessGroupNCCL.cpp sm_80 XlaRuntimeError") == [
+        "process", "group", "nccl", "xla", "runtime", "error"]
+    # A plain word, a number, a hex address or a hex-like id gives no part.
+    assert parts("Killed process 1234 at 0x7F3A id_deadbeef01 v2") == []
+    assert text_features(["raise CudaError"]) == ["raise", "cudaerror", "raise cudaerror",
+                                                  "cuda", "error"]
+
+
+def test_an_identifier_nobody_labelled_leans_like_its_parts() -> None:
+    script = _fit_script()
+    model = script.fit(_toy_cases(script), {}, "toy")
+    assert model.predict("category", text_features(["NoSpaceLeftOnDevice"])).label == "storage_io"
+    assert model.predict("category", text_features(["cuda_out_of_memory"])).label == "oom_gpu"
 
 
 def _fit_script():  # type: ignore[no-untyped-def]
