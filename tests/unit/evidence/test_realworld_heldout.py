@@ -31,8 +31,8 @@ tests/data/realworld_heldout62/, tests/data/realworld_heldout63/,
 tests/data/realworld_heldout64/, tests/data/realworld_heldout65/,
 tests/data/realworld_heldout66/, tests/data/realworld_heldout67/,
 tests/data/realworld_heldout68/, tests/data/realworld_heldout69/,
-tests/data/realworld_heldout70/, tests/data/realworld_heldout71/ and
-tests/data/realworld_heldout72/).
+tests/data/realworld_heldout70/, tests/data/realworld_heldout71/,
+tests/data/realworld_heldout72/ and tests/data/realworld_heldout76/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -725,6 +725,16 @@ Megatron core avoided, led by how the run ended): its size and category coverage
 frozen (see its README). It was built in parallel with other corpora, each by its own helper in its
 own branch; corpora numbered 69 to 71 were not in its branch, so the independence test checks it
 only against the ones listed before it here."""
+HELDOUT76_CASES = 5
+HELDOUT76_CATEGORIES = 3
+"""The seventy-sixth corpus (GPU jobs on Google Cloud and Azure GPU nodes: a cluster-toolkit A3 High
+TCPX Slurm cluster, an AKS ND H100 v5 node pool, Azure ML compute clusters and an Azure NC A100 v4
+VM kept, with GKE GPU node pools and their driver installer, ai-on-gke, the GCS FUSE CSI driver,
+AKS, azhpc-images, azurehpc-health-checks, Azure ML examples and CycleCloud searched alongside,
+led by how the job or node ended): its size and category coverage when it was frozen (see its
+README). It was built in parallel with other corpora, each by its own helper in its own branch;
+corpora numbered 73 to 75 were not in its branch, so the independence test checks it only against
+the ones listed before it here."""
 
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
@@ -798,6 +808,7 @@ FROZEN = (
     ("realworld_heldout70", HELDOUT70_CASES, 1, HELDOUT70_CATEGORIES),
     ("realworld_heldout71", HELDOUT71_CASES, 1, HELDOUT71_CATEGORIES),
     ("realworld_heldout72", HELDOUT72_CASES, 1, HELDOUT72_CATEGORIES),
+    ("realworld_heldout76", HELDOUT76_CASES, 1, HELDOUT76_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
