@@ -732,9 +732,9 @@ TCPX Slurm cluster, an AKS ND H100 v5 node pool, Azure ML compute clusters and a
 VM kept, with GKE GPU node pools and their driver installer, ai-on-gke, the GCS FUSE CSI driver,
 AKS, azhpc-images, azurehpc-health-checks, Azure ML examples and CycleCloud searched alongside,
 led by how the job or node ended): its size and category coverage when it was frozen (see its
-README). It was built in parallel with other corpora, each by its own helper in its own branch;
-corpora numbered 73 to 75 were not in its branch, so the independence test checks it only against
-the ones listed before it here."""
+README). It was built in parallel with three other routes (Q&A sites, NVIDIA's developer forums,
+the frameworks' forums), each by its own helper in its own branch; none of those found a case
+whose log and conclusion were both in the stored text, so numbers 73 to 75 are unused."""
 
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
