@@ -4,6 +4,11 @@ The fd is opened with ``O_APPEND``, and every record goes out in a single ``writ
 buffering, so a SIGKILL between two records never leaves half a line and several processes
 appending to one file never interleave inside a line (POSIX appends to a regular file are atomic
 with respect to each other on local file systems).
+
+A SIGKILL that lands *inside* the write of a record longer than a page can still cut it: Linux
+stops copying at a page boundary once a fatal signal is pending. So a writer that opens a file
+ending mid-line ends that line first: the torn record is the only one lost (readers skip a line
+that is not JSON), never the next process's first record glued onto it.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from typing import Any
 
 from trainguard.errors import ConfigError
 
-__all__ = ["EventLog", "encode_record"]
+__all__ = ["EventLog", "encode_record", "ends_mid_line"]
 
 logger = logging.getLogger(__name__)
 
@@ -25,6 +30,20 @@ logger = logging.getLogger(__name__)
 def encode_record(record: dict[str, Any]) -> bytes:
     """One compact JSON line; NaN/inf are refused (the SDK writes them as strings or null)."""
     return (json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n").encode("utf-8")
+
+
+def ends_mid_line(path: Path) -> bool:
+    """Whether the file's last byte is not a line end (a record cut by a kill); False for an
+    empty or unreadable file."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            if size == 0:
+                return False
+            f.seek(size - 1)
+            return f.read(1) != b"\n"
+    except OSError:
+        return False
 
 
 class EventLog:
@@ -51,6 +70,10 @@ class EventLog:
                 f"TRAINGUARD_EVENTS={path}: cannot open event file: {exc.strerror or exc}"
             ) from exc
         self._warned = False
+        if ends_mid_line(path):
+            # A blank line at worst, if another writer is mid-record now: readers skip those.
+            with contextlib.suppress(OSError):
+                os.write(self._fd, b"\n")
 
     def write(self, record: dict[str, Any]) -> None:
         """Append one record. I/O errors are logged once, not raised: reporting must never be
