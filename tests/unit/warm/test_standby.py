@@ -146,7 +146,8 @@ def test_sigterm_reported_as_minus_15(w: Env) -> None:
     w.standby(cmd)
     proc, out = w.run(cmd)
     deadline = time.monotonic() + 20
-    while "up" not in out.read_text():
+    # The rank opens its output once adopted, which may be after claim() returns.
+    while not out.exists() or "up" not in out.read_text():
         assert time.monotonic() < deadline
         time.sleep(0.02)
     os.killpg(proc.pid, signal.SIGTERM)
@@ -242,7 +243,8 @@ def test_local_attempt_stops_a_warm_rank(w: Env) -> None:
     assert attempt.has_warm and attempt.warm_ranks() == {0}
     assert attempt.pids() == {0: proc.pid} and attempt.running() == {0}
     deadline = time.monotonic() + 20
-    while "up" not in out.read_text():
+    # The rank opens its output once adopted, which may be after claim() returns.
+    while not out.exists() or "up" not in out.read_text():
         assert time.monotonic() < deadline
         time.sleep(0.02)
     exits = attempt.stop(5.0)
