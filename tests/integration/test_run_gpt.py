@@ -56,7 +56,11 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def test_sigkill_of_a_rank_resumes_to_the_same_loss(tmp_path: Path, reference: str) -> None:
-    r, s = run_gpt(tmp_path, "--inject", "kill:rank=1,step=15", *slow_from(15))
+    # A fixed interval: the adaptive one rounds up to a power of two and can reach 8 on a
+    # loaded machine, putting the newest snapshot before the kill (step 8) below the step-10
+    # disk checkpoint. At 4 the snapshot at step 12 has three steps to reach its buddy.
+    r, s = run_gpt(tmp_path, "--snapshot-every", "4", "--inject", "kill:rank=1,step=15",
+                   *slow_from(15))
     assert r.returncode == 0, r.stderr
     first, last = s["attempts"]
     assert first["exit_codes"]["1"] == -9 and first["decision"] == "retry"
