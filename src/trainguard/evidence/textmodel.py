@@ -41,10 +41,9 @@ from trainguard.evidence.tracebacks import shape
 # RE2 like every pattern that reads log lines (linear time); these three need finditer and sub,
 # which the rules' Pattern protocol leaves out.
 _WORD = re2.compile(r"[a-z][a-z0-9_]+")
-_HEX = re2.compile(r"0x[0-9a-f]+")
 _HEXLIKE = re2.compile(r"^[a-f0-9]{6,}$")
 _IDENT = re2.compile(r"[A-Za-z][A-Za-z0-9_]+")
-_ANY_HEX = re2.compile(r"0[xX][0-9a-fA-F]+")
+_HEX = re2.compile(r"0[xX][0-9a-fA-F]+")
 
 TEXT_LINES = 400
 """At most this many lines of an incident are read (its evidence lines and their neighbours)."""
@@ -52,7 +51,7 @@ TEXT_LINES = 400
 
 def tokens(text: str) -> list[str]:
     """Lower-case words of two or more characters; hex numbers and hex-like ids dropped."""
-    low = _HEX.sub(" ", text.lower())
+    low = _HEX.sub(" ", text).lower()
     return [w for w in (m.group(0) for m in _WORD.finditer(low))
             if _HEXLIKE.search(w) is None]
 
@@ -82,7 +81,7 @@ def parts(text: str) -> list[str]:
     """The parts of each compound identifier (cut at ``_`` and at changes of case or kind),
     lower-case, of two or more letters; a word of one part gives none (it is a word already)."""
     out: list[str] = []
-    for m in _IDENT.finditer(_ANY_HEX.sub(" ", text)):
+    for m in _IDENT.finditer(_HEX.sub(" ", text)):
         cut = [p.lower() for chunk in m.group(0).split("_") for p in _split_case(chunk)]
         kept = [p for p in cut if len(p) >= 2 and not p.isdigit() and _HEXLIKE.search(p) is None]
         if len(kept) > 1:
