@@ -34,6 +34,7 @@ tests/data/realworld_heldout68/, tests/data/realworld_heldout69/,
 tests/data/realworld_heldout70/, tests/data/realworld_heldout71/,
 tests/data/realworld_heldout72/, tests/data/realworld_heldout76/ and
 tests/data/realworld_heldout77/).
+tests/data/realworld_heldout78/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -745,6 +746,17 @@ support trackers searched alongside, led by hardware, ECC, Xid, node, memory, MP
 failures): its size and category coverage when it was frozen (see its README). It was built in
 parallel with other corpora, each by its own helper in its own branch, so the independence test
 checks it only against the ones listed before it here."""
+HELDOUT78_CASES = 9
+HELDOUT78_CATEGORIES = 3
+"""The seventy-eighth corpus (issue threads of long-running GPU compute outside machine learning:
+cryptocurrency miners with CUDA backends (ethminer, T-Rex, NBMiner, NiceHash's Excavator, eqm and
+QuickMiner kept, with xmrig / xmrig-cuda, xmr-stak, lolMiner, GMiner, qubic and others searched
+alongside) and GPU password crackers (hashcat kept, John the Ripper searched), with Folding@home,
+OpenMM and BOINC searched but not kept, led by GPU hardware, Xid, PCIe riser, overclock and driver
+failures before memory and software errors): its size and category coverage when it was frozen
+(see its README). It was built in parallel with other corpora, each by its own helper in its own
+branch; number 77 was not in its branch, so the independence test checks it only against the ones
+listed before it here."""
 
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
@@ -820,6 +832,7 @@ FROZEN = (
     ("realworld_heldout72", HELDOUT72_CASES, 1, HELDOUT72_CATEGORIES),
     ("realworld_heldout76", HELDOUT76_CASES, 1, HELDOUT76_CATEGORIES),
     ("realworld_heldout77", HELDOUT77_CASES, 1, HELDOUT77_CATEGORIES),
+    ("realworld_heldout78", HELDOUT78_CASES, 1, HELDOUT78_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
