@@ -32,7 +32,8 @@ tests/data/realworld_heldout64/, tests/data/realworld_heldout65/,
 tests/data/realworld_heldout66/, tests/data/realworld_heldout67/,
 tests/data/realworld_heldout68/, tests/data/realworld_heldout69/,
 tests/data/realworld_heldout70/, tests/data/realworld_heldout71/,
-tests/data/realworld_heldout72/ and tests/data/realworld_heldout76/).
+tests/data/realworld_heldout72/, tests/data/realworld_heldout76/ and
+tests/data/realworld_heldout79/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -735,6 +736,17 @@ led by how the job or node ended): its size and category coverage when it was fr
 README). It was built in parallel with three other routes (Q&A sites, NVIDIA's developer forums,
 the frameworks' forums), each by its own helper in its own branch; none of those found a case
 whose log and conclusion were both in the stored text, so numbers 73 to 75 are unused."""
+HELDOUT79_CASES = 9
+HELDOUT79_CATEGORIES = 5
+"""The seventy-ninth corpus (issue threads of GPU rendering, video and media pipelines on NVIDIA
+GPUs: a Blender Cycles GPU render, FFmpeg NVENC / CUDA builds and their users (GyanD's FFmpeg
+builds, Livepeer, Jellyfin in a Proxmox LXC, Tdarr plugins), a Real-ESRGAN upscaler, video2x, Isaac
+Sim's RTX renderer and a CUDA path tracer kept, with DeepStream, GStreamer nvcodec, OBS, NVENC
+patches, Vulkan upscalers and BlenderProc searched alongside, led by GPU hardware, Xid, memory and
+driver / CUDA version failures): its size and category coverage when it was frozen (see its
+README). It was built in parallel with other corpora, each by its own helper in its own branch;
+corpora numbered 73 to 75, 77 and 78 were not in its branch, so the independence test checks it
+only against the ones listed before it here."""
 
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
@@ -809,6 +821,7 @@ FROZEN = (
     ("realworld_heldout71", HELDOUT71_CASES, 1, HELDOUT71_CATEGORIES),
     ("realworld_heldout72", HELDOUT72_CASES, 1, HELDOUT72_CATEGORIES),
     ("realworld_heldout76", HELDOUT76_CASES, 1, HELDOUT76_CATEGORIES),
+    ("realworld_heldout79", HELDOUT79_CASES, 1, HELDOUT79_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
