@@ -35,6 +35,7 @@ tests/data/realworld_heldout70/, tests/data/realworld_heldout71/,
 tests/data/realworld_heldout72/, tests/data/realworld_heldout76/ and
 tests/data/realworld_heldout77/).
 tests/data/realworld_heldout78/).
+tests/data/realworld_heldout79/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -757,6 +758,17 @@ failures before memory and software errors): its size and category coverage when
 (see its README). It was built in parallel with other corpora, each by its own helper in its own
 branch; number 77 was not in its branch, so the independence test checks it only against the ones
 listed before it here."""
+HELDOUT79_CASES = 9
+HELDOUT79_CATEGORIES = 5
+"""The seventy-ninth corpus (issue threads of GPU rendering, video and media pipelines on NVIDIA
+GPUs: a Blender Cycles GPU render, FFmpeg NVENC / CUDA builds and their users (GyanD's FFmpeg
+builds, Livepeer, Jellyfin in a Proxmox LXC, Tdarr plugins), a Real-ESRGAN upscaler, video2x, Isaac
+Sim's RTX renderer and a CUDA path tracer kept, with DeepStream, GStreamer nvcodec, OBS, NVENC
+patches, Vulkan upscalers and BlenderProc searched alongside, led by GPU hardware, Xid, memory and
+driver / CUDA version failures): its size and category coverage when it was frozen (see its
+README). It was built in parallel with other corpora, each by its own helper in its own branch;
+corpora numbered 73 to 75, 77 and 78 were not in its branch, so the independence test checks it
+only against the ones listed before it here."""
 
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
@@ -833,6 +845,7 @@ FROZEN = (
     ("realworld_heldout76", HELDOUT76_CASES, 1, HELDOUT76_CATEGORIES),
     ("realworld_heldout77", HELDOUT77_CASES, 1, HELDOUT77_CATEGORIES),
     ("realworld_heldout78", HELDOUT78_CASES, 1, HELDOUT78_CATEGORIES),
+    ("realworld_heldout79", HELDOUT79_CASES, 1, HELDOUT79_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
