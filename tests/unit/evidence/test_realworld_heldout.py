@@ -36,6 +36,7 @@ tests/data/realworld_heldout72/, tests/data/realworld_heldout76/ and
 tests/data/realworld_heldout77/).
 tests/data/realworld_heldout78/).
 tests/data/realworld_heldout79/).
+tests/data/realworld_heldout80/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -770,6 +771,18 @@ README). It was built in parallel with other corpora, each by its own helper in 
 corpora numbered 73 to 75, 77 and 78 were not in its branch, so the independence test checks it
 only against the ones listed before it here."""
 
+HELDOUT80_CASES = 5
+HELDOUT80_CATEGORIES = 3
+"""The eightieth corpus (issue threads of Python GPU programming below the big frameworks: numba's
+CUDA target, a custom PyTorch CUDA extension (torchmcubes), a research library on its own CUDA
+kernels (NKSR) and nvidia-smi / NVML on a shared GPU workstation kept, with cuda-python, PyCUDA,
+pynvml and NVML-based monitors, cuML, cuGraph, RAFT, RMM, dask-cuda, PyTorch3D, Kaolin, Apex,
+DCGM, dcgm-exporter and gpu-burn searched alongside, led by hardware, ECC, Xid, out-of-memory,
+driver / toolkit mismatch and NCCL failures, then user errors): its size and category coverage
+when it was frozen (see its README). It was built in parallel with other corpora, each by its own
+helper in its own branch; corpora numbered 73 to 75 and 77 to 79 were not in its branch, so the
+independence test checks it only against the ones listed before it here."""
+
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
     ("realworld_heldout3", 41, 1, 12),
@@ -846,6 +859,7 @@ FROZEN = (
     ("realworld_heldout77", HELDOUT77_CASES, 1, HELDOUT77_CATEGORIES),
     ("realworld_heldout78", HELDOUT78_CASES, 1, HELDOUT78_CATEGORIES),
     ("realworld_heldout79", HELDOUT79_CASES, 1, HELDOUT79_CATEGORIES),
+    ("realworld_heldout80", HELDOUT80_CASES, 1, HELDOUT80_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
