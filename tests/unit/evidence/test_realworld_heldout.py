@@ -32,11 +32,9 @@ tests/data/realworld_heldout64/, tests/data/realworld_heldout65/,
 tests/data/realworld_heldout66/, tests/data/realworld_heldout67/,
 tests/data/realworld_heldout68/, tests/data/realworld_heldout69/,
 tests/data/realworld_heldout70/, tests/data/realworld_heldout71/,
-tests/data/realworld_heldout72/, tests/data/realworld_heldout76/ and
-tests/data/realworld_heldout77/).
-tests/data/realworld_heldout78/).
-tests/data/realworld_heldout79/).
-tests/data/realworld_heldout80/).
+tests/data/realworld_heldout72/, tests/data/realworld_heldout76/,
+tests/data/realworld_heldout77/, tests/data/realworld_heldout78/,
+tests/data/realworld_heldout79/ and tests/data/realworld_heldout80/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
