@@ -2,6 +2,7 @@
 
     python scripts/fit_text_model.py            # fit, choose thresholds by replay, write
     python scripts/fit_text_model.py --check    # refit with the stored thresholds; compare
+    python scripts/fit_text_model.py --catalog  # replay with the message catalog too; no write
 
 What the model reads of a case is what ``logs classify`` gives it: the first incident's evidence
 lines and their neighbours (``Incident.text_lines``, the learned models off). Cases with no
@@ -16,12 +17,17 @@ predictions are weighed against the fresh answer by ``textread.decide``. The thr
 most right categories plus right actions over all those corpora are kept (the higher of equals;
 ``NEVER`` turns a doubt off).
 The table printed is that replay: the fresh rules alone against the rules with the text model.
+
+**The message catalog** (``tests/data/message_catalog/``: upstream error messages labelled from
+their source code) is not in the stored model. ``--catalog`` replays with it in every fit, at
+weight :data:`CATALOG_WEIGHT`, to measure it again; round 22 found it no help (its README).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -52,6 +58,10 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
 OUT = ROOT / "src" / "trainguard" / "evidence" / "data" / "textmodel.json"
 FRESH = DATA / "fresh_rule_answers.jsonl"
+CATALOG = DATA / "message_catalog"
+CATALOG_WEIGHT = 0.5
+"""A catalog message's weight in the fit with ``--catalog``, against 1 for a labelled
+excerpt."""
 C = 10.0
 """Inverse L2 strength of the logistic regressions."""
 MIN_DF = 2
@@ -74,6 +84,8 @@ class Case:
     """Whether the model reads lines besides the incident's evidence."""
     contested: bool
     """Whether today's rules read the incident as more than one cause."""
+    weight: float = 1.0
+    """Its weight in the fit: a labelled excerpt 1, a catalog message :data:`CATALOG_WEIGHT`."""
 
 
 def corpora() -> list[Path]:
@@ -105,6 +117,31 @@ def read_cases(dirs: Sequence[Path]) -> tuple[list[Case], int]:
     return cases, none
 
 
+_PRINTF = re.compile(r"%\"PRI[a-zA-Z0-9]+\"|"
+                     r"%[-+ #0]*[0-9*]*(?:\.[0-9*]+)?(?:hh|h|ll|l|z|j|t|L|q)?[diouxXeEfgGcspn]")
+"""A C format placeholder (``%s``, ``%lu``, ``%.*s``, ``%"PRIu64"``)."""
+_BRACES = re.compile(r"\{[^{}]*\}")
+"""A Python or C++ format placeholder (``{}``, ``{rank}``)."""
+
+
+def catalog_cases(folder: Path = CATALOG) -> list[Case]:
+    """The messages of ``tests/data/message_catalog/*.jsonl`` as cases of weight
+    :data:`CATALOG_WEIGHT` (``--catalog``): upstream source's own error messages, labelled from
+    that source (see its README). Format placeholders (``%s``, ``{}``) are dropped: they are no
+    words of a log. They are never held out: the replay scores labelled excerpts only."""
+    out: list[Case] = []
+    for path in sorted(folder.glob("*.jsonl")):
+        for n, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            if not raw.strip():
+                continue
+            row = json.loads(raw)
+            text = _BRACES.sub(" ", _PRINTF.sub(" ", str(row["message"])))
+            out.append(Case(f"catalog/{path.stem}", str(n), str(row["category"]),
+                            str(row["action"]), tuple(text_features(text.splitlines())),
+                            True, False, False, False, CATALOG_WEIGHT))
+    return out
+
+
 def _beyond(inc: Incident) -> bool:
     return beyond_evidence(inc.evidence_lines, inc.text_lines)
 
@@ -127,7 +164,8 @@ def fit(cases: Sequence[Case], thresholds: dict[str, float], source: str) -> Tex
     heads = {}
     for name, labels in (("category", [c.category for c in cases]),
                          ("action", [c.action for c in cases])):
-        lr = LogisticRegression(C=C, max_iter=5000).fit(x, labels)
+        lr = LogisticRegression(C=C, max_iter=5000).fit(
+            x, labels, sample_weight=[c.weight for c in cases])
         heads[name] = head_of([str(k) for k in lr.classes_], lr.coef_.tolist(),
                               lr.intercept_.tolist())
     vocab = {str(f): int(i) for f, i in vec.vocabulary_.items()}
@@ -217,6 +255,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true",
                         help="refit with the stored thresholds; exit 1 if the stored model "
                              "differs")
+    parser.add_argument("--catalog", action="store_true",
+                        help="replay with tests/data/message_catalog in every fit as well "
+                             "and print the table; writes nothing (the stored model has no "
+                             "catalog: see its README)")
     args = parser.parse_args(argv)
     dirs = corpora()
     cases, none = read_cases(dirs)
@@ -229,18 +271,27 @@ def main(argv: list[str] | None = None) -> int:
         same = compare(stored, model)
         print("stored model matches the corpora" if same else "stored model differs")
         return 0 if same else 1
+    if args.catalog:
+        catalog = catalog_cases()
+        print(f"with {len(catalog)} catalog messages at weight {CATALOG_WEIGHT}")
+        _print_replay(replay([*cases, *catalog]))
+        return 0
     result = replay(cases)
     model = fit(cases, result["thresholds"], source)
     OUT.write_text(model.to_json())
+    _print_replay(result)
+    print(f"{len(model.vocabulary)} features -> {OUT.relative_to(ROOT)}")
+    return 0
+
+
+def _print_replay(result: dict[str, Any]) -> None:
     fr, tm = result["fresh_rules"], result["with_text_model"]
     print(f"replay over {result['cases']} cases of {result['corpora']} held-out corpora "
           f"(each left out of the fit)")
     print("| answer | category | action |\n|---|---|---|")
     print(f"| fresh rules | {fr[0]:.1%} | {fr[1]:.1%} |")
     print(f"| fresh rules + text model | {tm[0]:.1%} | {tm[1]:.1%} |")
-    print(f"thresholds {result['thresholds']}; {len(model.vocabulary)} features -> "
-          f"{OUT.relative_to(ROOT)}")
-    return 0
+    print(f"thresholds {result['thresholds']}")
 
 
 def compare(a: TextModel, b: TextModel) -> bool:

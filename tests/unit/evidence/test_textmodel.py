@@ -227,3 +227,37 @@ def test_a_neighbour_is_unwrapped_before_it_is_cut() -> None:
     (ev,) = _events(lines)
     (before,) = ev.context
     assert before.text == f"2026-03-03T04:12:00Z  35%|{bar}| 738/2081"
+
+
+def test_the_message_catalog_is_well_formed() -> None:
+    """Each catalog line is one upstream message with its source and a label of the corpora's
+    categories and actions (never ``unknown`` or ``none``), and no message appears twice."""
+    categories = {c.value for c in Category} - {Category.UNKNOWN.value}
+    actions = {a.value for a in Action} - {Action.NONE.value}
+    seen: set[str] = set()
+    files = sorted((DATA / "message_catalog").glob("*.jsonl"))
+    assert files
+    for path in files:
+        for n, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            row = json.loads(raw)
+            where = f"{path.name}:{n}"
+            assert set(row) == {"message", "category", "action", "source", "condition"}, where
+            assert row["category"] in categories and row["action"] in actions, where
+            assert row["message"].strip() and len(row["message"].splitlines()) <= 3, where
+            assert ":" in row["source"] and row["source"].count("/") >= 2, where
+            assert row["message"] not in seen, where
+            seen.add(row["message"])
+
+
+def test_catalog_messages_are_read_without_their_placeholders(tmp_path: Path) -> None:
+    (tmp_path / "area.jsonl").write_text(json.dumps({
+        "message": "NET/IB : %s:%d async fatal event: %s\n[Rank {}] {op} took %lukB %\"PRIu64\"",
+        "category": "network_ib", "action": "check_network", "source": "o/r:f.c",
+        "condition": "c"}) + "\n")
+    script = _fit_script()
+    (case,) = script.catalog_cases(tmp_path)
+    assert (case.corpus, case.category, case.action) == ("catalog/area", "network_ib",
+                                                        "check_network")
+    assert case.weight == script.CATALOG_WEIGHT
+    assert {"async", "fatal event", "rank", "took", "kb"} <= set(case.features)
+    assert not {"op", "lu", "priu64", "d"} & set(case.features)
