@@ -36,6 +36,7 @@ tests/data/realworld_heldout72/, tests/data/realworld_heldout76/,
 tests/data/realworld_heldout77/, tests/data/realworld_heldout78/,
 tests/data/realworld_heldout79/, tests/data/realworld_heldout80/ and
 tests/data/realworld_heldout81/).
+tests/data/realworld_heldout82/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -792,6 +793,18 @@ and host), storage and network failures, then software and user errors): its siz
 coverage when it was frozen (see its README). It was built in parallel with other corpora, each by
 its own helper in its own branch; corpora numbered 73 to 75 and any built alongside it were not
 in its branch, so the independence test checks it only against the ones listed before it here."""
+HELDOUT82_CASES = 11
+HELDOUT82_CATEGORIES = 3
+"""The eighty-second corpus (issue threads about NVIDIA Jetson and other embedded Tegra GPUs:
+dusty-nv/jetson-inference, NVIDIA-AI-IOT/trt_pose, OE4T/meta-tegra and ML projects' threads from
+Jetson Nano, TX2, Xavier and Orin boards (TensorRT demos, OpenDataCam, libSGM, ollama, a Jetson
+Nano Ubuntu image) kept, with jetson-containers, jetson-utils, torch2trt, jetbot, DeepStream apps
+and tegra-demo-distro searched alongside, led by GPU hardware, shared host / GPU memory, power and
+thermal, SD-card / eMMC storage and driver / CUDA / JetPack-version failures, then user and
+configuration errors): its size and category coverage when it was frozen (see its README). It was
+built in parallel with other corpora, each by its own helper in its own branch; corpora numbered
+73 to 75 and 81 were not in its branch, so the independence test checks it only against the ones
+listed before it here."""
 
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
@@ -871,6 +884,7 @@ FROZEN = (
     ("realworld_heldout79", HELDOUT79_CASES, 1, HELDOUT79_CATEGORIES),
     ("realworld_heldout80", HELDOUT80_CASES, 1, HELDOUT80_CATEGORIES),
     ("realworld_heldout81", HELDOUT81_CASES, 1, HELDOUT81_CATEGORIES),
+    ("realworld_heldout82", HELDOUT82_CASES, 1, HELDOUT82_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
