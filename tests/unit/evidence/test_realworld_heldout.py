@@ -37,6 +37,7 @@ tests/data/realworld_heldout77/, tests/data/realworld_heldout78/,
 tests/data/realworld_heldout79/, tests/data/realworld_heldout80/ and
 tests/data/realworld_heldout81/).
 tests/data/realworld_heldout82/).
+tests/data/realworld_heldout83/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -805,6 +806,17 @@ configuration errors): its size and category coverage when it was frozen (see it
 built in parallel with other corpora, each by its own helper in its own branch; corpora numbered
 73 to 75 and 81 were not in its branch, so the independence test checks it only against the ones
 listed before it here."""
+HELDOUT83_CASES = 4
+HELDOUT83_CATEGORIES = 2
+"""The eighty-third corpus (issue threads of GPU jobs on GPU clouds other than AWS, Google Cloud
+and Azure: a Vast.ai rental, the dstack launcher on its Cudo backend, a RunPod pod template and an
+HPC-AI cloud H200 VM kept, with Oracle Cloud (oci-hpc), CoreWeave, Lambda, Paperspace, Modal,
+Nebius, Crusoe and SkyPilot threads about these clouds searched alongside, led by GPU hardware,
+Xid, ECC, node, InfiniBand / RoCE, NCCL-timeout and storage failures, then software and user
+errors): its size and category coverage when it was frozen (see its README). It was built in
+parallel with other corpora, each by its own helper in its own branch; corpora numbered 73 to 75,
+81 and 82 were not in its branch, so the independence test checks it only against the ones listed
+before it here."""
 
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
@@ -885,6 +897,7 @@ FROZEN = (
     ("realworld_heldout80", HELDOUT80_CASES, 1, HELDOUT80_CATEGORIES),
     ("realworld_heldout81", HELDOUT81_CASES, 1, HELDOUT81_CATEGORIES),
     ("realworld_heldout82", HELDOUT82_CASES, 1, HELDOUT82_CATEGORIES),
+    ("realworld_heldout83", HELDOUT83_CASES, 1, HELDOUT83_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
