@@ -34,7 +34,8 @@ tests/data/realworld_heldout68/, tests/data/realworld_heldout69/,
 tests/data/realworld_heldout70/, tests/data/realworld_heldout71/,
 tests/data/realworld_heldout72/, tests/data/realworld_heldout76/,
 tests/data/realworld_heldout77/, tests/data/realworld_heldout78/,
-tests/data/realworld_heldout79/ and tests/data/realworld_heldout80/).
+tests/data/realworld_heldout79/, tests/data/realworld_heldout80/ and
+tests/data/realworld_heldout84/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -781,6 +782,19 @@ when it was frozen (see its README). It was built in parallel with other corpora
 helper in its own branch; corpora numbered 73 to 75 and 77 to 79 were not in its branch, so the
 independence test checks it only against the ones listed before it here."""
 
+HELDOUT84_CASES = 5
+HELDOUT84_CATEGORIES = 3
+"""The eighty-fourth corpus (issue threads of distributed GPU training in deep-learning frameworks
+other than PyTorch, TensorFlow and JAX: PaddlePaddle fleet / ParallelExecutor multi-GPU and
+multi-node runs, MegEngine multi-GPU training and Caffe / NVCaffe multi-GPU NCCL training (one via
+DIGITS) kept, with PaddleDetection, PaddleOCR, PaddleNLP, PaddleSeg, PaddleYOLO, MindSpore on GPU,
+OneFlow / LiBai, Apache MXNet and GluonCV, ChainerMN, CNTK, DGL and PyG multi-GPU runs searched
+alongside, led by NCCL errors and hangs, GPU hardware, out-of-memory, node and storage failures,
+then software and user errors): its size and category coverage when it was frozen (see its
+README). It was built in parallel with other corpora, each by its own helper in its own branch;
+corpora numbered 73 to 75 and 81 to 83 were not in its branch, so the independence test checks it
+only against the ones listed before it here."""
+
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
     ("realworld_heldout3", 41, 1, 12),
@@ -858,6 +872,7 @@ FROZEN = (
     ("realworld_heldout78", HELDOUT78_CASES, 1, HELDOUT78_CATEGORIES),
     ("realworld_heldout79", HELDOUT79_CASES, 1, HELDOUT79_CATEGORIES),
     ("realworld_heldout80", HELDOUT80_CASES, 1, HELDOUT80_CATEGORIES),
+    ("realworld_heldout84", HELDOUT84_CASES, 1, HELDOUT84_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
