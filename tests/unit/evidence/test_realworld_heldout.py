@@ -38,6 +38,7 @@ tests/data/realworld_heldout79/, tests/data/realworld_heldout80/ and
 tests/data/realworld_heldout81/).
 tests/data/realworld_heldout82/).
 tests/data/realworld_heldout83/).
+tests/data/realworld_heldout84/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -817,6 +818,18 @@ errors): its size and category coverage when it was frozen (see its README). It 
 parallel with other corpora, each by its own helper in its own branch; corpora numbered 73 to 75,
 81 and 82 were not in its branch, so the independence test checks it only against the ones listed
 before it here."""
+HELDOUT84_CASES = 5
+HELDOUT84_CATEGORIES = 3
+"""The eighty-fourth corpus (issue threads of distributed GPU training in deep-learning frameworks
+other than PyTorch, TensorFlow and JAX: PaddlePaddle fleet / ParallelExecutor multi-GPU and
+multi-node runs, MegEngine multi-GPU training and Caffe / NVCaffe multi-GPU NCCL training (one via
+DIGITS) kept, with PaddleDetection, PaddleOCR, PaddleNLP, PaddleSeg, PaddleYOLO, MindSpore on GPU,
+OneFlow / LiBai, Apache MXNet and GluonCV, ChainerMN, CNTK, DGL and PyG multi-GPU runs searched
+alongside, led by NCCL errors and hangs, GPU hardware, out-of-memory, node and storage failures,
+then software and user errors): its size and category coverage when it was frozen (see its
+README). It was built in parallel with other corpora, each by its own helper in its own branch;
+corpora numbered 73 to 75 and 81 to 83 were not in its branch, so the independence test checks it
+only against the ones listed before it here."""
 
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
@@ -898,6 +911,7 @@ FROZEN = (
     ("realworld_heldout81", HELDOUT81_CASES, 1, HELDOUT81_CATEGORIES),
     ("realworld_heldout82", HELDOUT82_CASES, 1, HELDOUT82_CATEGORIES),
     ("realworld_heldout83", HELDOUT83_CASES, 1, HELDOUT83_CATEGORIES),
+    ("realworld_heldout84", HELDOUT84_CASES, 1, HELDOUT84_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
