@@ -34,11 +34,9 @@ tests/data/realworld_heldout68/, tests/data/realworld_heldout69/,
 tests/data/realworld_heldout70/, tests/data/realworld_heldout71/,
 tests/data/realworld_heldout72/, tests/data/realworld_heldout76/,
 tests/data/realworld_heldout77/, tests/data/realworld_heldout78/,
-tests/data/realworld_heldout79/, tests/data/realworld_heldout80/ and
-tests/data/realworld_heldout81/).
-tests/data/realworld_heldout82/).
-tests/data/realworld_heldout83/).
-tests/data/realworld_heldout84/).
+tests/data/realworld_heldout79/, tests/data/realworld_heldout80/,
+tests/data/realworld_heldout81/, tests/data/realworld_heldout82/,
+tests/data/realworld_heldout83/ and tests/data/realworld_heldout84/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
