@@ -38,6 +38,7 @@ tests/data/realworld_heldout79/, tests/data/realworld_heldout80/,
 tests/data/realworld_heldout81/, tests/data/realworld_heldout82/,
 tests/data/realworld_heldout83/, tests/data/realworld_heldout84/ and
 tests/data/realworld_heldout85/).
+tests/data/realworld_heldout86/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -840,6 +841,18 @@ coverage when it was frozen (see its README). It was built in parallel with othe
 its own helper in its own branch; corpora numbered 73 to 75 and 86 to 88 were not in its branch,
 so the independence test checks it only against the ones listed before it here."""
 
+HELDOUT86_CASES = 2
+HELDOUT86_CATEGORIES = 2
+"""The eighty-sixth corpus (GitHub issue and pull-request threads from any repository whose
+description was written between 2025-01-01 and 2025-08-31, found by date with version words of that
+period: an RTX 5090 / sm_120 PyTorch build mismatch in an RL training run and a torchtitan
+container whose 16 MB /dev/shm broke NCCL on 8x H100 kept, with NCCL timeouts and hangs, Xid / ECC,
+NET/IB, out-of-memory, killed workers, storage, checkpoint, Slurm, segfault and NaN threads of the
+period searched alongside, led by how the job ended, then software and user errors): its size and
+category coverage when it was frozen (see its README). It was built in parallel with other corpora,
+each by its own helper in its own branch; corpora numbered 85, 87 and 88 were not in its branch, so
+the independence test checks it only against the ones listed before it here."""
+
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
     ("realworld_heldout3", 41, 1, 12),
@@ -922,6 +935,7 @@ FROZEN = (
     ("realworld_heldout83", HELDOUT83_CASES, 1, HELDOUT83_CATEGORIES),
     ("realworld_heldout84", HELDOUT84_CASES, 1, HELDOUT84_CATEGORIES),
     ("realworld_heldout85", HELDOUT85_CASES, 1, HELDOUT85_CATEGORIES),
+    ("realworld_heldout86", HELDOUT86_CASES, 1, HELDOUT86_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
