@@ -39,6 +39,7 @@ tests/data/realworld_heldout81/, tests/data/realworld_heldout82/,
 tests/data/realworld_heldout83/, tests/data/realworld_heldout84/ and
 tests/data/realworld_heldout85/).
 tests/data/realworld_heldout86/).
+tests/data/realworld_heldout87/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -852,6 +853,18 @@ period searched alongside, led by how the job ended, then software and user erro
 category coverage when it was frozen (see its README). It was built in parallel with other corpora,
 each by its own helper in its own branch; corpora numbered 85, 87 and 88 were not in its branch, so
 the independence test checks it only against the ones listed before it here."""
+HELDOUT87_CASES = 2
+HELDOUT87_CATEGORIES = 2
+"""The eighty-seventh corpus (GitHub issue threads from any repository whose description was
+written on or after 2025-09-01, about GPU jobs failing: an NVLink / hardware peer-memory fault on a
+multi-GPU H100 inference worker and a CUDA-graph-capture failure in Llama 3.1 405B pretraining on
+GB300 kept, with NCCL timeouts and hangs, Xid, ECC, NVLink / NVLS, InfiniBand, host and GPU
+out-of-memory, /dev/shm, full-disk, checkpoint, Slurm, illegal-memory-access and environment
+threads of the same period searched alongside, led by how the job ended, then software and user
+errors): its size and category coverage when it was frozen (see its README). It was built in
+parallel with other corpora, each by its own helper in its own branch; corpora numbered 73 to 75,
+85, 86 and 88 were not in its branch, so the independence test checks it only against the ones
+listed before it here."""
 
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
@@ -936,6 +949,7 @@ FROZEN = (
     ("realworld_heldout84", HELDOUT84_CASES, 1, HELDOUT84_CATEGORIES),
     ("realworld_heldout85", HELDOUT85_CASES, 1, HELDOUT85_CATEGORIES),
     ("realworld_heldout86", HELDOUT86_CASES, 1, HELDOUT86_CATEGORIES),
+    ("realworld_heldout87", HELDOUT87_CASES, 1, HELDOUT87_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
