@@ -36,7 +36,8 @@ tests/data/realworld_heldout72/, tests/data/realworld_heldout76/,
 tests/data/realworld_heldout77/, tests/data/realworld_heldout78/,
 tests/data/realworld_heldout79/, tests/data/realworld_heldout80/,
 tests/data/realworld_heldout81/, tests/data/realworld_heldout82/,
-tests/data/realworld_heldout83/ and tests/data/realworld_heldout84/).
+tests/data/realworld_heldout83/, tests/data/realworld_heldout84/ and
+tests/data/realworld_heldout88/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -829,6 +830,17 @@ README). It was built in parallel with other corpora, each by its own helper in 
 corpora numbered 73 to 75 and 81 to 83 were not in its branch, so the independence test checks it
 only against the ones listed before it here."""
 
+HELDOUT88_CASES = 3
+HELDOUT88_CATEGORIES = 3
+"""The eighty-eighth corpus (non-GitHub pages written by the people who ran the failed GPU job:
+two personal blogs on the author's own sites and one personal blog hosted on GitHub Pages, kept,
+with HPC-centre user-support pages, mailing-list archives (slurm-users, Open MPI, NCCL), GPU-cloud
+and ML-team engineering blogs and postmortems searched alongside, led by Xid, ECC, NCCL, InfiniBand,
+out-of-memory, /dev/shm, storage and checkpoint failures, then software and user errors): its size
+and category coverage when it was frozen (see its README). It was built in parallel with other
+corpora, each by its own helper in its own branch; corpora numbered 73 to 75 and 85 to 87 were not
+in its branch, so the independence test checks it only against the ones listed before it here."""
+
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
     ("realworld_heldout3", 41, 1, 12),
@@ -910,6 +922,7 @@ FROZEN = (
     ("realworld_heldout82", HELDOUT82_CASES, 1, HELDOUT82_CATEGORIES),
     ("realworld_heldout83", HELDOUT83_CASES, 1, HELDOUT83_CATEGORIES),
     ("realworld_heldout84", HELDOUT84_CASES, 1, HELDOUT84_CATEGORIES),
+    ("realworld_heldout88", HELDOUT88_CASES, 1, HELDOUT88_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
