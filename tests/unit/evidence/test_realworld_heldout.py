@@ -40,6 +40,7 @@ tests/data/realworld_heldout83/, tests/data/realworld_heldout84/ and
 tests/data/realworld_heldout85/).
 tests/data/realworld_heldout86/).
 tests/data/realworld_heldout87/).
+tests/data/realworld_heldout88/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -866,6 +867,17 @@ parallel with other corpora, each by its own helper in its own branch; corpora n
 85, 86 and 88 were not in its branch, so the independence test checks it only against the ones
 listed before it here."""
 
+HELDOUT88_CASES = 3
+HELDOUT88_CATEGORIES = 3
+"""The eighty-eighth corpus (non-GitHub pages written by the people who ran the failed GPU job:
+two personal blogs on the author's own sites and one personal blog hosted on GitHub Pages, kept,
+with HPC-centre user-support pages, mailing-list archives (slurm-users, Open MPI, NCCL), GPU-cloud
+and ML-team engineering blogs and postmortems searched alongside, led by Xid, ECC, NCCL, InfiniBand,
+out-of-memory, /dev/shm, storage and checkpoint failures, then software and user errors): its size
+and category coverage when it was frozen (see its README). It was built in parallel with other
+corpora, each by its own helper in its own branch; corpora numbered 73 to 75 and 85 to 87 were not
+in its branch, so the independence test checks it only against the ones listed before it here."""
+
 FROZEN = (
     ("realworld_heldout", 112, 3, len(LOG_CATEGORIES)),
     ("realworld_heldout3", 41, 1, 12),
@@ -950,6 +962,7 @@ FROZEN = (
     ("realworld_heldout85", HELDOUT85_CASES, 1, HELDOUT85_CATEGORIES),
     ("realworld_heldout86", HELDOUT86_CASES, 1, HELDOUT86_CATEGORIES),
     ("realworld_heldout87", HELDOUT87_CASES, 1, HELDOUT87_CATEGORIES),
+    ("realworld_heldout88", HELDOUT88_CASES, 1, HELDOUT88_CATEGORIES),
 )
 """(directory, cases, lines per case at least, categories) of each held-out corpus, in the order
 they were collected: each must share nothing with the development corpus and every one before it."""
