@@ -36,11 +36,9 @@ tests/data/realworld_heldout72/, tests/data/realworld_heldout76/,
 tests/data/realworld_heldout77/, tests/data/realworld_heldout78/,
 tests/data/realworld_heldout79/, tests/data/realworld_heldout80/,
 tests/data/realworld_heldout81/, tests/data/realworld_heldout82/,
-tests/data/realworld_heldout83/, tests/data/realworld_heldout84/ and
-tests/data/realworld_heldout85/).
-tests/data/realworld_heldout86/).
-tests/data/realworld_heldout87/).
-tests/data/realworld_heldout88/).
+tests/data/realworld_heldout83/, tests/data/realworld_heldout84/,
+tests/data/realworld_heldout85/, tests/data/realworld_heldout86/,
+tests/data/realworld_heldout87/ and tests/data/realworld_heldout88/).
 
 Each held-out corpus is a set of real log excerpts collected by a route the earlier corpora did
 not use, and labelled from each source's own diagnosis before any classifier saw it (see each
@@ -842,7 +840,6 @@ alongside, led by how the job ended, then software and user errors): its size an
 coverage when it was frozen (see its README). It was built in parallel with other corpora, each by
 its own helper in its own branch; corpora numbered 73 to 75 and 86 to 88 were not in its branch,
 so the independence test checks it only against the ones listed before it here."""
-
 HELDOUT86_CASES = 2
 HELDOUT86_CATEGORIES = 2
 """The eighty-sixth corpus (GitHub issue and pull-request threads from any repository whose
@@ -866,7 +863,6 @@ errors): its size and category coverage when it was frozen (see its README). It 
 parallel with other corpora, each by its own helper in its own branch; corpora numbered 73 to 75,
 85, 86 and 88 were not in its branch, so the independence test checks it only against the ones
 listed before it here."""
-
 HELDOUT88_CASES = 3
 HELDOUT88_CATEGORIES = 3
 """The eighty-eighth corpus (non-GitHub pages written by the people who ran the failed GPU job:
