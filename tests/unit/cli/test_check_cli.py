@@ -18,7 +18,7 @@ from trainguard.check.allreduce import collective_finding
 from trainguard.check.checker import Checker, CheckOptions, CheckReport
 from trainguard.check.model import Figure, ProbeResult, Status
 from trainguard.check.probe_base import PROBE_TIMEOUT_S
-from trainguard.check.ringrun import with_ring
+from trainguard.check.ringrun import RING_TIMEOUT_S, SUBSET_TIMEOUT_S, with_ring
 from trainguard.cli import check as check_cli
 from trainguard.cli import nodes as nodes_cli
 from trainguard.cli.check import AgentsAt, allocation_problem
@@ -183,6 +183,10 @@ def test_the_ring_timeout_reaches_the_check_and_is_validated(recorder: Recorder)
     r = runner.invoke(app, [*base, "--ring-timeout", "0"])
     assert r.exit_code == 2 and "--ring-timeout" in one_error_line(r)
     assert len(recorder.calls) == 2
+    shown = flat(runner.invoke(app, ["check", "--help"], env={"COLUMNS": "200"}).stdout)
+    # the help says the ring's defaults in words (no import of ringrun at start-up)
+    assert f"default: {RING_TIMEOUT_S:g}s for the ring" in shown
+    assert f"{SUBSET_TIMEOUT_S:g}s a round" in shown
 
 
 def _default(command: str, param: str, sub: str | None = None) -> object:
