@@ -9,6 +9,11 @@ A SIGKILL that lands *inside* the write of a record longer than a page can still
 stops copying at a page boundary once a fatal signal is pending. So a writer that opens a file
 ending mid-line ends that line first: the torn record is the only one lost (readers skip a line
 that is not JSON), never the next process's first record glued onto it.
+
+A live writer's record can look the same for a moment: Linux grows the file a page at a time
+while it copies, and a reader does not wait for the writer. So a file that ends mid-line counts
+as torn only once it has stopped growing (:func:`torn_tail`); otherwise every process that
+opened the file while another wrote a long record would leave a blank line.
 """
 
 from __future__ import annotations
@@ -17,12 +22,14 @@ import contextlib
 import json
 import logging
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from trainguard.errors import ConfigError
 
-__all__ = ["EventLog", "encode_record", "ends_mid_line"]
+__all__ = ["EventLog", "encode_record", "ends_mid_line", "torn_tail"]
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +51,36 @@ def ends_mid_line(path: Path) -> bool:
             return f.read(1) != b"\n"
     except OSError:
         return False
+
+
+SETTLE_CHECKS = 5
+SETTLE_PAUSE_S = 0.002
+"""How :func:`torn_tail` tells a torn record from one being written: the file's size is read
+this many times, this far apart (a record's write takes microseconds; only a writer descheduled
+mid-record for longer than the whole wait still looks torn, and costs one blank line)."""
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return -1
+
+
+def torn_tail(path: Path, checks: int = SETTLE_CHECKS, pause_s: float = SETTLE_PAUSE_S,
+              sleep: Callable[[float], None] = time.sleep) -> bool:
+    """Whether the file ends mid-line and stays so: its size unchanged over ``checks`` looks
+    ``pause_s`` apart (a file still growing is another writer's record, which that writer
+    ends); pauses only when it ends mid-line."""
+    if not ends_mid_line(path):
+        return False
+    size = _size(path)
+    for _ in range(checks):
+        sleep(pause_s)
+        now = _size(path)
+        if now != size:
+            return False
+    return ends_mid_line(path)
 
 
 class EventLog:
@@ -70,8 +107,8 @@ class EventLog:
                 f"TRAINGUARD_EVENTS={path}: cannot open event file: {exc.strerror or exc}"
             ) from exc
         self._warned = False
-        if ends_mid_line(path):
-            # A blank line at worst, if another writer is mid-record now: readers skip those.
+        if torn_tail(path):
+            # A blank line at worst, if another writer stalled mid-record: readers skip those.
             with contextlib.suppress(OSError):
                 os.write(self._fd, b"\n")
 
