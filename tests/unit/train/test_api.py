@@ -267,32 +267,23 @@ def test_a_writer_ends_a_line_a_killed_writer_left_torn(tmp_path: Path) -> None:
     assert path.read_bytes().endswith(b'"i":2}\n') and b"\n\n" not in path.read_bytes()
 
 
-_LONG_WRITER = """
-import sys
-from pathlib import Path
-from trainguard.train.events import EventLog
-
-log = EventLog(Path(sys.argv[1]))
-print("open", flush=True)
-for i in range(int(sys.argv[2])):
-    log.write({"i": i, "pad": "w" * 20000})
-"""
-
-
 def test_opening_the_file_while_another_writes_a_long_record_adds_no_blank_line(
         tmp_path: Path) -> None:
     """A live writer's record is copied a page at a time, so a process that opens the file
     meanwhile may see it end mid-line; that is not a torn record and needs no line end.
     (Before the settle check, about one open in eight here left a blank line.)"""
     path = tmp_path / "shared.jsonl"
-    script = tmp_path / "writer.py"
-    script.write_text(_LONG_WRITER)
-    proc = subprocess.Popen([sys.executable, str(script), str(path), "1000000"],
-                            stdout=subprocess.PIPE)
+    script = tmp_path / "appender.py"
+    script.write_text(_APPENDER)
+    proc = subprocess.Popen([sys.executable, str(script), str(path), "w", "1000000"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
-        assert proc.stdout is not None and proc.stdout.readline() == b"open\n"
+        assert proc.stdin is not None and proc.stdout is not None
+        assert proc.stdout.readline() == b"open\n"
+        proc.stdin.write(b"go\n")
+        proc.stdin.flush()
         opens = 0
-        while opens < 300 or path.stat().st_size < 100 * 20000:  # ~100 records meanwhile
+        while opens < 300 or path.stat().st_size < 100 * 3000:  # ~100 records meanwhile
             EventLog(path).close()
             opens += 1
             assert proc.poll() is None and opens < 100_000
