@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -42,3 +44,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = selected
+
+
+# What the product leaves in the temporary directory on purpose: a failed `trainguard check`
+# keeps its agents' logs (and says where), and an agent killed with SIGKILL cannot remove its
+# work directory (its node's next agent does, which a test never starts). After a passing run
+# the suite removes those it created; after a failing one it keeps them to read.
+_LEFT_BEHIND = ("trainguard-check-", "trainguard-agent-")
+_BEFORE = pytest.StashKey[set[Path]]()
+
+
+def _left_behind() -> set[Path]:
+    root = Path(tempfile.gettempdir())
+    return {p for prefix in _LEFT_BEHIND for p in root.glob(f"{prefix}*") if p.is_dir()}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # the controller (or a run without xdist)
+        config.stash[_BEFORE] = _left_behind()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    before = session.config.stash.get(_BEFORE, None)
+    if before is None or exitstatus != 0:
+        return
+    for path in _left_behind() - before:
+        shutil.rmtree(path, ignore_errors=True)
+
