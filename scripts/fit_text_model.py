@@ -29,7 +29,7 @@ import argparse
 import json
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import product
 from pathlib import Path
@@ -86,6 +86,8 @@ class Case:
     """Whether today's rules read the incident as more than one cause."""
     weight: float = 1.0
     """Its weight in the fit: a labelled excerpt 1, a catalog message :data:`CATALOG_WEIGHT`."""
+    text: str = ""
+    """The lines the model reads, as text (``scripts/sentence_model_replay.py`` embeds them)."""
 
 
 def corpora() -> list[Path]:
@@ -113,7 +115,8 @@ def read_cases(dirs: Sequence[Path]) -> tuple[list[Case], int]:
                               str(lab["action"]),
                               tuple(text_features([e.program_text for e in inc.text_lines])),
                               may_answer(inc), read_by_number(inc.root_cause), _beyond(inc),
-                              contested(inc.root_cause, inc.related)))
+                              contested(inc.root_cause, inc.related),
+                              text="\n".join(e.program_text for e in inc.text_lines)))
     return cases, none
 
 
@@ -211,13 +214,18 @@ def replayed(item: Replayed, rule_confidence: float, th: dict[str, float]) -> tu
     return d.category.value, d.action.value
 
 
-def replay(cases: Sequence[Case]) -> dict[str, Any]:
+Predictor = Callable[[Sequence[Case], dict[tuple[str, str], dict[str, Any]]], list[Replayed]]
+"""Fits without each held-out corpus and predicts it (:func:`held_out_predictions` by default;
+``scripts/sentence_model_replay.py`` brings its own)."""
+
+
+def replay(cases: Sequence[Case], predict: Predictor | None = None) -> dict[str, Any]:
     """Leave each corpus with fresh answers out, predict it, choose thresholds."""
     rows = fresh_answers()
     fresh = {k: (r["category"], r["action"]) for k, r in rows.items()}
     # The rule's own confidence as it was then (the limit on doubting a sure rule).
     sure = {k: r["confidence"] or 0.0 for k, r in rows.items()}
-    preds = held_out_predictions(cases, rows)
+    preds = (predict or held_out_predictions)(cases, rows)
     held = {c.corpus for c, *_ in preds}
     # The fresh answers of cases that have no incident today are unknowns nothing can change.
     with_incident = {(c.corpus, c.file) for c in cases}
