@@ -276,15 +276,17 @@ def _serve(cfg: Any, db: str | None, *, once: bool, json_out: bool) -> tuple[str
             where = f"; {server.url}/metrics, /status, /alertmanager/webhook"
         else:
             where = ""
-        err.print(f"watching {cfg.prometheus} every {cfg.interval_s:g}s, {svc.step_words}; "
-                  f"state in {cfg.state_dir} ({note}){where}", highlight=False, markup=False)
         stop = threading.Event()
 
         def on_signal(signum: int, _frame: FrameType | None) -> None:
             stop.set()
 
+        # Before the start line: whoever waits for it may stop the watch at once.
         previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
+            err.print(f"watching {cfg.prometheus} every {cfg.interval_s:g}s, "
+                      f"{svc.step_words}; state in {cfg.state_dir} ({note}){where}",
+                      highlight=False, markup=False)
             svc.run(stop)
         finally:
             for s, h in previous.items():

@@ -203,3 +203,29 @@ def test_detect_from_a_url_that_is_not_prometheus_is_one_short_line(
     assert lines[0].startswith(f"error: {not_prometheus} does not look like a Prometheus "
                                "server: /api/v1/")
     assert "requested URL" not in result.stderr
+
+
+def test_sigterm_right_after_the_start_line_stops_the_watch_cleanly(
+        empty_prometheus: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Whoever waits for "watching ..." (a test, a service manager) may send SIGTERM at once: by
+    # then the watch's own handler must be in place, or the signal kills it uncleanly (-15).
+    import trainguard.cli.watch as watch_cli
+
+    seen: list[object] = []
+    real_print = watch_cli.err.print
+
+    class Err:
+        def print(self, *args: object, **kwargs: object) -> None:
+            if str(args[0]).startswith("watching "):
+                handler = signal.getsignal(signal.SIGTERM)
+                seen.append(handler)
+                assert callable(handler), f"SIGTERM is {handler} when the start line is out"
+                handler(signal.SIGTERM, None)  # what the signal would do now
+            real_print(*args, **kwargs)
+
+    monkeypatch.setattr(watch_cli, "err", Err())
+    result = CliRunner().invoke(app, ["watch", "--prometheus", empty_prometheus, "--step", "30s",
+                                      "--db", "none", "--listen", "off", "--state-dir",
+                                      str(tmp_path / "state")])
+    assert result.exit_code == 0, (result.exception, result.output)
+    assert len(seen) == 1 and signal.getsignal(signal.SIGTERM) is not seen[0]
