@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from trainguard.warm.protocol import Assignment
 pytest.importorskip("torch")
 pytestmark = pytest.mark.integration
 
+_STAMPED = re.compile(r"first line at (\S+)\n")
 STAMP = "import torch\nimport time\nprint('first line at', repr(time.time()), flush=True)\n"
 
 GLOO = """import os
@@ -67,11 +69,13 @@ def _wait_ready(warm: Path, key: str, n: int, timeout_s: float = 120) -> None:
 
 
 def _first_line_at(path: Path, timeout_s: float = 120) -> float:
+    """The time the script stamped, once its whole line is in the file: print() may write the
+    words and the number separately (unbuffered stdout), so the words alone are not enough."""
     deadline = time.monotonic() + timeout_s
-    while "first line at" not in (text := path.read_text() if path.exists() else ""):
-        assert time.monotonic() < deadline, text
+    while not (found := _STAMPED.search(path.read_text() if path.exists() else "")):
+        assert time.monotonic() < deadline, path.read_text() if path.exists() else ""
         time.sleep(0.005)
-    return float(text.split("first line at", 1)[1].split()[0])
+    return float(found.group(1))
 
 
 def test_warm_start_is_much_faster_than_cold(hosts: Path) -> None:
