@@ -57,14 +57,15 @@ def _parse(path: Path) -> dict[str, dict[str, list[tuple[int, float]]]]:
     done_series: set[str] = set()
     last_series = ""
     for line in text.splitlines()[:-1]:
-        if line.startswith("# TYPE "):
-            _, _, name, ctype = line.split(" ")
-            assert name not in fams, f"family {name} interleaved"
-            cur = name
-            fams[name] = {}
-            continue
-        if line.startswith("# HELP "):
-            assert line.split(" ")[2] == cur
+        if line.startswith(("# TYPE ", "# HELP ")):
+            # a family's metadata, TYPE and HELP in either order, before its samples
+            name = line.split(" ")[2]
+            if name != cur:
+                assert name not in fams, f"family {name} interleaved"
+                cur, ctype = name, ""
+                fams[name] = {}
+            if line.startswith("# TYPE "):
+                ctype = line.split(" ")[3]
             continue
         m = SAMPLE.match(line)
         assert m, line

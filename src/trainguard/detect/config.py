@@ -58,7 +58,12 @@ class DetectorConfig:
     precursor_min_events: int = 4
     """... how many of them must have events ..."""
     precursor_background_ratio: float = 4.0
-    """... at least this many times as often as the series' own long-run rate."""
+    """... at least this many times as often as the series' own long-run rate ..."""
+    precursor_confidence: float = 0.999
+    """... and more than that rate explains at this Poisson confidence: a GPU that counts now
+    and then (a link with a few replays an hour) reaches 4 of 15 blocks by chance every few
+    hours; one that was quiet does not. Every busy series is tested every block, hence the
+    high bar."""
     stall_fraction: float = 0.8
     """A GPU whose activity (block mean) is below this fraction of its siblings' is stalled;
     recurring stalls are a precursor (`precursor_min_events` of `precursor_window_blocks`)."""
@@ -155,6 +160,8 @@ class DetectorConfig:
                               "detect.jitter_blocks and detect.host_collapse_blocks must be >= 1")
         if not self.precursor_confirm_s >= 0:
             raise ConfigError("detect.precursor_confirm_s must be >= 0 (0 turns confirmation off)")
+        if not 0 < self.precursor_confidence < 1:
+            raise ConfigError("detect.precursor_confidence must be in (0, 1)")
         if not 0 < self.trend_confidence < 1 or self.trend_min_events < 2:
             raise ConfigError("detect.trend_confidence must be in (0, 1) and "
                               "detect.trend_min_events >= 2")

@@ -9,7 +9,8 @@ siblings, never against a fixed level:
    replays, NVLink CRC, thermal violation time, InfiniBand symbol errors...) or a hardware
    throttle reason (HW slowdown, HW/SW thermal, power brake) that fires in at least
    `precursor_min_events` of the last `precursor_window_blocks` blocks, at least
-   `precursor_background_ratio` times as often as that series did over its own history. A single
+   `precursor_background_ratio` times as often as that series did over its own history, and
+   more than that history explains at Poisson confidence `precursor_confidence`. A single
    blip, a GPU that ticks now and then, or one that always counts, does not.
 2. **Jitter**: a GPU whose power or SM clock moves from sample to sample `jitter_ratio` times as
    much as its node's other GPUs do, for `jitter_blocks` blocks in a row, while the node is busy
@@ -17,6 +18,8 @@ siblings, never against a fixed level:
    whose power oscillates moves every GPU alike. An SM clock holds still under load on a healthy
    GPU, so a clock that jitters in short episodes, in `jitter_blocks` of the last
    `precursor_window_blocks` blocks (each block's own ratio at the bar), is a precursor too.
+   Not read: a clock in a block where its GPU reported the software power cap and no hardware
+   reason (the governor moves it; `throttle.py`).
 3. **Stalls**: a GPU whose activity falls below `stall_fraction` of its siblings' on a busy
    node (its lowest sample in a block against theirs: a stall of 30 s barely moves a 2-minute
    mean; the only one of them below `stall_fraction` of the node's best in that block; the siblings
@@ -69,7 +72,8 @@ from trainguard.detect.precursor_state import (
     pad,
     popcount,
 )
-from trainguard.detect.trend import TrendRule
+from trainguard.detect.throttle import HW_BITS, bits_of, governed_blocks, is_reasons
+from trainguard.detect.trend import TrendRule, poisson_confidence
 from trainguard.telemetry.frame import FloatArray
 
 __all__ = ["PrecursorHits", "PrecursorRules"]
@@ -78,10 +82,6 @@ _ERROR_COUNTER = re.compile(
     r"SBE|CORRECTABLE_REMAPPED|PCIE_REPLAY|REPLAY_ERR|NVLINK.*(CRC|ERR)|CRC_ERR|ECC_CORR|"
     r"CORRECTED|RECOVERY_ERR|THERMAL_VIOLATION|SYMBOL_ERR|LINK_DOWN|RCV_ERR|PORT_XMIT_DISCARD",
     re.IGNORECASE)
-_THROTTLE = re.compile(r"THROTTLE_REASONS|CLOCKS_EVENT_REASONS|CLOCK_EVENT_REASONS",
-                       re.IGNORECASE)
-_HW_THROTTLE_BITS = 0x8 | 0x20 | 0x40 | 0x80
-"""HW slowdown, SW thermal, HW thermal, HW power brake (not power cap, idle or app clocks)."""
 _JITTER = re.compile(r"POWER_USAGE|SM_CLOCK", re.IGNORECASE)
 _CLOCK = re.compile(r"SM_CLOCK", re.IGNORECASE)
 _HOST = re.compile(r"node_intr|context_switches|procs_running", re.IGNORECASE)
@@ -99,6 +99,15 @@ PrecursorHits = dict[int, list[tuple[int, Signal]]]
 
 def _base(name: str) -> str:
     return name.split("{", 1)[0]
+
+
+def _governed(d: DenseChunk, lay: Layout, s: int, nb: int) -> np.ndarray | None:
+    """[node, gpu, block] where a GPU's clock moved with the power governor (`throttle.py`);
+    None without a reasons gauge."""
+    for mi, name in enumerate(lay.gpu_metrics):
+        if is_reasons(name):
+            return governed_blocks(d.gpu[mi], s, nb)
+    return None
 
 
 def is_error_counter(name: str) -> bool:
@@ -144,13 +153,17 @@ class PrecursorRules:
         free, app_recent = self.explained.scan(d, lay, s, nb, active)
         warm = self.cfg.precursor_warmup_s / self.cfg.block_s
         watched: PrecursorHits = {}
+        governed = _governed(d, lay, s, nb)
         for mi, name in enumerate(lay.gpu_metrics):
             counter = bool(cumulative[mi]) and is_error_counter(name)
-            if counter or _THROTTLE.search(_base(name)):
+            if counter or is_reasons(name):
                 self._recurring(name, d.gpu[mi], s, nb, counter, warm, hits,
                                 lambda ni, gi: lay.gpu_label(ni, gi))
             elif _JITTER.search(_base(name)) and not cumulative[mi]:
-                self._jittery(name, d.gpu[mi], s, nb, busy & free, warm, watched, lay)
+                read = (busy & free)[:, None, :]
+                if governed is not None and _CLOCK.search(_base(name)):
+                    read = read & ~governed     # the power governor moves it (throttle.py)
+                self._jittery(name, d.gpu[mi], s, nb, read, warm, watched, lay)
         act = _activity_metric(lay)
         if act is not None:
             self._stalls(lay.gpu_metrics[act], d.gpu[act], s, nb, busy & free, warm, hits, lay)
@@ -203,8 +216,7 @@ class PrecursorRules:
                 inc = np.where(x >= prev, x - prev, x)      # a reset counts from zero
             ev = np.nan_to_num(inc, nan=0.0) > 0
         else:
-            bits = np.nan_to_num(x, nan=0.0).astype(np.int64)
-            ev = (bits & _HW_THROTTLE_BITS) != 0
+            ev = (bits_of(x) & HW_BITS) != 0
         seen = ~np.isnan(x)
         ev_b = np.asarray(ev[..., : nb * s].reshape(n, g, nb, s).any(axis=-1), dtype=bool)
         seen_b = np.asarray(seen[..., : nb * s].reshape(n, g, nb, s).any(axis=-1), dtype=bool)
@@ -221,6 +233,9 @@ class PrecursorRules:
             fire = (ok & e & (count >= cfg.precursor_min_events) & (st.blocks >= warm)
                     & (recent >= cfg.precursor_background_ratio * st.rate + 0.05))
             for ni, gi in zip(*np.nonzero(fire), strict=True):
+                if poisson_confidence(int(count[ni, gi]), float(st.rate[ni, gi]) * w) \
+                        < cfg.precursor_confidence:
+                    continue  # as many as its own rate gives by chance
                 what = "error count" if counter else "hardware throttling"
                 lab = label(int(ni), int(gi))
                 hits.setdefault(b, []).append((int(ni), Signal(
@@ -291,8 +306,10 @@ class PrecursorRules:
         self.stall_back[name] = back
 
     # -- rule 2: jitter ----------------------------------------------------------------------
-    def _jittery(self, name: str, x: FloatArray, s: int, nb: int, busy: np.ndarray,
+    def _jittery(self, name: str, x: FloatArray, s: int, nb: int, read: np.ndarray,
                  warm: float, hits: PrecursorHits, lay: Layout) -> None:
+        """`read`: [node, gpu, block] where the rule reads the GPU (its node busy and not
+        settling; for a clock, not held by the power governor)."""
         cfg = self.cfg
         n, g, _t = x.shape
         st = self.jitter.get(name)
@@ -313,11 +330,11 @@ class PrecursorRules:
             lvl, _ = nanmedian_axis(level[..., b], axis=1)
             floor = np.maximum(0.01 * np.nan_to_num(lvl, nan=0.0), 1e-9)
             ratio = j / np.maximum(med, floor)[:, None]
-            ok = np.isfinite(ratio) & (cnt >= self.cfg.min_gpus)[:, None] & busy[:, b][:, None]
+            ok = np.isfinite(ratio) & (cnt >= self.cfg.min_gpus)[:, None] & read[..., b]
             lr = np.log(np.clip(np.nan_to_num(ratio, nan=1.0), 1e-3, 1e3))
             st.short = np.where(ok, st.short + a_s * (lr - st.short), st.short)
             high = ok & (st.short >= bar)
-            st.run = np.where(high, st.run + 1, np.where(ok | ~busy[:, b][:, None], 0, st.run))
+            st.run = np.where(high, st.run + 1, np.where(ok | ~read[..., b], 0, st.run))
             # Again at every further `jitter_blocks` in a row: a jitter that goes on is seen again.
             new = (st.blocks >= warm) & (st.long < bar / 2)
             fire = (st.run > 0) & (st.run % cfg.jitter_blocks == 0) & new

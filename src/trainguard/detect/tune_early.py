@@ -53,7 +53,7 @@ __all__ = ["EARLY_GROUPS", "EARLY_KNOBS", "EARLY_RUNS", "EarlyChoice", "Move", "
            "level", "pick", "plan", "search"]
 
 EARLY_GROUPS: dict[str, tuple[str, ...]] = {
-    "precursor": ("precursor_min_events", "precursor_background_ratio"),
+    "precursor": ("precursor_min_events", "precursor_background_ratio", "precursor_confidence"),
     "stall": ("stall_fraction", "stall_min_events"),
     "jitter": ("jitter_ratio", "jitter_blocks"),
     "trend": ("trend_min_events", "trend_confidence", "trend_min_span_s"),
@@ -92,7 +92,8 @@ def level(base: DetectorConfig, group: str, step: int) -> dict[str, Any]:
                                                     b.precursor_min_events, 1, win)),
                 "precursor_background_ratio": _num(_within(
                     b.precursor_background_ratio * 1.5 ** step, b.precursor_background_ratio,
-                    1.0, 100.0))}
+                    1.0, 100.0)),
+                "precursor_confidence": _confidence(b.precursor_confidence, step, 0.99999)}
     if group == "stall":
         # a stricter stall is a deeper one: a lower fraction of the siblings' activity
         return {"stall_fraction": _num(_within(b.stall_fraction - 0.1 * step, b.stall_fraction,
@@ -104,10 +105,9 @@ def level(base: DetectorConfig, group: str, step: int) -> dict[str, Any]:
                                              1.25, 100.0)),
                 "jitter_blocks": int(_within(b.jitter_blocks + step, b.jitter_blocks, 1, 1000))}
     if group == "trend":
-        miss = (1.0 - b.trend_confidence) * 3.0 ** -step
         return {"trend_min_events": int(_within(b.trend_min_events + step, b.trend_min_events,
                                                 2, SLOTS)),
-                "trend_confidence": _num(_within(1.0 - miss, b.trend_confidence, 0.5, 0.9999)),
+                "trend_confidence": _confidence(b.trend_confidence, step, 0.9999),
                 "trend_min_span_s": _num(b.trend_min_span_s * 1.5 ** step)}
     if group == "confirm":
         return {"precursor_confirm_s": _confirm_level(b.precursor_confirm_s, step)}
@@ -119,6 +119,12 @@ def level(base: DetectorConfig, group: str, step: int) -> dict[str, Any]:
                                                    b.host_collapse_fraction, 0.05, 0.9)),
             "host_collapse_blocks": int(_within(b.host_collapse_blocks + step,
                                                 b.host_collapse_blocks, 1, 1000))}
+
+
+def _confidence(base: float, step: int, hi: float) -> float:
+    """A confidence `step` levels stricter: its complement (the chance of a miss) divided by 3
+    per level, within [0.5, hi]."""
+    return _num(_within(1.0 - (1.0 - base) * 3.0 ** -step, base, 0.5, hi))
 
 
 def _confirm_level(base_s: float, step: int) -> float:

@@ -13,6 +13,7 @@ import pytest
 from trainguard.detect.alerts import AlertEpisode
 from trainguard.detect.config import DetectorConfig
 from trainguard.detect.detector import detect
+from trainguard.errors import ConfigError
 from trainguard.telemetry.frame import Entity, MetricKind, MetricSeries, Telemetry
 
 STEP = 30
@@ -81,6 +82,35 @@ def test_recurring_error_counts_beyond_the_gpus_own_rate_alert() -> None:
 ], ids=["one blip", "its usual rate"])
 def test_a_blip_or_a_usual_rate_is_not_a_precursor(shape: Shape) -> None:
     assert _early(detect(_cluster(shape), CFG)) == []
+
+
+def _replays_at_random(per_block: float, seed: int) -> Shape:
+    """n1's GPU 2 logs replays at random, `per_block` blocks in a block on average, from the
+    start (a link that has always been a little noisy)."""
+    def shape(a: dict[str, np.ndarray], _rng: np.random.Generator) -> None:
+        inc = np.random.default_rng(seed).random(T) < per_block / 4  # 4 samples a block
+        a["DCGM_FI_DEV_PCIE_REPLAY_COUNTER"][1, 2] = np.cumsum(inc)
+    return shape
+
+
+def test_the_confidence_silences_a_gpu_that_counts_now_and_then_not_a_quiet_one() -> None:
+    """n1's GPU 2 has logged replays in about one block in 14 since the start; in these 6 h its
+    learned usual count is 0.3 a window, so 4 of the last 15 blocks is a 1-in-3,700 chance. At
+    the default confidence (0.999) that is a precursor; at 0.9999 it is chance. A GPU quiet
+    before its 4 of 15 is a precursor at either."""
+    noisy = _cluster(_replays_at_random(1 / 14, seed=3))
+    strict = replace(CFG, precursor_confidence=0.9999)
+    found = [f for f in _early(detect(noisy, CFG)) if "recurring" in f[2]]
+    assert found and "(usually 0.3)" in found[0][2]
+    assert not [f for f in _early(detect(noisy, strict)) if "recurring" in f[2]]
+    quiet = _early(detect(_cluster(_replays(every=8, start=AT)), strict))
+    assert quiet and quiet[0][:2] == ("n1", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER")
+
+
+@pytest.mark.parametrize("kw", [{"precursor_confidence": 1.0}, {"precursor_confidence": 0.0}])
+def test_bad_precursor_confidence_is_refused(kw: dict[str, float]) -> None:
+    with pytest.raises(ConfigError, match="precursor_confidence"):
+        DetectorConfig(**kw)  # type: ignore[arg-type]
 
 
 def test_a_gpu_that_stalls_again_and_again_alerts() -> None:
@@ -184,6 +214,30 @@ def test_a_clock_that_jitters_in_short_episodes_warns() -> None:
 def test_one_short_clock_episode_is_no_precursor() -> None:
     found = _early(detect(_cluster(_clock_episodes(10_000)), CFG))
     assert not [f for f in found if "jitter" in f[2]]
+
+
+def _with_reasons(shape: Shape, bits: int) -> Shape:
+    """`shape`, and every GPU's clock-event reasons gauge: 0, but `bits` on n1's GPU 2 from AT
+    (the GPU whose clock jitters there)."""
+    def both(a: dict[str, np.ndarray], rng: np.random.Generator) -> None:
+        shape(a, rng)
+        reasons = np.zeros_like(a["DCGM_FI_DEV_POWER_USAGE"])
+        reasons[1, 2, AT:] = bits
+        a["DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"] = reasons
+    return both
+
+
+@pytest.mark.parametrize(("bits", "first"), [
+    (0x0, "DCGM_FI_DEV_SM_CLOCK"),      # no reason reported: the episodic clock rule, as above
+    (0x4, None),                        # the software power cap: the governor moves the clock
+    # with HW slowdown the board forces the clock down: a warning (the recurring reason is
+    # seen first, a block before the clock's episodes complete)
+    (0x4 | 0x8, "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"),
+], ids=["no reason", "power cap", "power cap and HW slowdown"])
+def test_a_clock_moved_by_the_power_governor_is_no_precursor(bits: int, first: str | None
+                                                             ) -> None:
+    found = _early(detect(_cluster(_with_reasons(_clock_episodes(12), bits)), CFG))
+    assert [f[1] for f in found if f[0] == "n1"][:1] == ([first] if first else []), found
 
 
 def _stalls_every_6_min(a: dict[str, np.ndarray]) -> None:

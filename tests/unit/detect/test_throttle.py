@@ -1,0 +1,25 @@
+"""Clock-event reasons (detect/throttle.py): which blocks the power governor explains."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trainguard.detect.throttle import governed_blocks, is_reasons
+
+
+def test_power_cap_alone_governs_a_block_and_a_hardware_reason_overrides_it() -> None:
+    nan = float("nan")
+    x = np.array([[[0, 4, 0, 0,   4, 4 | 8, 0, 0,   nan, nan, 0, 1,   4 | 0x80, 4, 4, 4]]],
+                 dtype=float)                                   # 1 node, 1 GPU, 4 blocks of 4
+    assert governed_blocks(x, 4, 4).tolist() == [[[True, False, False, False]]]
+
+
+def test_only_whole_blocks_are_read() -> None:
+    x = np.full((2, 3, 10), 4.0)
+    assert governed_blocks(x, 4, 2).shape == (2, 3, 2)
+
+
+def test_both_names_of_the_reasons_gauge_are_known() -> None:
+    assert is_reasons('DCGM_FI_DEV_CLOCK_THROTTLE_REASONS{gpu="0"}')
+    assert is_reasons("DCGM_FI_DEV_CLOCKS_EVENT_REASONS")
+    assert not is_reasons("DCGM_FI_DEV_SM_CLOCK")
