@@ -35,7 +35,8 @@ from benchmarks.bench_agents import (
     progress,
     vm_hwm_kib,
 )
-from trainguard.agent.backend import AgentBackend, LocalLauncher
+from trainguard.agent.backend import AgentBackend
+from trainguard.agent.launch_local import LocalLauncher
 from trainguard.agent.remote import RemoteAttempt
 from trainguard.devcluster import HostCluster, missing_requirements
 from trainguard.filetail import FileTail

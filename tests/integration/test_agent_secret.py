@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from trainguard.agent.backend import AgentBackend, LocalLauncher
+from trainguard.agent.backend import AgentBackend
+from trainguard.agent.launch_local import LocalLauncher
 from trainguard.recover.launchplan import LaunchPlan, RankLaunch
 from trainguard.recover.local import LocalBackend
 

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 from multihost_job import _unavailable
 
-from trainguard.agent.backend import AgentBackend, LocalLauncher
+from trainguard.agent.backend import AgentBackend
+from trainguard.agent.launch_local import LocalLauncher
 from trainguard.agent.remote import RemoteAttempt
 from trainguard.agent.snapplane import AgentSnapshotPlane
 from trainguard.devcluster import HostCluster, missing_requirements

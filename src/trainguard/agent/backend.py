@@ -7,24 +7,20 @@ a subprocess, optionally through a prefix such as ``ssh {node}`` or a namespace 
 watches its kernel log); the agents dial the controller's :class:`~trainguard.agent.hub.AgentHub`
 and the attempt is followed as a :class:`~trainguard.agent.remote.RemoteAttempt`.
 
-The run's secret never goes on a command line. :class:`LocalLauncher` writes it to each agent's
-standard input (``--secret-stdin``; through ``ssh`` or a namespace entry too), so it is in no
-process's environment; Slurm passes it in the step's environment (``TRAINGUARD_AGENT_SECRET``),
+The run's secret never goes on a command line.
+:class:`~trainguard.agent.launch_local.LocalLauncher` writes it to each agent's standard input
+(``--secret-stdin``; through ``ssh`` or a namespace entry too), so it is in no process's
+environment; Slurm passes it in the step's environment (``TRAINGUARD_AGENT_SECRET``),
 which the agent leaves at once (:mod:`trainguard.agent.secret`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import os
-import shlex
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -32,18 +28,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from trainguard.agent.hub import AgentHub
+from trainguard.agent.launch_local import ArgvFor, LocalLauncher
 from trainguard.agent.remote import AgentProcesses, RemoteAttempt
 from trainguard.agent.wire import SECRET_ENV, new_secret
-from trainguard.errors import ConfigError, LaunchError
+from trainguard.errors import ConfigError
 from trainguard.recover.backend import Backend, Capabilities, Closeable, LaunchPlan
 
 if TYPE_CHECKING:
     from trainguard.agent.snapplane import AgentSnapshotPlane
     from trainguard.check.checker import CheckOptions, CheckReport
 
-ArgvFor = Callable[[str | None], list[str]]
-"""The agent command for a node (None: one command for every node, which then names
-itself from ``$SLURMD_NODENAME`` or its hostname)."""
 
 
 class AgentLauncher(Protocol):
@@ -66,103 +60,6 @@ def agent_argv(python: str, controller: tuple[str, int], node: str | None, sessi
     named = ["--node", node] if node is not None else []
     return [python, "-m", "trainguard.agent", "--controller-addr", f"{host}:{port}", *named,
             "--session", session, "--attempt", str(attempt), *extra]
-
-
-class SubprocessAgents:
-    """Agents started as local subprocesses (one per node), each writing to its own log."""
-
-    def __init__(self, procs: Mapping[str, subprocess.Popen[bytes]],
-                 logs: Mapping[str, Path] | None = None) -> None:
-        self._procs = dict(procs)
-        self._logs = dict(logs or {})
-
-    def log_of(self, node: str) -> Path | None:
-        """The file ``node``'s launcher (and agent) wrote its output to."""
-        return self._logs.get(node)
-
-    def exited(self) -> Mapping[str, int]:
-        return {n: code for n, p in self._procs.items() if (code := p.poll()) is not None}
-
-    def close(self, wait_s: float) -> None:
-        """Let the agents exit on their own (they were told ``bye``; their ranks are gone) for
-        ``wait_s``, then kill them, without holding up the next attempt: the waiting is done
-        by a background thread."""
-        threading.Thread(target=self.reap, args=(wait_s,), name="agent-reaper",
-                         daemon=True).start()
-
-    def fence(self, nodes: tuple[str, ...]) -> None:
-        """Kill ``nodes``' agents now: each launcher's process group (the agent dies with
-        its launcher: ``PR_SET_PDEATHSIG``, also through ``nsenter``, and its ranks with the
-        agent), even a stopped one."""
-        for node in nodes:
-            proc = self._procs.get(node)
-            if proc is not None and proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-
-    def reap(self, wait_s: float) -> None:
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline and any(p.poll() is None for p in self._procs.values()):
-            time.sleep(0.02)
-        for proc in self._procs.values():
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-
-
-class LocalLauncher:
-    """One agent subprocess per node on this machine, or through ``exec_prefix`` (a command
-    template with ``{node}``: ``ssh {node}``, ``ENTER {node}`` for a namespaced test host)."""
-
-    name = "local"
-
-    def __init__(self, exec_prefix: str | None = None) -> None:
-        if exec_prefix is not None and "{node}" not in exec_prefix:
-            raise ConfigError(f"--agent-exec must contain {{node}} (or be `manual`), got "
-                              f"{exec_prefix!r}")
-        self.exec_prefix = exec_prefix
-
-    def master_addr(self, nodes: tuple[str, ...]) -> str:
-        # Virtual nodes share this machine's loopback; real (or namespaced) hosts do not.
-        return "127.0.0.1" if self.exec_prefix is None else nodes[0]
-
-    def prefix(self, node: str) -> list[str]:
-        if self.exec_prefix is None:
-            return []
-        return [part.replace("{node}", node) for part in shlex.split(self.exec_prefix)]
-
-    def start(self, nodes: tuple[str, ...], argv_for: ArgvFor, env: Mapping[str, str],
-              log_dir: Path, attempt: int) -> SubprocessAgents:
-        from trainguard.recover.local import die_with_parent
-
-        log_dir.mkdir(parents=True, exist_ok=True)
-        procs: dict[str, subprocess.Popen[bytes]] = {}
-        logs = {node: log_dir / f"agent-{node}.log" for node in nodes}
-        argv: list[str] = []
-        try:
-            secret = env.get(SECRET_ENV)
-            clean = {k: v for k, v in env.items() if k != SECRET_ENV}
-            for node in nodes:
-                argv = [*self.prefix(node), *argv_for(node),
-                        *(["--secret-stdin"] if secret is not None else [])]
-                with open(logs[node], "ab") as out:
-                    proc = procs[node] = subprocess.Popen(
-                        argv, env=clean,
-                        stdin=subprocess.DEVNULL if secret is None else subprocess.PIPE,
-                        stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                        preexec_fn=die_with_parent)
-                if secret is not None and proc.stdin is not None:
-                    with contextlib.suppress(BrokenPipeError):  # it died: reported as it exits
-                        proc.stdin.write(secret.encode() + b"\n")
-                    with contextlib.suppress(BrokenPipeError):
-                        proc.stdin.close()
-        except OSError as exc:
-            SubprocessAgents(procs).reap(0.0)
-            what = f" ({argv[0]})" if argv else ""
-            raise LaunchError(f"cannot start an agent{what}: {exc.strerror or exc}") from exc
-        return SubprocessAgents(procs, logs)
 
 
 def fencing_orphan_timeout(node_timeout_s: float, orphan_timeout_s: float | None = None
@@ -427,5 +324,4 @@ def _is_ip(text: str) -> bool:
     return True
 
 
-__all__ = ["LAUNCHERS", "AgentBackend", "AgentLauncher", "LocalLauncher", "SubprocessAgents",
-           "agent_argv", "with_agents"]
+__all__ = ["LAUNCHERS", "AgentBackend", "AgentLauncher", "agent_argv", "with_agents"]

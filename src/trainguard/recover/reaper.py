@@ -188,16 +188,19 @@ def _send(key: Key, signum: int, proc_root: Path) -> None:
 def kill_tree(tree: Tree, *, grace_s: float = GRACE_S, proc_root: Path = Path("/proc"),
               clock: Callable[[], float] = time.monotonic,
               sleep: Callable[[float], None] = time.sleep) -> frozenset[Key]:
-    """SIGTERM (and SIGCONT) every member, SIGKILL what is left after ``grace_s``; returns the
-    members that were still alive at the end (empty unless a process cannot be killed)."""
+    """SIGTERM (and SIGCONT) every member, SIGKILL what is left after ``grace_s`` (at once,
+    with no SIGTERM first, when ``grace_s`` is 0: a fence); returns the members that were still
+    alive at the end (empty unless a process cannot be killed). Waits until the members are
+    gone or zombies, so nothing of the tree runs any more when it returns empty."""
     live = tree.update(snapshot(proc_root))
-    for key in live:
-        _send(key, signal.SIGTERM, proc_root)
-        _send(key, signal.SIGCONT, proc_root)  # a stopped process handles TERM only now
-    deadline = clock() + grace_s
-    while live and clock() < deadline:
-        sleep(0.05)
-        live = tree.update(snapshot(proc_root))
+    if grace_s > 0:
+        for key in live:
+            _send(key, signal.SIGTERM, proc_root)
+            _send(key, signal.SIGCONT, proc_root)  # a stopped process handles TERM only now
+        deadline = clock() + grace_s
+        while live and clock() < deadline:
+            sleep(0.05)
+            live = tree.update(snapshot(proc_root))
     for _ in range(20):  # members may still fork while dying: kill until none is left
         if not live:
             break
@@ -208,7 +211,8 @@ def kill_tree(tree: Tree, *, grace_s: float = GRACE_S, proc_root: Path = Path("/
     return live
 
 
-def _start_time(pid: int, proc_root: Path = Path("/proc")) -> int | None:
+def start_time(pid: int, proc_root: Path = Path("/proc")) -> int | None:
+    """``pid``'s start time (clock ticks since boot); None when it is gone."""
     try:
         info = parse_stat((proc_root / str(pid) / "stat").read_bytes())
     except OSError:
@@ -243,7 +247,7 @@ def serve(fd: int, *, interval_s: float = SCAN_INTERVAL_S, grace_s: float = GRAC
             for line in lines:
                 verb, _, arg = line.decode("ascii", "replace").partition(" ")
                 if verb == "add" and arg.isdigit():
-                    start = _start_time(int(arg))
+                    start = start_time(int(arg))
                     if start is not None:
                         tree.add(int(arg), start)
                         next_scan = 0.0  # record its first children soon
@@ -343,7 +347,7 @@ def main(argv: list[str]) -> int:
 
 
 __all__ = ["Key", "ProcInfo", "ReaperLink", "Tree", "kill_tree", "members", "parse_stat",
-           "serve", "snapshot"]
+           "serve", "snapshot", "start_time"]
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

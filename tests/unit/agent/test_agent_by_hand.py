@@ -14,7 +14,8 @@ import pytest
 from typer.testing import CliRunner
 
 from trainguard.agent.__main__ import main as agent_main
-from trainguard.agent.backend import LocalLauncher, agent_argv, with_agents
+from trainguard.agent.backend import agent_argv, with_agents
+from trainguard.agent.launch_local import LocalLauncher
 from trainguard.agent.manual import (
     MANUAL_CONNECT_TIMEOUT_S,
     ManualLauncher,

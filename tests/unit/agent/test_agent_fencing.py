@@ -4,6 +4,8 @@ does anything else, and a lost host's launcher is killed before the relaunch."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import subprocess
 import sys
 import threading
@@ -13,9 +15,10 @@ from typing import Any
 
 import pytest
 
-from trainguard.agent.backend import SubprocessAgents, fencing_orphan_timeout
+from trainguard.agent.backend import fencing_orphan_timeout
 from trainguard.agent.client import Identity
 from trainguard.agent.hub import AgentHub
+from trainguard.agent.launch_local import SubprocessAgents
 from trainguard.agent.runner import EXIT_FENCED, EXIT_ORPHANED, Agent, AgentConfig
 from trainguard.errors import ConfigError
 
@@ -134,23 +137,45 @@ def test_the_orphan_timeout_is_shorter_than_the_node_timeout() -> None:
         fencing_orphan_timeout(6.0, 6.0)
 
 
+def _alive(pid: int) -> bool:
+    """Running, stopped or sleeping: anything but gone or a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+
+
 def test_fencing_a_lost_host_kills_its_launcher_and_what_it_started(tmp_path: Path) -> None:
-    """Stopped, it still dies: the launcher's whole process group gets SIGKILL at once."""
-    code = "import subprocess,sys,time; subprocess.Popen([sys.executable,'-c'," \
-           "'import time; time.sleep(60)']); time.sleep(60)"
-    proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    """Stopped, it still dies, and so does a rank in its own session that would not die with
+    its agent (no PR_SET_PDEATHSIG): when ``fence`` returns, nothing of the tree runs, and the
+    rank never got a SIGTERM to act on (its handler would have written a file)."""
+    touched = tmp_path / "rank-saw-sigterm"
+    rank = ("import pathlib,signal,time; signal.signal(signal.SIGTERM, lambda *a: "
+            f"pathlib.Path({str(touched)!r}).write_text('x')); time.sleep(60)")
+    agent = ("import subprocess,sys,time; r = subprocess.Popen([sys.executable,'-c',"
+             f"{rank!r}], start_new_session=True); print(r.pid, flush=True); time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-c", agent], start_new_session=True,
+                            stdout=subprocess.PIPE, text=True)
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
                              start_new_session=True)
+    assert proc.stdout is not None
+    rank_pid = int(proc.stdout.readline())
     try:
         time.sleep(0.3)
         proc.send_signal(19)  # SIGSTOP: a stopped agent
+        os.kill(rank_pid, 19)  # and its rank, blocked behind it
         agents = SubprocessAgents({"lost": proc, "fine": other})
         started = time.monotonic()
         agents.fence(("lost",))
         assert proc.poll() is not None
+        assert not _alive(rank_pid)  # gone (or a zombie) already, not "soon"
         assert time.monotonic() - started < 5
+        assert not touched.exists()  # SIGKILL at once: no handler ran
         assert other.poll() is None  # only the lost host's launcher
     finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(rank_pid, 9)
         for p in (proc, other):
             if p.poll() is None:
                 p.kill()

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from trainguard.agent.backend import AgentBackend, LocalLauncher
+from trainguard.agent.backend import AgentBackend
+from trainguard.agent.launch_local import LocalLauncher
 from trainguard.check.allreduce import MARKER
 from trainguard.check.checker import CheckReport
 from trainguard.check.model import Finding, Level

@@ -102,7 +102,8 @@ def test_capabilities_declared_then_registered_then_default() -> None:
 
 
 def test_agents_declare_that_hosts_read_their_own_kernel_logs() -> None:
-    from trainguard.agent.backend import AgentBackend, LocalLauncher
+    from trainguard.agent.backend import AgentBackend
+    from trainguard.agent.launch_local import LocalLauncher
 
     caps = capabilities_of(AgentBackend(LocalBackend(), LocalLauncher()))
     assert caps.reads_kernel_logs and not caps.has_local_pids and caps.can_signal_rank

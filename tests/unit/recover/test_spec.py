@@ -41,7 +41,8 @@ def test_bad_specs(kw: dict[str, object], match: str) -> None:
 def test_kernel_log_without_node_only_when_each_host_reads_its_own(tmp_path: Path) -> None:
     """One path for every node is right when each host's agent reads its own
     /var/log/kern.log, and a mistake when this machine reads every node's log."""
-    from trainguard.agent.backend import AgentBackend, LocalLauncher
+    from trainguard.agent.backend import AgentBackend
+    from trainguard.agent.launch_local import LocalLauncher
     from trainguard.recover.local import LocalBackend
     from trainguard.recover.supervisor import Supervisor
 
