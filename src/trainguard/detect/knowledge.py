@@ -20,6 +20,7 @@ __all__ = [
     "is_hard_counter",
     "is_hardware_xid",
     "is_known_precursor",
+    "is_repair_counter",
     "is_supporting_only",
     "is_temperature",
     "is_volume_counter",
@@ -54,6 +55,9 @@ _PRECURSOR = re.compile(
 # hours to days before an uncorrectable error (the trend test watches these).
 _WEAR = re.compile(r"ECC_SBE|SBE_VOL|SBE_AGG|CORRECTABLE_REMAPPED_ROWS|RETIRED_SBE|ECC_CORR|"
                    r"HBM_ECC_CORRECTED", re.IGNORECASE)
+# Repairs the GPU made for good: rows remapped to spares, pages retired. A healthy GPU spends
+# a spare now and then in its life, never hour after hour, so their recurrence is never chance.
+_REPAIR = re.compile(r"REMAPPED_ROWS|RETIRED_SBE|RETIRED_PAGES|RETIRED_COUNT", re.IGNORECASE)
 # Fields the job sets, not the hardware: memory allocated, bytes moved. A deviation there is
 # mostly a different workload on that GPU, so they count half.
 _WORKLOAD = re.compile(r"FB_USED|FB_FREE|FB_RESERVED|_BYTES|BANDWIDTH", re.IGNORECASE)
@@ -115,6 +119,18 @@ def is_workload_following(name: str) -> bool:
 def is_wear_counter(name: str) -> bool:
     """A correctable memory-error or row-remap counter (not an uncorrectable one)."""
     return bool(_WEAR.search(_base(name))) and not is_hard_counter(name)
+
+
+def is_repair_counter(name: str) -> bool:
+    """A counter of repairs made for good after correctable errors (rows remapped to spares,
+    pages retired), not an uncorrectable one.
+
+        >>> is_repair_counter("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS")
+        True
+        >>> is_repair_counter("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL")
+        False
+    """
+    return bool(_REPAIR.search(_base(name))) and not is_hard_counter(name)
 
 
 def is_workload_shaped(name: str) -> bool:

@@ -102,12 +102,10 @@ def _base(name: str) -> str:
 
 
 def _governed(d: DenseChunk, lay: Layout, s: int, nb: int) -> np.ndarray | None:
-    """[node, gpu, block] where a GPU's clock moved with the power governor (`throttle.py`);
-    None without a reasons gauge."""
-    for mi, name in enumerate(lay.gpu_metrics):
-        if is_reasons(name):
-            return governed_blocks(d.gpu[mi], s, nb)
-    return None
+    """[node, gpu, block] where a GPU's clock moved with the power governor (`throttle.py`,
+    every reasons gauge read together); None without a reasons gauge."""
+    gauges = [d.gpu[mi] for mi, name in enumerate(lay.gpu_metrics) if is_reasons(name)]
+    return governed_blocks(gauges, s, nb) if gauges else None
 
 
 def is_error_counter(name: str) -> bool:

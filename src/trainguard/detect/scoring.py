@@ -116,7 +116,8 @@ class BlockScorer:
         ctx = self.regime.step(t, x, xn, pres, act, jobs)
         zp1, zp2 = self.peer.step(x, xn, ctx.labels, unit_floor)
         z1, z2 = self.baseline.step(zp1, zp2, ctx)
-        counter_led = self.counters.step(x, xn, unit_floor, cumulative, z1, z2, roles.volume)
+        counter_led = self.counters.step(x, xn, unit_floor, cumulative, z1, z2, roles.volume,
+                                         roles.repair)
         z1[:, ctx.settle, :] = np.nan
         z2[:, ctx.settle] = np.nan
         # What the job, the cooling or an application crash explains is not evidence.

@@ -5,15 +5,30 @@ error now and then, or one burst of replays. What precedes a failure is *recurre
 block after block, often growing. So each series keeps a bitmask of its last `WINDOW` blocks
 with activity and a slowly learned normal count per block; its deviation is
 
-    z = 2.5 * (active blocks in the window)   if it was active in the last 3 blocks, else 0
+    z = 2.5 * (active blocks in the window)   if it was active in the last 3 blocks and
+                                              that many is beyond chance (below), else 0
       + 2 * (sqrt(k + 3/8) - sqrt(normal + 3/8))   (Anscombe: the count's excess, in sd units)
 
 A series whose normal count is not small (a GPU that always logs a few replays) is not sparse
 and goes through the ordinary residual path instead, so it is not flagged forever.
+
+*Beyond chance.* A healthy GPU can count now and then all its life: a link with a few replays
+an hour, a trickle of correctable ECC. Its window fills by chance every few hours, and each
+time the recurrence term alone would score like a precursor. So each series also learns how
+often it was active in the blocks that have *left* the window (`before`: the rate before the
+window, so a burst never lowers its own score), and the recurrence counts only when that many
+active blocks in the window has a chance of at most `RECUR_CHANCE` at that rate (binomial
+tail). The rate is read low, by `RATE_Z` standard errors (`usual_rate`): a few events before
+the window prove no usual rate (a slow ramp that began before the history has a few), dozens
+do. A series that was quiet before the window keeps the full term, at once. Counters of
+repairs made for good (remapped rows, retired pages: `knowledge.is_repair_counter`) are not
+gated: a healthy GPU spends a spare now and then in its life, so a slow ramp of them that has
+gone on since before the history began is still a precursor.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,14 +36,21 @@ import numpy.typing as npt
 
 from trainguard.telemetry.frame import FloatArray
 
-__all__ = ["SPARSE_MAX_NORMAL", "WINDOW", "SparseCounters", "step_rows"]
+__all__ = ["RATE_Z", "RECUR_CHANCE", "SPARSE_MAX_NORMAL", "WINDOW", "SparseCounters",
+           "at_least", "step_rows", "usual_rate"]
 
 WINDOW = 10
 """Blocks of activity history per series."""
 SPARSE_MAX_NORMAL = 0.2
 """A series whose learned normal is at most this many events per block is sparse."""
+RECUR_CHANCE = 1e-3
+"""The recurrence term counts when its active blocks are at most this likely at the series'
+own rate before the window."""
+RATE_Z = 2.0
+"""The usual rate is read low by this many standard errors (`usual_rate`)."""
 _POPCOUNT = np.array([bin(i).count("1") for i in range(1 << WINDOW)], dtype=np.float64)
 _RECENT = 0b111
+_CHOOSE = np.array([math.comb(WINDOW, j) for j in range(WINDOW + 1)], dtype=np.float64)
 
 BoolArray = npt.NDArray[np.bool_]
 
@@ -40,6 +62,9 @@ class SparseCounters:
     mask: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     normal: FloatArray = field(default_factory=lambda: np.zeros(0))
     n: FloatArray = field(default_factory=lambda: np.zeros(0))
+    before: FloatArray = field(default_factory=lambda: np.zeros(0))
+    """Fraction of blocks with activity among those that have left the window (learned like
+    `normal`: a plain mean at first, then exponentially)."""
 
     def grow(self, shape: tuple[int, ...]) -> None:
         if self.mask.shape == shape:
@@ -47,6 +72,7 @@ class SparseCounters:
         self.mask = _pad(self.mask, shape).astype(np.int64)
         self.normal = _pad(self.normal, shape).astype(np.float64)
         self.n = _pad(self.n, shape).astype(np.float64)
+        self.before = _pad(self.before, shape).astype(np.float64)
 
     def reset_row(self, i: int) -> None:
         """Forget everything learned for metric `i` (the first axis)."""
@@ -54,20 +80,33 @@ class SparseCounters:
             self.mask[i] = 0
             self.normal[i] = 0.0
             self.n[i] = 0.0
+            self.before[i] = 0.0
 
-    def step(self, k: FloatArray, alpha: float, warm_n: float) -> tuple[FloatArray, BoolArray]:
-        """Feed one block of event counts `k` (NaN = not a counter / no data).
+    def step(self, k: FloatArray, alpha: float, warm_n: float, gated: BoolArray | None = None
+             ) -> tuple[FloatArray, BoolArray]:
+        """Feed one block of event counts `k` (NaN = not a counter / no data). `gated` (per
+        first-axis row; default all): the rows whose recurrence must be beyond chance.
 
         Returns (z, sparse): the deviation and where it applies (sparse and warm).
         """
         valid = ~np.isnan(k)
         kk = np.where(valid, k, 0.0)
         active = valid & (kk > 0.5)
+        # The block leaving the window (a real one once `WINDOW` blocks were seen).
+        leaves = valid & (self.n >= WINDOW)
+        left = ((self.mask >> (WINDOW - 1)) & 1).astype(np.float64)
+        b = np.maximum(alpha, 1.0 / np.maximum(self.n - WINDOW + 1.0, 1.0))
+        self.before = np.where(leaves, self.before + b * (left - self.before), self.before)
         self.mask = np.where(valid, ((self.mask << 1) | active) & ((1 << WINDOW) - 1), self.mask)
         count = _POPCOUNT[self.mask]
         recent = (self.mask & _RECENT) != 0
+        recur = recent & (count > 0)
+        ask = recur if gated is None else recur & gated.reshape(-1, *[1] * (k.ndim - 1))
+        if ask.any():
+            seen = np.minimum(np.maximum(self.n[ask] - WINDOW, 1.0), 1.0 / alpha)
+            recur[ask] = at_least(count[ask], usual_rate(self.before[ask], seen)) <= RECUR_CHANCE
         excess = 2.0 * (np.sqrt(kk + 0.375) - np.sqrt(self.normal + 0.375))
-        z = np.where(recent, 2.5 * count, 0.0) + np.maximum(excess, 0.0)
+        z = np.where(recur, 2.5 * count, 0.0) + np.maximum(excess, 0.0)
         sparse = valid & (self.normal <= SPARSE_MAX_NORMAL) & (self.n >= warm_n)
         # Learn the normal count slowly; increases are capped so a precursor is not absorbed.
         a = np.maximum(alpha, 1.0 / (self.n + 1.0))
@@ -78,18 +117,49 @@ class SparseCounters:
 
 
 def step_rows(counters: SparseCounters, rows: npt.NDArray[np.intp], k: FloatArray,
-              alpha: float, warm_n: float) -> tuple[FloatArray, BoolArray]:
+              alpha: float, warm_n: float, gated: BoolArray | None = None
+              ) -> tuple[FloatArray, BoolArray]:
     """`counters.step` for the metric rows `rows` only (`k` holds just those rows); the other
     rows are left as a step with no data would leave them. Returns (z, sparse) of those rows.
     A block's counters are few of its metrics: gauges need not pass through here at all."""
     if rows.size == counters.mask.shape[0]:
-        return counters.step(k, alpha, warm_n)
-    part = SparseCounters(counters.mask[rows], counters.normal[rows], counters.n[rows])
-    z, sparse = part.step(k, alpha, warm_n)
+        return counters.step(k, alpha, warm_n, gated)
+    part = SparseCounters(counters.mask[rows], counters.normal[rows], counters.n[rows],
+                          counters.before[rows])
+    z, sparse = part.step(k, alpha, warm_n, gated)
     counters.mask[rows] = part.mask
     counters.normal[rows] = part.normal
     counters.n[rows] = part.n
+    counters.before[rows] = part.before
     return z, sparse
+
+
+def usual_rate(rate: FloatArray, seen: FloatArray) -> FloatArray:
+    """A low estimate of a series' usual fraction of active blocks: `rate` learnt over `seen`
+    blocks, less `RATE_Z` standard errors. One or two events before the window are no proof
+    that the series is always like that (a slow ramp that began before the history); dozens
+    are.
+
+    >>> usual_rate(np.array([1 / 85, 0.15]), np.array([85.0, 260.0])).round(3).tolist()
+    [0.0, 0.128]
+    """
+    p = np.clip(rate, 0.0, 1.0)
+    low = p - RATE_Z * np.sqrt(p * (1.0 - p) / np.maximum(seen, 1.0))
+    return np.asarray(np.maximum(low, 0.0), dtype=np.float64)
+
+
+def at_least(count: FloatArray, p: FloatArray) -> FloatArray:
+    """P(X >= count) for X ~ Binomial(`WINDOW`, p), elementwise (`count` whole numbers).
+
+    >>> at_least(np.array([1.0, 3.0, 3.0]), np.array([0.0, 0.5, 0.05])).round(4).tolist()
+    [0.0, 0.9453, 0.0115]
+    """
+    j = np.arange(WINDOW + 1, dtype=np.float64)
+    pp = np.clip(p, 0.0, 1.0)[..., None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pmf = _CHOOSE * np.power(pp, j) * np.power(1.0 - pp, WINDOW - j)
+    tail = np.where(j >= np.asarray(count)[..., None], pmf, 0.0).sum(axis=-1)
+    return np.asarray(np.minimum(tail, 1.0), dtype=np.float64)
 
 
 def _pad(x: npt.NDArray[np.generic], shape: tuple[int, ...]) -> npt.NDArray[np.generic]:

@@ -16,6 +16,7 @@ mask of why the clock is below its maximum. Two groups matter to the early-warni
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -38,11 +39,15 @@ def bits_of(x: FloatArray) -> np.ndarray:
     return np.nan_to_num(x, nan=0.0).astype(np.int64)
 
 
-def governed_blocks(x: FloatArray, s: int, nb: int) -> np.ndarray:
-    """[node, gpu, block] of a reasons gauge [node, gpu, time]: the GPU reported the software
-    power cap in the block and no hardware reason."""
-    n, g, _t = x.shape
-    bits = bits_of(x[..., : nb * s]).reshape(n, g, nb, s)
+def governed_blocks(gauges: Sequence[FloatArray], s: int, nb: int) -> np.ndarray:
+    """[node, gpu, block] of reasons gauges [node, gpu, time]: the GPU reported the software
+    power cap in the block and no hardware reason, in any of them (an exporter upgrade renames
+    the gauge partway through a history; each name then holds part of it)."""
+    n, g, _t = gauges[0].shape
+    flat = np.zeros((n, g, nb * s), dtype=np.int64)
+    for x in gauges:
+        flat |= bits_of(x[..., : nb * s])
+    bits = flat.reshape(n, g, nb, s)
     capped = ((bits & POWER_CAP_BIT) != 0).any(axis=-1)
     hardware = ((bits & HW_BITS) != 0).any(axis=-1)
     return np.asarray(capped & ~hardware, dtype=bool)

@@ -11,12 +11,22 @@ def test_power_cap_alone_governs_a_block_and_a_hardware_reason_overrides_it() ->
     nan = float("nan")
     x = np.array([[[0, 4, 0, 0,   4, 4 | 8, 0, 0,   nan, nan, 0, 1,   4 | 0x80, 4, 4, 4]]],
                  dtype=float)                                   # 1 node, 1 GPU, 4 blocks of 4
-    assert governed_blocks(x, 4, 4).tolist() == [[[True, False, False, False]]]
+    assert governed_blocks([x], 4, 4).tolist() == [[[True, False, False, False]]]
 
 
 def test_only_whole_blocks_are_read() -> None:
     x = np.full((2, 3, 10), 4.0)
-    assert governed_blocks(x, 4, 2).shape == (2, 3, 2)
+    assert governed_blocks([x], 4, 2).shape == (2, 3, 2)
+
+
+def test_a_gauge_renamed_partway_is_read_under_both_names() -> None:
+    """An exporter upgrade: the old name holds the first half, the new one the rest; a power
+    cap under one name and a hardware reason under the other in the same block: not governed."""
+    nan = float("nan")
+    old = np.array([[[4, 4, 4, 4,   4, 4, nan, nan,   nan, nan, nan, nan]]])
+    new = np.array([[[nan, nan, nan, nan,   nan, nan, 8, 0,   4, 0, 4, 0]]])
+    assert governed_blocks([old, new], 4, 3).tolist() == [[[True, False, True]]]
+    assert governed_blocks([old], 4, 3).tolist() == [[[True, True, False]]]
 
 
 def test_both_names_of_the_reasons_gauge_are_known() -> None:

@@ -66,14 +66,17 @@ class CounterDeviation:
         self.busy_frac[i] = np.nan
 
     def step(self, x: FloatArray, xn: FloatArray, unit_floor: FloatArray, cumulative: BoolArray,
-             z1: FloatArray, z2: FloatArray, volume: BoolArray) -> BoolArray:
+             z1: FloatArray, z2: FloatArray, volume: BoolArray,
+             repair: BoolArray | None = None) -> BoolArray:
         """Score the counters among `x[gpu metric, node, gpu]`, `xn[node metric, node]` (rates;
         `cumulative` per metric, `unit_floor` per metric: a counter's typical increment per
         block as a rate) and write the sparse series' scores into the baseline deviations
         `z1`, `z2` (in place). Returns, per (metric, node), whether a sparse series scored.
 
         `volume` (per metric) marks counters of work done (energy, bytes): never error-like,
-        even when a long idle spell has made their events look rare."""
+        even when a long idle spell has made their events look rare. `repair` (per metric)
+        marks counters of repairs made for good: their recurrence is scored whatever the
+        series' rate before (`sparse.py`, "beyond chance")."""
         cfg = self.cfg
         mg = x.shape[0]
         cum_g, cum_n = np.flatnonzero(cumulative[:mg]), np.flatnonzero(cumulative[mg:])
@@ -91,8 +94,9 @@ class CounterDeviation:
         self.busy_frac = _ew_frac(self.busy_frac, np.concatenate([f1, f2]))
         rare = self.busy_frac <= RARE_EVENT_FRACTION
         rare &= ~volume[: rare.size]
-        zs1, sp1 = step_rows(self.sparse1, cum_g, k1, cfg.alpha, cfg.warm_n)
-        zs2, sp2 = step_rows(self.sparse2, cum_n, k2, cfg.alpha, cfg.warm_n)
+        gated = ~repair if repair is not None else np.ones(mg + xn.shape[0], dtype=bool)
+        zs1, sp1 = step_rows(self.sparse1, cum_g, k1, cfg.alpha, cfg.warm_n, gated[:mg][cum_g])
+        zs2, sp2 = step_rows(self.sparse2, cum_n, k2, cfg.alpha, cfg.warm_n, gated[mg:][cum_n])
         sp1 = sp1 & rare[:mg][cum_g, None, None]
         sp2 = sp2 & rare[mg:][cum_n, None]
         z1[cum_g] = np.where(sp1, zs1, z1[cum_g])

@@ -32,6 +32,7 @@ from trainguard.detect.hard import BoolArray
 from trainguard.detect.knowledge import (
     ACTIVITY_METRICS,
     is_cooling_control,
+    is_repair_counter,
     is_supporting_only,
     is_temperature,
     is_volume_counter,
@@ -63,6 +64,9 @@ class MetricRoles:
     """GPU activity and power: what an application crash moves."""
     volume: BoolArray
     """Counters of work done (energy, bytes, seconds): never error-like, GPU and node rows."""
+    repair: BoolArray
+    """Counters of repairs made for good (remapped rows, retired pages), GPU and node rows:
+    their recurrence is never the series' chance (`sparse.py`)."""
 
     @classmethod
     def of(cls, gpu_metrics: list[str], node_metrics: list[str]) -> MetricRoles:
@@ -78,6 +82,8 @@ class MetricRoles:
                    rows([is_temperature(m) for m in gpu_metrics]),
                    rows([m in ACTIVITY_METRICS for m in gpu_metrics]),
                    np.array([is_volume_counter(m) for m in (*gpu_metrics, *node_metrics)],
+                            dtype=bool),
+                   np.array([is_repair_counter(m) for m in (*gpu_metrics, *node_metrics)],
                             dtype=bool))
 
 

@@ -108,3 +108,22 @@ def test_a_first_isolated_burst_of_a_counter_never_seen_moving_stays_bounded() -
     z1 = np.zeros((2, N, G))
     c.step(x, np.zeros((0, N)), unit, np.array([False, True]), z1, np.zeros((2, N)), NO_VOLUME)
     assert 2.5 < z1[1, 4, 6] < 5.0  # one active block: 2.5 + its one-event excess
+
+
+def test_a_repair_counter_is_scored_beyond_its_usual_rate_and_a_transient_one_is_not() -> None:
+    """Two counters with the same chronic trickle on one GPU (a sixth of the blocks) and then
+    the same four blocks in a row: the transient one (replays) is chance at its usual rate,
+    the repair counter (remapped rows) is scored in full."""
+    c = _unit()
+    both = np.array([True, True])
+    rng = np.random.default_rng(5)
+    z1 = np.zeros((2, N, G))
+    for i in range(1200):
+        x = np.zeros((2, N, G))
+        if i >= 1196 or rng.random() < 1 / 6:
+            x[:, 4, 6] = 1.0
+        z1 = np.full((2, N, G), 0.25)
+        c.step(x, np.zeros((0, N)), np.array([1.0, 1.0]), both, z1, np.full((2, N), 0.25),
+               NO_VOLUME, np.array([False, True]))
+    assert z1[1, 4, 6] >= 2.5 * 4
+    assert z1[0, 4, 6] < 2.5 * 4
