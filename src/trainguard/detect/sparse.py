@@ -99,15 +99,17 @@ class SparseCounters:
         self.before = np.where(leaves, self.before + b * (left - self.before), self.before)
         self.mask = np.where(valid, ((self.mask << 1) | active) & ((1 << WINDOW) - 1), self.mask)
         count = _POPCOUNT[self.mask]
-        recent = (self.mask & _RECENT) != 0
-        recur = recent & (count > 0)
-        ask = recur if gated is None else recur & gated.reshape(-1, *[1] * (k.ndim - 1))
+        recur = (self.mask & _RECENT) != 0
+        sparse = valid & (self.normal <= SPARSE_MAX_NORMAL) & (self.n >= warm_n)
+        # Only where the score is used: a busy counter (bytes, energy) recurs on every series.
+        ask = recur & sparse
+        if gated is not None:
+            ask &= gated.reshape(-1, *[1] * (k.ndim - 1))
         if ask.any():
             seen = np.minimum(np.maximum(self.n[ask] - WINDOW, 1.0), 1.0 / alpha)
             recur[ask] = at_least(count[ask], usual_rate(self.before[ask], seen)) <= RECUR_CHANCE
         excess = 2.0 * (np.sqrt(kk + 0.375) - np.sqrt(self.normal + 0.375))
         z = np.where(recur, 2.5 * count, 0.0) + np.maximum(excess, 0.0)
-        sparse = valid & (self.normal <= SPARSE_MAX_NORMAL) & (self.n >= warm_n)
         # Learn the normal count slowly; increases are capped so a precursor is not absorbed.
         a = np.maximum(alpha, 1.0 / (self.n + 1.0))
         step = np.minimum(kk - self.normal, 0.5)
