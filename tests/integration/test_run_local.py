@@ -249,8 +249,11 @@ def test_a_run_dir_is_not_reused_by_accident(tmp_path: Path) -> None:
 
 def test_trainguard_inject_on_a_running_job(tmp_path: Path,
                                             reap: list[subprocess.Popen[str]]) -> None:
+    # 100 steps of 0.1 s: attempt 1 (resumed from a checkpoint a few steps in) runs for about
+    # 9 s, far longer than the `inject xid` command below takes to start on a loaded machine.
+    # With 40 steps it could finish first (CI stop 51: two attempts, not three).
     proc, pids = start_run(tmp_path, "--nodes", "node1,node2", "--spares", "node3",
-                           "--nproc-per-node", "1", steps=40)
+                           "--nproc-per-node", "1", steps=100)
     reap.append(proc)
     time.sleep(0.5)
     r = tg_cli("inject", "kill", "--run-dir", str(tmp_path / "run"), "--rank", "1")
@@ -268,7 +271,9 @@ def test_trainguard_inject_on_a_running_job(tmp_path: Path,
     assert r.returncode == 0, r.stderr
     _, errs = proc.communicate(timeout=120)
     assert proc.returncode == 0, errs
-    a0, a1, a2 = summary(tmp_path)["attempts"]
+    attempts = summary(tmp_path)["attempts"]
+    assert len(attempts) == 3, [(a["status"], a.get("failure_category")) for a in attempts]
+    a0, a1, a2 = attempts
     assert a0["exit_codes"]["1"] == -signal.SIGKILL and a0["decision"] == "retry"
     assert a0["failure_category"] == "injected_fault"
     assert "injected kill of rank 1 (trainguard inject)" in a0["reason"]
