@@ -118,6 +118,24 @@ class FileTail:
         self._next_line += complete.count(b"\n")
         return complete, first
 
+    def finish(self) -> bytes:
+        """The half line held back for its newline, ended with one: the writer is gone and
+        will not end it (a rank that died mid-line). Empty when nothing is held.
+
+            >>> import tempfile
+            >>> p = Path(tempfile.mkdtemp()) / "log"
+            >>> _ = p.write_bytes(b"one\\nKilled")
+            >>> tail = FileTail(p)
+            >>> tail.read(), tail.finish(), tail.finish()
+            ((b'one\\n', 1), b'Killed\\n', b'')
+        """
+        rest, self._partial = self._partial, b""
+        if self._drop_first or not rest:  # the rest of a line begun before a from_end start
+            self._drop_first = self._drop_first and not rest
+            return b""
+        self._next_line += 1
+        return rest + b"\n"
+
 
 def read_tail(path: Path, max_bytes: int, max_lines: int) -> tuple[bytes, int]:
     """The last lines of ``path``, at most ``max_bytes`` and ``max_lines`` of them (a line cut

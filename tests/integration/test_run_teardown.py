@@ -114,10 +114,13 @@ def test_a_really_full_checkpoint_filesystem_excludes_no_host(tmp_path: Path) ->
     assert s["exclusions"] == [] and s["status"] == "failed"
     # a torch.save that cannot write is a checkpoint failure caused by the storage
     assert all(a["failure_category"] in ("checkpoint", "storage_io") for a in s["attempts"]), \
-        [(a["failure_category"], (a["failure"] or {}).get("summary"),
-          {str(p.relative_to(tmp_path)): p.stat().st_size
-           for p in (tmp_path / "run" / "attempts" / str(a["index"])).glob("node*/rank*.log")})
-         for a in s["attempts"]]  # what each attempt's evidence was, and what output arrived
+        ([(a["failure_category"], (a["failure"] or {}).get("summary"),
+           {str(p.relative_to(tmp_path)): p.stat().st_size
+            for p in (tmp_path / "run" / "attempts" / str(a["index"])).glob("node*/rank*.log")})
+          for a in s["attempts"]],  # what each attempt's evidence was, what output arrived,
+         r.stderr[-4000:],  # and what the controller and the agents said
+         {p.name: p.read_text()[-2000:]
+          for p in (tmp_path / "run" / "attempts").glob("*/agents/*.log")})
     assert all(a["nodes"] == ["node1", "node2"] for a in s["attempts"])
     assert [a["decision"] for a in s["attempts"]][-1] == "stop"
 

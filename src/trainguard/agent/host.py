@@ -86,6 +86,10 @@ class StatTail:
         self._inode = st.st_ino
         return data, self.tail.offset - before >= max_bytes
 
+    def finish(self) -> bytes:
+        """The half line held back, ended (:meth:`FileTail.finish`): its writer has exited."""
+        return self.tail.finish()
+
 
 def _strings(value: object, what: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -275,10 +279,13 @@ class HostWork:
             self._take_exits(exits, now)
             left = budget
             changed = self._changed() if left is None or left > 0 else set()
+            # An ended rank's files are looked at whatever the watch says (a stat each when
+            # nothing is new): its exit never goes out ahead of output a missed event hid.
+            ended = {ex.rank for ex, _ in self._held}
             behind: set[int] = set()
             for rank, (output, events) in self._tails.items():
                 for kind, tail in (("out", output), ("sdk", events)):
-                    if changed is not None and tail.name not in changed:
+                    if changed is not None and tail.name not in changed and rank not in ended:
                         continue
                     if left is not None and left <= 0:
                         self._again.add(tail.name)  # no room: left in the file for now
@@ -288,6 +295,8 @@ class HostWork:
                     if more:
                         self._again.add(tail.name)
                         behind.add(rank)
+                    elif kind == "out" and rank in ended:  # a last line without its newline
+                        data += tail.finish()
                     if data:
                         out.append({"t": kind, "rank": rank, "data": data})
                         if left is not None:
