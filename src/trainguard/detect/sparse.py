@@ -143,7 +143,7 @@ def usual_rate(rate: FloatArray, seen: FloatArray) -> FloatArray:
     are.
 
     >>> usual_rate(np.array([1 / 85, 0.15]), np.array([85.0, 260.0])).round(3).tolist()
-    [0.0, 0.128]
+    [0.0, 0.106]
     """
     p = np.clip(rate, 0.0, 1.0)
     low = p - RATE_Z * np.sqrt(p * (1.0 - p) / np.maximum(seen, 1.0))

@@ -19,8 +19,8 @@ close-on-exec and ranks are started with ``close_fds``):
 The module uses the standard library only: the backend runs it as a script (``python -I
 reaper.py FD``) so the watchdog starts in milliseconds and does not hold the supervisor's imports.
 
-    >>> link = ReaperLink.start()          # what LocalBackend does at its first launch
-    >>> link.add(rank_pid); ...; link.forget(rank_pid)
+    >>> link = ReaperLink.start()  # what LocalBackend does at its first launch  # doctest: +SKIP
+    >>> link.add(rank_pid); ...; link.forget(rank_pid)  # doctest: +SKIP
 """
 
 from __future__ import annotations

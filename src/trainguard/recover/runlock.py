@@ -8,7 +8,7 @@ drops a ``flock`` when its holder dies, SIGKILL included, so a crashed superviso
 a stale lock. The file itself is left in place: unlinking a lock file lets a third process lock
 a new file while a second still holds the old one.
 
-    >>> with RunDirLock(Path("runs/gpt")):     # ConfigError naming the pid if already held
+    >>> with RunDirLock(Path("runs/gpt")):  # ConfigError if already held  # doctest: +SKIP
     ...     Supervisor(spec, backend).run()
 """
 

@@ -7,7 +7,8 @@ distinct values mapped to global value ids and looked up in a sorted table of kn
 runs once per *new* series or label value, never per row.
 
     >>> ids = SeriesIds(["Hostname", "gpu"])                          # doctest: +SKIP
-    >>> sid = ids.ids([(metric_codes, metric_values), (host_codes, hosts), (gpu_codes, gpus)])
+    >>> sid = ids.ids([(metric_codes, metric_values), (host_codes, hosts),  # doctest: +SKIP
+    ...                (gpu_codes, gpus)])
 """
 
 from __future__ import annotations

@@ -9,8 +9,9 @@ Failures never reach the service loop: each post is retried with exponential bac
 is injected, so tests do not wait), then counted in :attr:`AlertmanagerClient.errors` and
 reported as ``False``.
 
-    >>> client = AlertmanagerClient("http://127.0.0.1:9093")
-    >>> client.post([NodeAlert(node="gpu-node-7", severity="warning", start=1.7e9)])
+    >>> client = AlertmanagerClient("http://127.0.0.1:9093")  # doctest: +SKIP
+    >>> alert = NodeAlert(node="gpu-node-7", severity="warning", start=1.7e9)  # doctest: +SKIP
+    >>> client.post([alert])  # doctest: +SKIP
     True
 """
 

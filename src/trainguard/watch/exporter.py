@@ -121,8 +121,8 @@ class _SnapshotCollector:
 class MetricsExporter:
     """Serves the latest :class:`MetricsSnapshot` at ``/metrics``.
 
-        >>> exporter = MetricsExporter()
-        >>> server = HttpServer(ServerConfig(), exporter.routes())
+        >>> exporter = MetricsExporter()  # doctest: +SKIP
+        >>> server = HttpServer(ServerConfig(), exporter.routes())  # doctest: +SKIP
     """
 
     def __init__(self) -> None:

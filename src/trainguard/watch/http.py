@@ -293,10 +293,11 @@ def _error(status: int, message: str) -> Response:
 class HttpServer:
     """The endpoints on one socket, served from a background thread.
 
-        >>> server = HttpServer(ServerConfig(), {("GET", "/metrics"): exporter.handle})
-        >>> server.start()            # binds; raises OSError if the port is taken
-        >>> server.url                # 'http://127.0.0.1:41234'
-        >>> server.stop()             # stops serving and joins the thread
+        >>> routes = {("GET", "/metrics"): exporter.handle}  # doctest: +SKIP
+        >>> server = HttpServer(ServerConfig(), routes)  # doctest: +SKIP
+        >>> server.start()  # binds; raises OSError if the port is taken  # doctest: +SKIP
+        >>> server.url  # 'http://127.0.0.1:41234'  # doctest: +SKIP
+        >>> server.stop()  # stops serving and joins the thread  # doctest: +SKIP
     """
 
     config: ServerConfig

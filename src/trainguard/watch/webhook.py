@@ -327,8 +327,8 @@ class ReceiveCounts:
 class WebhookReceiver:
     """Turns Alertmanager notifications into trainguard evidence.
 
-        >>> receiver = WebhookReceiver(alerts_file=Path("alerts.jsonl"))
-        >>> server = HttpServer(ServerConfig(), receiver.routes())
+        >>> receiver = WebhookReceiver(alerts_file=Path("alerts.jsonl"))  # doctest: +SKIP
+        >>> server = HttpServer(ServerConfig(), receiver.routes())  # doctest: +SKIP
         >>> # NodeWatch(..., alerts_file=Path("alerts.jsonl")) now sees the alerts
     """
 
