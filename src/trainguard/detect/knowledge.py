@@ -16,6 +16,7 @@ from trainguard.taxonomy import Category
 __all__ = [
     "ACTIVITY_FIELDS",
     "ACTIVITY_METRICS",
+    "error_family",
     "is_cooling_control",
     "is_hard_counter",
     "is_hardware_xid",
@@ -75,6 +76,16 @@ _WORKLOAD_FOLLOWING = re.compile(
 # long the cluster sat idle before a job started.
 _VOLUME = re.compile(r"ENERGY|_BYTES|BYTES_TOTAL|_SECONDS_TOTAL|_PACKETS|THROUGHPUT|BANDWIDTH",
                      re.IGNORECASE)
+# Counters and gauges that report one physical event more than once: a link's CRC errors and
+# the replays they cause, a volatile and an aggregate copy of the same ECC count, a gauge and its
+# renamed successor. As evidence each family counts once (`error_family`).
+_FAMILIES = (
+    ("nvlink_errors", re.compile(r"NVLINK.*(ERROR|CRC|REPLAY|RECOVERY)", re.IGNORECASE)),
+    ("pcie_errors", re.compile(r"PCIE.*(REPLAY|ERROR|ROLLOVER|NAK)", re.IGNORECASE)),
+    ("correctable_ecc", re.compile(r"ECC_SBE|SBE_VOL|SBE_AGG|ECC_CORR|HBM_ECC_CORRECTED",
+                                   re.IGNORECASE)),
+    ("clock_reasons", re.compile(r"THROTTLE_REASONS|CLOCKS?_EVENT_REASONS", re.IGNORECASE)),
+)
 _HW_CATEGORIES = frozenset({Category.GPU_HARDWARE, Category.GPU_MEMORY_ECC,
                             Category.NVLINK_INTERCONNECT})
 
@@ -146,6 +157,22 @@ def is_volume_counter(name: str) -> bool:
         False
     """
     return bool(_VOLUME.search(_base(name)))
+
+
+def error_family(name: str) -> str | None:
+    """The family of fields that report the same physical events as `name` (None: its own).
+
+        >>> error_family("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL")
+        'nvlink_errors'
+        >>> error_family("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL")
+        'nvlink_errors'
+        >>> error_family("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL") is None
+        True
+    """
+    if is_hard_counter(name) or is_volume_counter(name):
+        return None
+    base = _base(name)
+    return next((family for family, pattern in _FAMILIES if pattern.search(base)), None)
 
 
 def is_hardware_xid(xid: int) -> bool:

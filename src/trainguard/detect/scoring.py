@@ -125,7 +125,8 @@ class BlockScorer:
         mute_cooling_explained(z1, z2, roles)
         if app_recent is not None:
             mute_app_explained(z1, z2, roles, app_recent)
-        fused = self.fusion.step(z1, z2, soft, weights, ctx.node_pres, roles.supporting)
+        fused = self.fusion.step(z1, z2, soft, weights, ctx.node_pres, roles.supporting,
+                                 roles.families)
         quiet = tracker.quiet(t)
         names = [*self.layout.gpu_metrics, *self.layout.node_metrics]
         signals = {i: self.fusion.signals(i, fused, z1, z2, names, self.layout)

@@ -31,6 +31,7 @@ import numpy as np
 from trainguard.detect.hard import BoolArray
 from trainguard.detect.knowledge import (
     ACTIVITY_METRICS,
+    error_family,
     is_cooling_control,
     is_repair_counter,
     is_supporting_only,
@@ -38,9 +39,10 @@ from trainguard.detect.knowledge import (
     is_volume_counter,
     is_workload_following,
 )
-from trainguard.telemetry.frame import FloatArray
+from trainguard.telemetry.frame import FloatArray, IntArray
 
-__all__ = ["FAN_DROP_Z", "MetricRoles", "mute_app_explained", "mute_cooling_explained"]
+__all__ = ["FAN_DROP_Z", "MetricRoles", "family_rows", "mute_app_explained",
+           "mute_cooling_explained"]
 
 FAN_DROP_Z = -3.0
 """A fan this many deviations below its own normal is down (a controller never slows a fan on
@@ -67,6 +69,9 @@ class MetricRoles:
     repair: BoolArray
     """Counters of repairs made for good (remapped rows, retired pages), GPU and node rows:
     their recurrence is never the series' chance (`sparse.py`)."""
+    families: tuple[IntArray, ...]
+    """The GPU metric rows of each error family of two or more (`knowledge.error_family`:
+    fields that report the same physical events), first row first: fusion counts each once."""
 
     @classmethod
     def of(cls, gpu_metrics: list[str], node_metrics: list[str]) -> MetricRoles:
@@ -84,7 +89,24 @@ class MetricRoles:
                    np.array([is_volume_counter(m) for m in (*gpu_metrics, *node_metrics)],
                             dtype=bool),
                    np.array([is_repair_counter(m) for m in (*gpu_metrics, *node_metrics)],
-                            dtype=bool))
+                            dtype=bool),
+                   family_rows(gpu_metrics))
+
+
+def family_rows(names: list[str]) -> tuple[IntArray, ...]:
+    """The indices of the names of each error family with two or more of them, in order.
+
+        >>> family_rows(["DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "DCGM_FI_DEV_GPU_TEMP",
+        ...              "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
+        ...              "DCGM_FI_DEV_PCIE_REPLAY_COUNTER"])
+        (array([0, 2]),)
+    """
+    groups: dict[str, list[int]] = {}
+    for i, name in enumerate(names):
+        family = error_family(name)
+        if family is not None:
+            groups.setdefault(family, []).append(i)
+    return tuple(np.array(rows, dtype=np.intp) for rows in groups.values() if len(rows) > 1)
 
 
 def mute_cooling_explained(z1: FloatArray, z2: FloatArray, roles: MetricRoles,

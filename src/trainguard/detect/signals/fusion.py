@@ -27,7 +27,7 @@ from trainguard.detect.signals.common import pad_to, regrow, rows
 from trainguard.telemetry.frame import FloatArray, IntArray
 
 __all__ = ["CAL_REF", "U_CAP", "Fused", "Fusion", "FusionConfig", "calibrate", "cap_supporting",
-           "fuse", "fuse_gpus", "lead_of"]
+           "fold_families", "fuse", "fuse_gpus", "lead_of"]
 
 CAL_REF = 2.5
 """Cross-sectional 99th percentile of |z| for a well-behaved metric (about Gaussian)."""
@@ -91,11 +91,13 @@ class Fusion:
         self.cal2[i] = 0.0
 
     def step(self, z1: FloatArray, z2: FloatArray, soft: FloatArray, weights: FloatArray,
-             node_pres: BoolArray, supporting: BoolArray | None = None) -> Fused:
+             node_pres: BoolArray, supporting: BoolArray | None = None,
+             families: tuple[IntArray, ...] = ()) -> Fused:
         """Fuse `z1[gpu metric, node, gpu]` and `z2[metric, node]` (NaN: no evidence) with the
         per-metric `soft` (0 for hard-evidence metrics) and `weights`; a `supporting` metric
         (per metric) never scores above the node's strongest other metric: it can be the
-        second signal, never the only one."""
+        second signal, never the only one. `families` (GPU metric rows, `fold_families`):
+        fields that report the same events count once on a GPU."""
         cfg = self.cfg
         mg = z1.shape[0]
         a1 = np.abs(z1)
@@ -128,6 +130,7 @@ class Fusion:
             v = np.maximum(u1, np.where(crowded[:mg, None], 0.0, u2[:mg])[:, :, None])
             host = (per_metric[mg:].max(axis=0) if per_metric.shape[0] > mg
                     else np.zeros(per_metric.shape[1]))
+            fold_families(v, families)  # v is this block's own array
             score = fuse_gpus(v, host, supporting[:mg] if supporting is not None else None)
         return Fused(score, per_metric, s1, u2, gpu_best)
 
@@ -202,6 +205,23 @@ def fuse_gpus(v: FloatArray, host: FloatArray, supporting: BoolArray | None) -> 
     else:
         top, second = v[0], np.broadcast_to(host[:, None], v.shape[1:])
     return np.asarray((top + 0.5 * second).max(axis=1), dtype=np.float64)
+
+
+def fold_families(v: FloatArray, families: tuple[IntArray, ...]) -> None:
+    """In place: each family's first row of `v[metric, ...]` becomes the maximum of the
+    family's rows, and its other rows 0, so that one event reported by several fields (a
+    link's CRC errors and the replays they cause) cannot corroborate itself. `families`: the
+    row indices of each family of two or more rows, its first row first.
+
+        >>> v = np.array([[[4.0]], [[4.0]], [[2.0]]])    # CRC, replays, temperature: one GPU
+        >>> fold_families(v, (np.array([0, 1]),)); v[:, 0, 0].tolist()
+        [4.0, 0.0, 2.0]
+        >>> fuse_gpus(v, np.zeros(1), None).tolist()      # 6.0 with the echo counted
+        [5.0]
+    """
+    for members in families:
+        v[members[0]] = v[members].max(axis=0)
+        v[members[1:]] = 0.0
 
 
 def calibrate(cal: FloatArray, a: FloatArray, quantile: float) -> FloatArray:
