@@ -123,10 +123,11 @@ class FileTail:
         will not end it (a rank that died mid-line). Empty when nothing is held.
 
             >>> import tempfile
-            >>> p = Path(tempfile.mkdtemp()) / "log"
-            >>> _ = p.write_bytes(b"one\\nKilled")
-            >>> tail = FileTail(p)
-            >>> tail.read(), tail.finish(), tail.finish()
+            >>> with tempfile.TemporaryDirectory() as d:
+            ...     p = Path(d) / "log"
+            ...     _ = p.write_bytes(b"one\\nKilled")
+            ...     tail = FileTail(p)
+            ...     tail.read(), tail.finish(), tail.finish()
             ((b'one\\n', 1), b'Killed\\n', b'')
         """
         rest, self._partial = self._partial, b""
