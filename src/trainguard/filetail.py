@@ -131,8 +131,10 @@ class FileTail:
             ((b'one\\n', 1), b'Killed\\n', b'')
         """
         rest, self._partial = self._partial, b""
-        if self._drop_first or not rest:  # the rest of a line begun before a from_end start
-            self._drop_first = self._drop_first and not rest
+        if not rest:
+            return b""
+        if self._drop_first:  # the rest of a line begun before a from_end start
+            self._drop_first = False
             return b""
         self._next_line += 1
         return rest + b"\n"

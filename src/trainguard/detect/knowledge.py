@@ -54,8 +54,8 @@ _PRECURSOR = re.compile(
     re.IGNORECASE)
 # Correctable memory errors and the rows remapped for them: HBM wear, which grows slowly over
 # hours to days before an uncorrectable error (the trend test watches these).
-_WEAR = re.compile(r"ECC_SBE|SBE_VOL|SBE_AGG|CORRECTABLE_REMAPPED_ROWS|RETIRED_SBE|ECC_CORR|"
-                   r"HBM_ECC_CORRECTED", re.IGNORECASE)
+_CORRECTABLE_ECC = r"ECC_SBE|SBE_VOL|SBE_AGG|ECC_CORR|HBM_ECC_CORRECTED"
+_WEAR = re.compile(_CORRECTABLE_ECC + r"|CORRECTABLE_REMAPPED_ROWS|RETIRED_SBE", re.IGNORECASE)
 # Repairs the GPU made for good: rows remapped to spares, pages retired. A healthy GPU spends
 # a spare now and then in its life, never hour after hour, so their recurrence is never chance.
 _REPAIR = re.compile(r"REMAPPED_ROWS|RETIRED_SBE|RETIRED_PAGES|RETIRED_COUNT", re.IGNORECASE)
@@ -82,8 +82,7 @@ _VOLUME = re.compile(r"ENERGY|_BYTES|BYTES_TOTAL|_SECONDS_TOTAL|_PACKETS|THROUGH
 _FAMILIES = (
     ("nvlink_errors", re.compile(r"NVLINK.*(ERROR|CRC|REPLAY|RECOVERY)", re.IGNORECASE)),
     ("pcie_errors", re.compile(r"PCIE.*(REPLAY|ERROR|ROLLOVER|NAK)", re.IGNORECASE)),
-    ("correctable_ecc", re.compile(r"ECC_SBE|SBE_VOL|SBE_AGG|ECC_CORR|HBM_ECC_CORRECTED",
-                                   re.IGNORECASE)),
+    ("correctable_ecc", re.compile(_CORRECTABLE_ECC, re.IGNORECASE)),
     ("clock_reasons", re.compile(r"THROTTLE_REASONS|CLOCKS?_EVENT_REASONS", re.IGNORECASE)),
 )
 _HW_CATEGORIES = frozenset({Category.GPU_HARDWARE, Category.GPU_MEMORY_ECC,
