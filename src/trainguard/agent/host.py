@@ -267,7 +267,8 @@ class HostWork:
         ``budget``: at most about this many bytes of output are read (None: a ``CHUNK`` per
         file); what is not read stays in the rank's file for a later look (backpressure). A
         rank's exit waits while its files are not read to their end, at most
-        :data:`EXIT_HOLD_S` (``hold_exits=False``: not at all, the agent's last look)."""
+        :data:`EXIT_HOLD_S` (``hold_exits=False``: not at all, the agent's last look, which also
+        reads the kernel log whenever it was last read)."""
         out: list[dict[str, Any]] = []
         self._now = now
         with self._lock:
@@ -307,7 +308,7 @@ class HostWork:
                      or ex.rank not in behind or now - since >= EXIT_HOLD_S]
             self._held = [(ex, since) for ex, since in self._held if ex not in ready]
         out += [{"t": "exit", "rank": ex.rank, "code": ex.returncode} for ex in ready]
-        if now >= self._next_slow:
+        if now >= self._next_slow or not hold_exits:  # the last look misses no XID
             self._next_slow = now + PROC_EVERY_S
             out += self._slow(now)
         return out

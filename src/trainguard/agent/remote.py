@@ -41,6 +41,10 @@ log = logging.getLogger(__name__)
 _STOP_MARGIN_S = 5.0
 """Beyond the stop grace, how long to wait for agents to report the last exits."""
 
+_BYE_WAIT_S = 3.0
+"""How long the attempt's end waits for each agent's last words (what it read after its ranks
+ended) before it stops listening."""
+
 
 class AgentProcesses(Protocol):
     """The local processes that started the agents (subprocesses, ``srun``): what the
@@ -217,6 +221,13 @@ class RemoteAttempt:
             if view.connected and node in self._launch and self._clocks.due(node, now) \
                     and self._hub.send(node, {"t": "clock", "t0": now}):
                 self._clocks.sent(node, now)
+        self._take()
+        if self._snap is not None:
+            self._snap.tick()
+        self._liveness(peers)
+
+    def _take(self) -> None:
+        """What the agents sent since the last look, each message checked and dispatched."""
         for inbound in self._hub.take():
             try:
                 check_message(inbound.msg)  # every field read below has its type
@@ -225,9 +236,6 @@ class RemoteAttempt:
                     AttributeError, OverflowError) as exc:  # a lying agent: drop, go on
                 log.warning("message %r from %s's agent ignored: %s",
                             str(inbound.msg.get("t"))[:40], inbound.node, exc)
-        if self._snap is not None:
-            self._snap.tick()
-        self._liveness(peers)
 
     def _dispatch(self, inbound: Inbound) -> None:
         msg, node = inbound.msg, inbound.node
@@ -502,6 +510,31 @@ class RemoteAttempt:
         exits, self._exits = self._exits, []
         return exits
 
+    def _last_words(self) -> None:
+        """Tell every agent ``bye`` and take what each sends before it hangs up: its last look
+        at the ranks' files and at its kernel log (an XID logged as the ranks ended), up to
+        :data:`_BYE_WAIT_S`. Nothing is launched and no host is judged lost meanwhile: an agent
+        hanging up now is the agent obeying."""
+        peers = self._hub.peers()
+        waiting = {n for n in self.nodes if n not in self.lost
+                   and (view := peers.get(n)) is not None and view.connected}
+        for node in self.nodes:
+            self._hub.send(node, {"t": "bye"})
+        deadline = self._clock() + _BYE_WAIT_S
+        while True:
+            self._take()
+            peers = self._hub.peers()
+            waiting = {n for n in waiting if (view := peers.get(n)) is not None
+                       and view.connected}
+            if not waiting:
+                self._take()  # what came in just before the last hang-up
+                return
+            if self._clock() >= deadline:
+                log.info("agent(s) of %s did not hang up within %g s of bye",
+                         ", ".join(sorted(waiting)), _BYE_WAIT_S)
+                return
+            self._sleep(0.02)
+
     def close(self) -> None:
         """The attempt is over: every agent exits (its ranks are gone by now). A lost host is
         fenced first, before anything is relaunched: its agent's launcher is killed (the agent
@@ -509,9 +542,8 @@ class RemoteAttempt:
         host's agent that reconnects later is told its attempt is over and kills its ranks."""
         with contextlib.suppress(LaunchError):  # a broken launch: nothing more to say of it
             self._pump()
+        self._last_words()
         self._mirror.close()  # the last pieces are written; nothing more is mirrored
-        for node in self.nodes:
-            self._hub.send(node, {"t": "bye"})
         lost = tuple(n for n in self.nodes if n in self.lost)
         if lost and isinstance(self._procs, Fences):
             log.info("fencing lost host(s) %s", ", ".join(lost))

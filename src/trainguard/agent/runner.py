@@ -209,8 +209,11 @@ class Agent:
             except (ConnectionError, OSError, WireError) as exc:
                 log.info("agent of %s: connection lost: %s", self.cfg.me.node, exc)
             finally:
-                self._conn = None
-                conn.writer.close()
+                if not self._done.is_set() or conn.writer.is_closing():
+                    self._conn = None
+                    conn.writer.close()
+                # else: on the way out (``bye``), _main sends the last look on this connection
+                # and then closes it; dropping it here sent the last words nowhere
             if self._done.is_set():
                 return
 

@@ -24,6 +24,15 @@ for step in range(start, steps):
     print(f"rank {rank} step {step}", flush=True)
     if fail == "every_rank" and step == 2:
         raise ValueError(f"bad hyperparameter on rank {rank}")
+    if fail == "xid_then_exit" and rank == 1 and attempt == 0 and step == 6:
+        # The GPU falls off the bus and the rank on it dies of it in the same instant.
+        from datetime import UTC, datetime
+        with open(os.environ["PLAIN_XID_LOG"], "a") as f:
+            f.write(f"{datetime.now(UTC).isoformat()} node2 kernel: NVRM: Xid "
+                    f"(PCI:0000:3b:00): 79, pid={os.getpid()}, name=python, GPU has fallen off "
+                    "the bus.\n")
+        os.write(2, b"RuntimeError: CUDA error: unspecified launch failure\n")
+        os._exit(1)
     time.sleep(float(os.environ.get("PLAIN_SLEEP", "0.1")))
     if rank == 0 and ckpt and step % 5 == 4:
         with open(ckpt + ".tmp", "w") as f:
