@@ -283,7 +283,8 @@ class Attempt:
         ended, trigger = p.ended, p.trigger
         assert trigger is not None, "outcome() before watch()"
         self._poll_ranks({r: len(w.checkpoints) for r, w in watches.items()}, ended)
-        ctx.evidence.poll(chain.nodes, chain, p.node_events, ended, remote_events(self.handle))
+        ctx.evidence.poll(chain.nodes, chain, p.node_events, ended, remote_events(self.handle),
+                          ended=True)
         no_events: tuple[FailureEvent, ...] = ()
         rank_events = {r: ctx.token.classify(partial(tail_events, w, ctx.rules, ctx.scan),
                                              no_events)

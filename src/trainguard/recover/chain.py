@@ -98,10 +98,11 @@ class NodeEvidence:
 
     def poll(self, nodes: tuple[str, ...], chain: Chain,
              found: dict[str, list[FailureEvent]], now: float,
-             remote: Iterable[FailureEvent] = ()) -> Trigger | None:
+             remote: Iterable[FailureEvent] = (), *, ended: bool = False) -> Trigger | None:
         """Kernel-log evidence and alerts (``remote``: what agents found on their hosts), added
         to ``found`` by node; :attr:`Trigger.NODE_EVIDENCE` when a node of ``nodes`` has a
-        fatal one."""
+        fatal one. ``ended``: the attempt's ranks are already gone (its last look), so a fatal
+        event is said as found late, not as stopping anything."""
         trigger = None
         watch = self._watch
         no_events: list[FailureEvent] = []
@@ -110,7 +111,8 @@ class NodeEvidence:
             if node in nodes:
                 found.setdefault(node, []).append(ev)
                 if is_node_fault(ev):
-                    self._status(f"{node}: stopping the attempt: {ev.summary}")
+                    self._status(f"{node}: {ev.summary} (logged as the attempt ended)" if ended
+                                 else f"{node}: stopping the attempt: {ev.summary}")
                     trigger = Trigger.NODE_EVIDENCE
             elif node in chain.spares and is_node_fault(ev):
                 self._lose_spare(node, ev, chain, now)
