@@ -260,6 +260,8 @@ class Detector:
                               else np.zeros((n, g, d.times.size), dtype=bool))
         # Hard evidence on raw values, before any transformation.
         hits = self.hard.scan(d, lay, present, self.step_s)
+        warnings = [h for h in hits if not h.fatal]
+        hits = [h for h in hits if h.fatal]
 
         flags = self._flags()
         mg_ = len(lay.gpu_metrics)
@@ -272,7 +274,7 @@ class Detector:
                         flags.soft, flags.weights, flags.activity, jobs,
                         self.steps_per_block,
                         self._unit_blocks(d.gpu, d.node, d.times.size // self.steps_per_block),
-                        flags.cumulative, early, app_recent)
+                        flags.cumulative, early, app_recent, warnings)
 
     def _block_means(self, x: FloatArray, cumulative: BoolArray, key: str, times: np.ndarray
                      ) -> FloatArray:

@@ -150,6 +150,18 @@ class EpisodeTracker:
             self._close_hard(i)
         self.hard[i] = _Open(t, t, severity, (signal,))
 
+    def join_hard(self, i: int, t: float, signal: Signal) -> bool:
+        """Add `signal` to node `i`'s open hard episode (evidence that asks no action of its
+        own, seen with a failure: a non-fatal XID); False, and nothing changed, when none is
+        open."""
+        ep = self.hard.get(i)
+        if ep is None or t - ep.last > self.cfg.hard_cooldown_s:
+            return False
+        ep.last = max(ep.last, t)
+        if len(ep.signals) < self.cfg.top_signals and signal not in ep.signals:
+            ep.signals = (*ep.signals, signal)
+        return True
+
     def _close_hard(self, i: int) -> None:
         ep = self.hard.pop(i)
         self.closed.append(AlertEpisode(self.nodes[i], ep.start, ep.last, ep.peak,

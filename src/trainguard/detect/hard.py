@@ -12,8 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from trainguard.detect.knowledge import is_hardware_xid
+from trainguard.detect.knowledge import is_fatal_hardware_xid, is_hardware_xid
 from trainguard.detect.numeric import previous_valid
+from trainguard.evidence.xid import xid_info
 from trainguard.telemetry.frame import FloatArray, IntArray
 
 __all__ = ["HardHit", "changes", "vanished"]
@@ -31,6 +32,8 @@ class HardHit:
     metric: str
     value: float
     detail: str
+    fatal: bool = True
+    """False: a hardware event that asks no action now (a non-fatal XID): an early warning."""
 
 
 def changes(x: FloatArray, carry: FloatArray, *, increase_only: bool
@@ -52,12 +55,18 @@ def xid_hits(metric: str, x: FloatArray, carry: FloatArray) -> tuple[list[HardHi
     """XID gauge [node, gpu, time]: a change to a hardware XID value on one GPU.
 
     Application XIDs (13, 31, 43, ...) are the job's fault, not the node's: never hard evidence.
+    A hardware XID that NVIDIA's catalog does not call fatal is a hit with ``fatal`` False: an
+    early warning, not hard evidence (`knowledge.is_fatal_hardware_xid`).
     """
     where, values, new_carry = changes(x, carry, increase_only=False)
     hits = []
     for n, g, t, v in zip(*(w.tolist() for w in where), values.tolist(), strict=True):
         if v > 0 and v == int(v) and is_hardware_xid(int(v)):
-            hits.append(HardHit(t, n, g, metric, v, f"XID {int(v)}"))
+            if is_fatal_hardware_xid(int(v)):
+                hits.append(HardHit(t, n, g, metric, v, f"XID {int(v)}"))
+            else:
+                hits.append(HardHit(t, n, g, metric, v, f"XID {int(v)}, non-fatal "
+                                    f"({xid_info(int(v)).name}): a warning", fatal=False))
     return hits, new_carry
 
 

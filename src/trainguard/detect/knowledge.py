@@ -11,13 +11,14 @@ from __future__ import annotations
 import re
 
 from trainguard.evidence.xid import xid_info
-from trainguard.taxonomy import Category
+from trainguard.taxonomy import Category, Severity
 
 __all__ = [
     "ACTIVITY_FIELDS",
     "ACTIVITY_METRICS",
     "error_family",
     "is_cooling_control",
+    "is_fatal_hardware_xid",
     "is_hard_counter",
     "is_hardware_xid",
     "is_known_precursor",
@@ -177,3 +178,15 @@ def error_family(name: str) -> str | None:
 def is_hardware_xid(xid: int) -> bool:
     """True for XIDs that point at the GPU, its memory or NVLink (not at the application)."""
     return xid > 0 and xid_info(xid).category in _HW_CATEGORIES
+
+
+def is_fatal_hardware_xid(xid: int) -> bool:
+    """A hardware XID that NVIDIA's catalog calls fatal: hard evidence. The others (a row
+    remapping recorded, XID 63; excessive single-bit interrupts, 92; an error contained to one
+    application, 94; an XID the catalog does not list) ask no action of the node now; they are
+    early warnings, as the same XID in a kernel log stops no job.
+
+    >>> is_fatal_hardware_xid(79), is_fatal_hardware_xid(63), is_fatal_hardware_xid(13)
+    (True, False, False)
+    """
+    return is_hardware_xid(xid) and xid_info(xid).severity is Severity.FATAL

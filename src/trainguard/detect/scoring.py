@@ -82,17 +82,23 @@ class BlockScorer:
             hits: list[HardHit], tracker: EpisodeTracker, soft: FloatArray, weights: FloatArray,
             act: int | None, jobs: list[list[str]] | None, s: int, unit_floor: FloatArray,
             cumulative: BoolArray, early: PrecursorHits | None = None,
-            app_recent: BoolArray | None = None) -> None:
+            app_recent: BoolArray | None = None, warnings: list[HardHit] | None = None
+            ) -> None:
         """Score the complete blocks of `s` samples in `times` (len(times) % s == 0) from
         their means `bg[gpu metric, node, gpu, block]` and `bn[node metric, node, block]`
         (counters as rates); `hits` the chunk's hard evidence, `early` its early warnings per
-        block, `app_recent[node, block]` where an application XID began recently."""
+        block, `app_recent[node, block]` where an application XID began recently, `warnings`
+        the chunk's non-fatal hardware events (early warnings, or part of an open hard
+        alert)."""
         self._grow()
         nb = times.size // s
         pb = np.asarray(present.reshape(*present.shape[:-1], nb, s).any(axis=-1), dtype=bool)
         by_block: dict[int, list[HardHit]] = {}
         for h in hits:
             by_block.setdefault(h.t_index // s, []).append(h)
+        warn_block: dict[int, list[HardHit]] = {}
+        for h in warnings or ():
+            warn_block.setdefault(h.t_index // s, []).append(h)
         activity = self._activity_rows(act)
         roles = self._roles_of()
         # Block by block, each block's means contiguous (every unit reads them several times).
@@ -101,9 +107,13 @@ class BlockScorer:
         for b in range(nb):
             t_end = float(times[b * s + s - 1])
             hard_evidence.emit(tracker, by_block.get(b, []), times, self.layout)
+            found = early.get(b) if early else None
+            if b in warn_block:
+                found = [*(found or ()), *hard_evidence.warn(tracker, warn_block[b], times,
+                                                             self.layout)]
             self._block(t_end, bg_b[b], bn_b[b], pb[..., b], tracker, soft, weights, act,
                         jobs[b] if jobs else None, unit_floor[:, b], cumulative, activity,
-                        early.get(b) if early else None, roles,
+                        found, roles,
                         app_recent[:, b] if app_recent is not None else None)
             tracker.expire_hard(t_end)
 

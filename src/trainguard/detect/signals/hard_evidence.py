@@ -4,7 +4,9 @@ Found on the raw samples of each chunk, before any transformation (`hard.py` has
 vectorised finders), and carried across chunks per series (last valid value, missing-run
 length, whether a GPU ever reported), so the hits do not depend on how the input was chunked.
 Each hit goes to the episode tracker at the start of its block, with `HARD_SCORE`: it opens (or
-joins) a hard episode and quiets predictive alerts on that node for a while.
+joins) a hard episode and quiets predictive alerts on that node for a while. A hardware XID that
+NVIDIA's catalog does not call fatal (a row remapping recorded, XID 63) is not hard evidence: it
+warns at once, as an early-warning rule does, or joins the node's open hard alert (`warn`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from trainguard.detect.knowledge import is_hard_counter, is_xid_metric
 from trainguard.detect.layout import DenseChunk, Layout
 from trainguard.telemetry.frame import FloatArray, IntArray
 
-__all__ = ["HARD_SCORE", "VANISH_AFTER_S", "HardConfig", "HardEvidence"]
+__all__ = ["HARD_SCORE", "VANISH_AFTER_S", "HardConfig", "HardEvidence", "emit", "warn"]
 
 HARD_SCORE = 100.0
 """The score a hard hit hands the tracker."""
@@ -89,6 +91,20 @@ class HardEvidence:
 _is_xid = lru_cache(maxsize=1 << 16)(is_xid_metric)
 _is_hard = lru_cache(maxsize=1 << 16)(is_hard_counter)
 """The name tests, asked per metric and chunk (a live detector has hundreds every block)."""
+
+
+def warn(tracker: EpisodeTracker, hits: list[HardHit], times: IntArray, lay: Layout
+         ) -> list[tuple[int, Signal]]:
+    """The non-fatal `hits` of one block as early warnings (node, signal), after `emit` handed
+    the tracker the block's hard evidence: on a node whose hard episode is open (a failure
+    seen, maybe in this very block), the hit joins that alert instead, so it names it."""
+    out = []
+    for h in hits:
+        label = lay.gpu_label(h.node, h.gpu) if h.gpu is not None else None
+        sig = Signal(h.metric, label, h.value, h.detail)
+        if not tracker.join_hard(h.node, float(times[h.t_index]), sig):
+            out.append((h.node, sig))
+    return out
 
 
 def emit(tracker: EpisodeTracker, hits: list[HardHit], times: IntArray, lay: Layout) -> None:
