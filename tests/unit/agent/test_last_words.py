@@ -9,13 +9,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from test_lying_agent import FakeHub, NoProcs
+from test_lying_agent import FakeHub, NoProcs, two_rank_plan
 
 from trainguard.agent import remote as remote_mod
 from trainguard.agent.hub import Inbound, PeerView
 from trainguard.agent.remote import RemoteAttempt
 from trainguard.evidence.events import FailureEvent
-from trainguard.recover.launchplan import LaunchPlan, RankLaunch
 from trainguard.taxonomy import Action, Category, Severity
 
 XID = FailureEvent(category=Category.GPU_HARDWARE, action=Action.EXCLUDE_NODE,
@@ -47,12 +46,7 @@ class ByeHub(FakeHub):
 
 
 def attempt(tmp_path: Path, hub: ByeHub) -> tuple[RemoteAttempt, list[float]]:
-    ranks = tuple(
-        RankLaunch(r, 0, node, i, {"TRAINGUARD_EVENTS": str(tmp_path / f"r{r}.events")},
-                   tmp_path / f"r{r}.log")
-        for i, (r, node) in enumerate([(0, "a"), (1, "b")]))
-    plan = LaunchPlan(attempt=0, command=("true",), nodes=("a", "b"), ranks=ranks,
-                      workdir=tmp_path)
+    plan = two_rank_plan(tmp_path)
     now = [0.0]
 
     def sleep(s: float) -> None:

@@ -46,13 +46,18 @@ class NoProcs:
         pass
 
 
-def attempt(tmp_path: Path) -> tuple[RemoteAttempt, FakeHub]:
+def two_rank_plan(tmp_path: Path) -> LaunchPlan:
+    """Attempt 0: rank 0 on host a, rank 1 on host b, their files in `tmp_path`."""
     ranks = tuple(
         RankLaunch(r, 0, node, i, {"TRAINGUARD_EVENTS": str(tmp_path / f"r{r}.events")},
                    tmp_path / f"r{r}.log")
         for i, (r, node) in enumerate([(0, "a"), (1, "b")]))
-    plan = LaunchPlan(attempt=0, command=("true",), nodes=("a", "b"), ranks=ranks,
+    return LaunchPlan(attempt=0, command=("true",), nodes=("a", "b"), ranks=ranks,
                       workdir=tmp_path)
+
+
+def attempt(tmp_path: Path) -> tuple[RemoteAttempt, FakeHub]:
+    plan = two_rank_plan(tmp_path)
     hub = FakeHub(("a", "b"))
     now = [0.0]
 

@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_lying_agent import NoProcs, two_rank_plan
 
 from trainguard.agent.host import HostWork
 from trainguard.agent.hub import Inbound, PeerView
 from trainguard.agent.remote import RemoteAttempt
 from trainguard.evidence.rules import load_rules
 from trainguard.recover.backend import ReportsRankProcs
-from trainguard.recover.launchplan import LaunchPlan, RankLaunch
 from trainguard.trace.collect import group_usage
 
 
@@ -40,21 +40,8 @@ class FakeHub:
         return True
 
 
-class NoProcs:
-    def exited(self) -> Mapping[str, int]:
-        return {}
-
-    def close(self, wait_s: float) -> None:
-        pass
-
-
 def remote(tmp_path: Path) -> tuple[RemoteAttempt, FakeHub]:
-    ranks = tuple(
-        RankLaunch(r, 0, node, i, {"TRAINGUARD_EVENTS": str(tmp_path / f"r{r}.events")},
-                   tmp_path / f"r{r}.log")
-        for i, (r, node) in enumerate([(0, "a"), (1, "b")]))
-    plan = LaunchPlan(attempt=0, command=("true",), nodes=("a", "b"), ranks=ranks,
-                      workdir=tmp_path)
+    plan = two_rank_plan(tmp_path)
     hub = FakeHub(("a", "b"))
     return RemoteAttempt(plan, hub, NoProcs(), clock=lambda: 0.0,  # type: ignore[arg-type]
                          sleep=lambda s: None), hub
