@@ -32,7 +32,8 @@ PROBE_BURST_GAP_S = 1.0
 PROBE_EVERY_S = 30.0
 """Then one sample this often (a clock that steps or drifts shows up)."""
 WARN_OFFSET_S = 1.0
-"""An offset beyond this is logged when it is first measured."""
+"""An offset beyond this, net of its uncertainty, is logged once per host (a sample with a long
+round trip, e.g. from a controller that stalled, proves no offset)."""
 _OUTSTANDING = 8
 
 
@@ -82,6 +83,18 @@ class ClockOffset:
                 "samples": self.samples}
 
 
+def clearly_off(sample: ClockOffset) -> bool:
+    """Whether the host's clock is off by more than :data:`WARN_OFFSET_S` whatever the sample's
+    uncertainty (pure).
+
+    >>> clearly_off(ClockOffset(-3.9, 8.0, 1))  # within +- 4 s: maybe not off at all
+    False
+    >>> clearly_off(ClockOffset(-3.9, 0.002, 1))
+    True
+    """
+    return abs(sample.offset_s) - sample.rtt_s / 2 > WARN_OFFSET_S
+
+
 class ClockOffsets:
     """When to ask each host for its time, and the best answer so far (see the module
     docstring). Not thread-safe: the controller's poll loop owns it."""
@@ -92,6 +105,7 @@ class ClockOffsets:
         self._count: dict[str, int] = {}
         self._next: dict[str, float] = {}
         self._probes: dict[str, int] = {}
+        self._warned: set[str] = set()
 
     def due(self, node: str, now: float) -> bool:
         """Whether to send ``node`` a ``clock`` request now (then call :meth:`sent`)."""
@@ -116,7 +130,8 @@ class ClockOffsets:
         best = self._best.get(node)
         if best is None or rtt < best.rtt_s:
             best = ClockOffset(at - (sent + t3) / 2, rtt, count)
-            if node not in self._best and abs(best.offset_s) > WARN_OFFSET_S:
+            if node not in self._warned and clearly_off(best):
+                self._warned.add(node)
                 log.warning("%s's clock is %+.3f s off the controller's (± %.3f s); its "
                             "kernel-log ages are judged on its own clock", node,
                             best.offset_s, rtt / 2)
@@ -129,5 +144,5 @@ class ClockOffsets:
         return dict(self._best)
 
 
-__all__ = ["PROBE_EVERY_S", "ClockOffset", "ClockOffsets", "clock_reply", "finite_reading",
-           "run_start_on_host"]
+__all__ = ["PROBE_EVERY_S", "ClockOffset", "ClockOffsets", "clearly_off", "clock_reply",
+           "finite_reading", "run_start_on_host"]

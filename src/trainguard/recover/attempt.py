@@ -285,6 +285,9 @@ class Attempt:
         self._poll_ranks({r: len(w.checkpoints) for r, w in watches.items()}, ended)
         ctx.evidence.poll(chain.nodes, chain, p.node_events, ended, remote_events(self.handle),
                           ended=True)
+        for drill in self._drills.unfired():
+            ctx.status(f"attempt {self.index}: --inject {drill} did not fire: the attempt "
+                       "ended first")
         no_events: tuple[FailureEvent, ...] = ()
         rank_events = {r: ctx.token.classify(partial(tail_events, w, ctx.rules, ctx.scan),
                                              no_events)

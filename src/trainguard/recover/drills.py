@@ -94,6 +94,10 @@ class AttemptDrills:
 
     def __call__(self, now: float, steps: Mapping[int, int | None],
                  handle: AttemptHandle) -> list[str]:
+        if not handle.running():
+            # Every rank has exited: a fault now would land after the attempt's end (a poll
+            # that came late), not in it. It stays unfired, and :meth:`unfired` says so.
+            return []
         fired = []
         for firing in self._schedule.due(now, steps):
             try:
@@ -109,6 +113,10 @@ class AttemptDrills:
             fired.append(str(firing.spec))
             self.injected.append(injection_of(firing, now))
         return fired
+
+    def unfired(self) -> list[str]:
+        """The drills of this attempt that never fired (it ended before they were due)."""
+        return [str(f.spec) for f in self._schedule.firings if not f.fired]
 
 
 def injection_of(firing: Firing, now: float) -> Injection:

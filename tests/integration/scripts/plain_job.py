@@ -9,6 +9,8 @@ import time
 rank = int(os.environ["RANK"])
 attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 steps = int(sys.argv[1]) if len(sys.argv) > 1 else 20
+if attempt == 0 and os.environ.get("PLAIN_FIRST_ATTEMPT_STEPS"):
+    steps = int(os.environ["PLAIN_FIRST_ATTEMPT_STEPS"])  # a first attempt that runs long
 ckpt = os.environ.get("PLAIN_CKPT")
 start = 0
 if ckpt and os.path.exists(ckpt):

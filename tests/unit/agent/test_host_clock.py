@@ -4,6 +4,7 @@ controller's is measured (smallest round trip) and recorded with the attempt."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import time
 from collections.abc import Mapping
@@ -11,6 +12,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from trainguard.agent.client import Identity
 from trainguard.agent.clock import ClockOffsets, run_start_on_host
@@ -120,6 +123,25 @@ def test_the_offset_is_taken_from_the_smallest_round_trip() -> None:
     clocks.sent("n1", 3.0)
     assert clocks.reply("n1", 3.0, math.inf, 3.1) is None
     assert clocks.reply("n1", "3.0", 1.0, 3.1) is None
+
+
+def test_an_offset_is_warned_of_only_once_it_is_clear_of_its_uncertainty(
+        caplog: pytest.LogCaptureFixture) -> None:
+    clocks = ClockOffsets()
+    caplog.set_level(logging.WARNING, logger="trainguard.agent.clock")
+    # A controller stalled 8 s while the answer waited: -3.9 s, but within +- 4 s.
+    clocks.sent("n1", 10.0)
+    clocks.reply("n1", 10.0, 10.1, 18.0)
+    assert clocks.offsets()["n1"].offset_s < -3.8 and caplog.records == []
+    clocks.sent("n1", 20.0)
+    clocks.reply("n1", 20.0, 20.001, 20.002)  # a quick trip: the clocks agree
+    assert caplog.records == []
+    # a host 5 s ahead, first measured on a slow trip (+- 2 s), then a quick one: said once
+    for t0, rtt in ((0.0, 4.0), (1.0, 0.002), (2.0, 0.001)):
+        clocks.sent("n2", t0)
+        clocks.reply("n2", t0, t0 + rtt / 2 + 5.0, t0 + rtt)
+    (said,) = caplog.records
+    assert "n2's clock is +5.000 s off" in said.getMessage()
 
 
 def test_each_hosts_offset_is_measured_and_recorded_with_the_attempt(tmp_path: Path) -> None:

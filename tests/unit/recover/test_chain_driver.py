@@ -274,6 +274,24 @@ def test_an_xid_drill_goes_where_the_backend_reads_kernel_logs(tmp_path: Path,
         assert handle.kernel_lines == [] and "Xid" in klog.read_text()
 
 
+@pytest.mark.parametrize("ranks_end_at", [0.5, 1.0])
+def test_a_drill_due_once_every_rank_has_exited_is_not_fired_and_said(
+        tmp_path: Path, ranks_end_at: float) -> None:
+    """A timed drill never lands after its attempt: not after the ranks ended (0.5 s), nor in
+    the poll that finds them ended (1.0 s, a controller that looked late), where the XID line
+    used to be written after the exits were read. It is said instead."""
+    clock = Clock()
+    backend = Backend(clock, [_ranks(ranks_end_at, 0)])
+    lines: list[str] = []
+    spec = _spec(tmp_path, faults=parse_faults(["xid:node=n2,xid=79,after=1"]))
+    result = Supervisor(spec, backend, clock=clock, sleep=clock.sleep,
+                        on_status=lines.append).run()
+    assert result.status == "succeeded" and len(result.attempts) == 1
+    assert "Xid" not in spec.kernel_log_path("n2").read_text()
+    assert "attempt 0: --inject xid:node=n2,after=1 did not fire: the attempt ended " \
+        "first" in lines
+
+
 @pytest.mark.parametrize(("can_signal", "expected"),
                          [(True, [(1, signal.SIGKILL)]), (False, [])])
 def test_a_kill_drill_needs_a_backend_that_can_signal_a_rank(
