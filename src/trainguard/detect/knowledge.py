@@ -22,6 +22,8 @@ __all__ = [
     "is_hard_counter",
     "is_hardware_xid",
     "is_known_precursor",
+    "is_load",
+    "is_power",
     "is_repair_counter",
     "is_supporting_only",
     "is_temperature",
@@ -72,6 +74,13 @@ _TEMPERATURE = re.compile(r"TEMP", re.IGNORECASE)
 _WORKLOAD_FOLLOWING = re.compile(
     r"UTIL|_ACTIVE|OCCUPANCY|POWER_USAGE|POWER_DRAW|FB_USED|FB_FREE|FB_RESERVED|_BYTES|"
     r"BANDWIDTH", re.IGNORECASE)
+# Fields that rise when a GPU is given more work: activity, occupancy, memory allocated, bytes
+# moved, and the clocks an idle GPU lowers (not power or temperatures, which also rise alone on a
+# failing GPU; not free memory, which falls). A GPU more loaded than its siblings or its own
+# normal runs a job they do not, it is not failing by it.
+_LOAD = re.compile(r"UTIL|_ACTIVE|OCCUPANCY|FB_USED|FB_RESERVED|_BYTES|BANDWIDTH|SM_CLOCK|"
+                   r"MEM_CLOCK", re.IGNORECASE)
+_POWER = re.compile(r"POWER_USAGE|POWER_DRAW", re.IGNORECASE)
 # Counters that accumulate whenever the device works (energy drawn, bytes moved, time spent):
 # quiet on an idle node, moving on every busy one. Their increments are never error events, however
 # long the cluster sat idle before a job started.
@@ -125,6 +134,22 @@ def is_temperature(name: str) -> bool:
 def is_workload_following(name: str) -> bool:
     """A GPU field the job drives (activity, occupancy, power draw, memory, bytes moved)."""
     return bool(_WORKLOAD_FOLLOWING.search(_base(name)))
+
+
+def is_load(name: str) -> bool:
+    """A GPU field that rises when the GPU is given more work (see `_LOAD`).
+
+        >>> is_load("DCGM_FI_DEV_GPU_UTIL"), is_load("DCGM_FI_DEV_FB_FREE")
+        (True, False)
+        >>> is_load("DCGM_FI_DEV_POWER_USAGE"), is_load("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS")
+        (False, False)
+    """
+    return bool(_LOAD.search(_base(name)))
+
+
+def is_power(name: str) -> bool:
+    """A GPU power-draw gauge."""
+    return bool(_POWER.search(_base(name)))
 
 
 def is_wear_counter(name: str) -> bool:

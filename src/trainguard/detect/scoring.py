@@ -37,6 +37,7 @@ from trainguard.detect.signals.explained import (
     MetricRoles,
     mute_app_explained,
     mute_cooling_explained,
+    mute_more_work,
 )
 from trainguard.detect.signals.fusion import Fusion, FusionConfig, lead_of
 from trainguard.detect.signals.peer import PeerConfig, PeerDeviation
@@ -133,6 +134,7 @@ class BlockScorer:
         # What the job, the cooling or an application crash explains is not evidence.
         mute_node_activity(z2, activity | roles.node_workload[: activity.size])
         mute_cooling_explained(z1, z2, roles)
+        mute_more_work(z1, roles)
         if app_recent is not None:
             mute_app_explained(z1, z2, roles, app_recent)
         fused = self.fusion.step(z1, z2, soft, weights, ctx.node_pres, roles.supporting,

@@ -173,6 +173,20 @@ def test_a_gpu_idling_after_an_application_xid_is_the_application(app_xid: bool)
     assert (alerts == []) is app_xid
 
 
+@pytest.mark.parametrize("minutes", [20, 90])
+def test_a_gpu_given_work_its_idle_siblings_do_not_have_is_not_failing(minutes: int) -> None:
+    """A one-GPU job on an idle node: that GPU's utilisation, power and temperature rise far
+    above its siblings' and its own normal. More work is not a fault (a stalling GPU, the
+    other way round, still warns: test_a_gpu_idling_after_an_application_xid_...)."""
+    c = Cluster(seed=14)
+    start, end = c.at(3), c.at(3) + c.at(minutes / 60)  # node08 idles for the first 8 h
+    rng = np.random.default_rng(5)
+    c.util[8, 5, start:end] = np.clip(95 + rng.normal(0, 2, end - start), 0, 100)
+    c.power[8, 5, start:end] = 80 + 5 * c.util[8, 5, start:end]
+    c.temp[8, 5, start:end] += 0.35 * c.util[8, 5, start:end]
+    assert [a for a in detect(c.telemetry()) if a.node == "node08"] == []
+
+
 def test_a_node_whose_gpus_all_draw_more_power_together_is_running_its_job() -> None:
     c = Cluster(seed=13)
     c.power[7, :, c.at(15):] *= 1.4  # the node's job entered a heavier phase

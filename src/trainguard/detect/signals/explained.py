@@ -14,7 +14,13 @@ deviation that is not that, and each is recognisable from the telemetry itself:
    hotter has a cooling fault (a worn fan, a blocked inlet): a chassis repair, not a GPU about
    to fail. Its temperature deviations are dropped while its fan is down; a GPU that heats up
    with its fan speeding up (the controller responding to a heat source on the GPU) keeps them.
-3. **An application crash.** After an application XID (13, 31, 43, 45...) begins on a node,
+3. **More work.** A GPU more loaded than its siblings or its own normal (utilisation, engine
+   activity, memory allocated, clocks up) runs work they do not: a one-GPU job on a node whose
+   other GPUs idle. Failing hardware does less work, not more (a stall, a throttled clock). The
+   upward deviations of the load fields are dropped, and on a GPU whose load is up by
+   `LOAD_UP_Z` or more, the upward deviations of its power and temperatures too (they follow
+   the work); a GPU that heats or draws more without more work keeps them.
+4. **An application crash.** After an application XID (13, 31, 43, 45...) begins on a node,
    its GPUs' activity and power fall and recover as the job's processes die and restart. For
    `precursor_app_xid_quiet_s` after such an onset (the window the stall and jitter rules
    already honour, `detect/explained.py`) the node's activity and power deviations are dropped.
@@ -33,6 +39,8 @@ from trainguard.detect.knowledge import (
     ACTIVITY_METRICS,
     error_family,
     is_cooling_control,
+    is_load,
+    is_power,
     is_repair_counter,
     is_supporting_only,
     is_temperature,
@@ -41,9 +49,12 @@ from trainguard.detect.knowledge import (
 )
 from trainguard.telemetry.frame import FloatArray, IntArray
 
-__all__ = ["FAN_DROP_Z", "MetricRoles", "family_rows", "mute_app_explained",
-           "mute_cooling_explained"]
+__all__ = ["FAN_DROP_Z", "LOAD_UP_Z", "MetricRoles", "family_rows", "mute_app_explained",
+           "mute_cooling_explained", "mute_more_work"]
 
+LOAD_UP_Z = 3.0
+"""A GPU whose load is this many deviations above its siblings' or its own normal runs more
+work: its power and temperatures rising with it are explained."""
 FAN_DROP_Z = -3.0
 """A fan this many deviations below its own normal is down (a controller never slows a fan on
 a GPU that is heating up)."""
@@ -64,6 +75,10 @@ class MetricRoles:
     """GPU temperatures."""
     activity: BoolArray
     """GPU activity and power: what an application crash moves."""
+    load: BoolArray
+    """GPU fields that rise with more work (`knowledge.is_load`)."""
+    follows_load: BoolArray
+    """GPU power and temperatures: they rise with the load, or alone on a failing GPU."""
     volume: BoolArray
     """Counters of work done (energy, bytes, seconds): never error-like, GPU and node rows."""
     repair: BoolArray
@@ -86,6 +101,8 @@ class MetricRoles:
                    rows([is_cooling_control(m) for m in gpu_metrics]),
                    rows([is_temperature(m) for m in gpu_metrics]),
                    rows([m in ACTIVITY_METRICS for m in gpu_metrics]),
+                   rows([is_load(m) for m in gpu_metrics]),
+                   rows([is_temperature(m) or is_power(m) for m in gpu_metrics]),
                    np.array([is_volume_counter(m) for m in (*gpu_metrics, *node_metrics)],
                             dtype=bool),
                    np.array([is_repair_counter(m) for m in (*gpu_metrics, *node_metrics)],
@@ -133,6 +150,28 @@ def mute_cooling_explained(z1: FloatArray, z2: FloatArray, roles: MetricRoles,
     if node_down.any():
         for r in np.flatnonzero(temp).tolist():
             z2[r, node_down] = np.nan
+
+
+def mute_more_work(z1: FloatArray, roles: MetricRoles, up_z: float = LOAD_UP_Z) -> None:
+    """Drop (in place) the upward deviations `z1[gpu metric, node, gpu]` of the load fields,
+    and those of power and temperatures on GPUs whose load is up by `up_z` or more.
+
+        >>> roles = MetricRoles.of(["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_TEMP"], [])
+        >>> z1 = np.array([[[40.0, -9.0, 0.5]], [[20.0, 20.0, 20.0]]])
+        >>> mute_more_work(z1, roles); z1[:, 0].tolist()
+        [[nan, -9.0, nan], [nan, 20.0, 20.0]]
+    """
+    mg = z1.shape[0]
+    load, follows = roles.load[:mg], roles.follows_load[:mg]
+    if not load.any():
+        return
+    with np.errstate(invalid="ignore"):
+        loaded = (np.nan_to_num(z1[load], nan=0.0) >= up_z).any(axis=0)     # node, gpu
+        for r in np.flatnonzero(load).tolist():
+            z1[r][z1[r] > 0] = np.nan
+        if loaded.any():
+            for r in np.flatnonzero(follows).tolist():
+                z1[r][loaded & (z1[r] > 0)] = np.nan
 
 
 def mute_app_explained(z1: FloatArray, z2: FloatArray, roles: MetricRoles,
