@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -181,26 +183,37 @@ def test_server_needs_a_token() -> None:
         LinkServer(LO, "")
 
 
+_PAIR = """
+import sys
+from trainguard.check.linkprobe import LinkServer, measure
+token, host, peer = sys.argv[1:4]
+srv = LinkServer("127.0.0.1", token, timeout_s=10.0).start()
+try:
+    fig = measure("127.0.0.1", srv.port, token, host=host, peer=peer,
+                  nbytes=16 << 20).figure("link_mbps")
+    print(fig.value if fig is not None else "none")
+finally:
+    srv.close()
+"""
+
+
 def _measure_round(pairs: list[tuple[str, str]], token: str) -> dict[tuple[str, str],
                                                                       float | None]:
-    """A round's pairs at the same moment, as the controller runs them."""
+    """A round's pairs at the same moment, as the controller runs them: each pair in a process
+    of its own, as on hosts of their own (pairs in threads of one process share one
+    interpreter lock, and on a loaded machine one thread's pair reads half as fast)."""
+    procs = [subprocess.Popen([sys.executable, "-c", _PAIR, token, *pair],
+                              stdout=subprocess.PIPE, text=True) for pair in pairs]
     values: dict[tuple[str, str], float | None] = {}
-    servers = [LinkServer(LO, token, timeout_s=10.0).start() for _ in pairs]
-
-    def one(pair: tuple[str, str], srv: LinkServer) -> None:
-        r = measure(LO, srv.port, token, host=pair[0], peer=pair[1], nbytes=16 << 20)
-        fig = r.figure("link_mbps")
-        values[pair] = fig.value if fig is not None else None
-
-    threads = [threading.Thread(target=one, args=ps) for ps in zip(pairs, servers, strict=True)]
     try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(30.0)
+        for pair, proc in zip(pairs, procs, strict=True):
+            out, _ = proc.communicate(timeout=60)
+            values[pair] = None if out.strip() in ("", "none") else float(out)
     finally:
-        for srv in servers:
-            srv.close()
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     return values
 
 
