@@ -9,9 +9,11 @@ run on. The check must name that host, and no other; a healthy cluster must flag
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -112,14 +114,18 @@ def test_a_cpu_hog_on_a_hosts_cores_makes_it_slow(cluster: HostCluster, tmp_path
                        '[ "$node" = host3 ] && cpu=0\n'
                        f'exec {cluster.enter_script} "$node" taskset -c "$cpu" "$@"\n')
     wrapper.chmod(0o755)
-    hogs = [cluster.popen("host3", ["taskset", "-c", "0", "sh", "-c", "while :; do :; done"])
-            for _ in range(2)]
+    # Each spinner leads a session of its own: the kernel shares a CPU between sessions
+    # (autogroups), so two spinners of one session would take half of CPU 0, not two thirds,
+    # and half reads as noise on a noisy machine (it passed host3 about once in four).
+    hogs = [cluster.popen("host3", ["taskset", "-c", "0", "sh", "-c", "while :; do :; done"],
+                          start_new_session=True) for _ in range(2)]
     try:
         code, report, err = check(cluster, "--no-links", "--no-collective", "--probe",
                                   "cpu_gemm", agent_exec=f"{wrapper} {{node}}")
     finally:
         for hog in hogs:
-            hog.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(hog.pid, signal.SIGKILL)
             hog.wait()
         subprocess.run(cluster.argv("host3", ["pkill", "-KILL", "-f", "while :"]),
                        check=False, capture_output=True)
