@@ -74,13 +74,9 @@ _TEMPERATURE = re.compile(r"TEMP", re.IGNORECASE)
 _WORKLOAD_FOLLOWING = re.compile(
     r"UTIL|_ACTIVE|OCCUPANCY|POWER_USAGE|POWER_DRAW|FB_USED|FB_FREE|FB_RESERVED|_BYTES|"
     r"BANDWIDTH", re.IGNORECASE)
-# Fields that rise when a GPU is given more work: activity, occupancy, memory allocated, bytes
-# moved, and the clocks an idle GPU lowers (not power or temperatures, which also rise alone on a
-# failing GPU; not free memory, which falls). A GPU more loaded than its siblings or its own
-# normal runs a job they do not, it is not failing by it.
-_LOAD = re.compile(r"UTIL|_ACTIVE|OCCUPANCY|FB_USED|FB_RESERVED|_BYTES|BANDWIDTH|SM_CLOCK|"
-                   r"MEM_CLOCK", re.IGNORECASE)
 _POWER = re.compile(r"POWER_USAGE|POWER_DRAW", re.IGNORECASE)
+_FREE_MEMORY = re.compile(r"FB_FREE", re.IGNORECASE)
+_WORK_CLOCK = re.compile(r"SM_CLOCK|MEM_CLOCK", re.IGNORECASE)
 # Counters that accumulate whenever the device works (energy drawn, bytes moved, time spent):
 # quiet on an idle node, moving on every busy one. Their increments are never error events, however
 # long the cluster sat idle before a job started.
@@ -137,14 +133,20 @@ def is_workload_following(name: str) -> bool:
 
 
 def is_load(name: str) -> bool:
-    """A GPU field that rises when the GPU is given more work (see `_LOAD`).
+    """A GPU field that rises when the GPU is given more work: a field the job drives
+    (`is_workload_following`) other than power (it also rises alone on a failing GPU) and free
+    memory (it falls), or a clock an idle GPU lowers. A GPU more loaded than its siblings or its
+    own normal runs a job they do not; it is not failing by it.
 
         >>> is_load("DCGM_FI_DEV_GPU_UTIL"), is_load("DCGM_FI_DEV_FB_FREE")
         (True, False)
         >>> is_load("DCGM_FI_DEV_POWER_USAGE"), is_load("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS")
         (False, False)
     """
-    return bool(_LOAD.search(_base(name)))
+    base = _base(name)
+    return bool(_WORK_CLOCK.search(base)) or (
+        bool(_WORKLOAD_FOLLOWING.search(base)) and not _POWER.search(base)
+        and not _FREE_MEMORY.search(base))
 
 
 def is_power(name: str) -> bool:
