@@ -12,18 +12,21 @@ with activity and a slowly learned normal count per block; its deviation is
 A series whose normal count is not small (a GPU that always logs a few replays) is not sparse
 and goes through the ordinary residual path instead, so it is not flagged forever.
 
-*Beyond chance.* A healthy GPU can count now and then all its life: a link with a few replays
-an hour, a trickle of correctable ECC. Its window fills by chance every few hours, and each
-time the recurrence term alone would score like a precursor. So each series also learns how
-often it was active in the blocks that have *left* the window (`before`: the rate before the
-window, so a burst never lowers its own score), and the recurrence counts only when that many
-active blocks in the window has a chance of at most `RECUR_CHANCE` at that rate (binomial
-tail). The rate is read low, by `RATE_Z` standard errors (`usual_rate`): a few events before
-the window prove no usual rate (a slow ramp that began before the history has a few), dozens
-do. A series that was quiet before the window keeps the full term, at once. Counters of
-repairs made for good (remapped rows, retired pages: `knowledge.is_repair_counter`) are not
-gated: a healthy GPU spends a spare now and then in its life, so a slow ramp of them that has
-gone on since before the history began is still a precursor.
+*Beyond chance.* A healthy GPU can count now and then all its life: a link with a few replays an
+hour, a trickle of correctable ECC. Its window fills by chance every few hours, and each time
+the recurrence term alone would score like a precursor. So each series also learns how often it
+was active in the blocks that have *left* the window (`before`: the rate before the window, so a
+burst never lowers its own score), and the recurrence counts only when that many active blocks
+in the window has a chance of at most `recur_chance` at that rate (binomial tail). That chance
+is per look, and every series is looked at every block (720 times a day at 2-minute blocks), so
+it is a day's share of `RECUR_QUIET_DAYS` days: 1e-5 per look, not 1e-3 (at which a series
+counting at random in 5-12% of its blocks opened a chance recurrence about once a day; now every
+20-50 days, `test_sparse`). The rate is read low, by `RATE_Z` standard errors (`usual_rate`): a
+few events before the window prove no usual rate (a slow ramp that began before the history has
+a few), dozens do. A series that was quiet before the window keeps the full term, at once.
+Counters of repairs made for good (remapped rows, retired pages: `knowledge.is_repair_counter`)
+are not gated: a healthy GPU spends a spare now and then in its life, so a slow ramp of them
+that has gone on since before the history began is still a precursor.
 """
 
 from __future__ import annotations
@@ -36,16 +39,31 @@ import numpy.typing as npt
 
 from trainguard.telemetry.frame import FloatArray
 
-__all__ = ["RATE_Z", "RECUR_CHANCE", "SPARSE_MAX_NORMAL", "WINDOW", "SparseCounters",
-           "at_least", "step_rows", "usual_rate"]
+__all__ = ["RATE_Z", "RECUR_CHANCE", "RECUR_QUIET_DAYS", "SPARSE_MAX_NORMAL", "WINDOW",
+           "SparseCounters", "at_least", "recur_chance", "step_rows", "usual_rate"]
 
 WINDOW = 10
 """Blocks of activity history per series."""
 SPARSE_MAX_NORMAL = 0.2
 """A series whose learned normal is at most this many events per block is sparse."""
-RECUR_CHANCE = 1e-3
-"""The recurrence term counts when its active blocks are at most this likely at the series'
-own rate before the window."""
+RECUR_QUIET_DAYS = 140.0
+"""The recurrence gate allows each look `1 / (looks in this many days)` of chance: at the rate
+the test assumes, a series that counts as it always has would pass once in this many days. The
+rate is read low (`usual_rate`), so a real trickle passes more often (every 20-50 days)."""
+
+
+def recur_chance(block_s: float) -> float:
+    """The chance per look at which the recurrence term counts: its active blocks at most this
+    likely at the series' own rate before the window. One look per block of `block_s` seconds.
+
+        >>> f"{recur_chance(120):.1e}"
+        '9.9e-06'
+    """
+    return block_s / (RECUR_QUIET_DAYS * 86400.0)
+
+
+RECUR_CHANCE = recur_chance(120)
+"""`recur_chance` at the default 2-minute block."""
 RATE_Z = 2.0
 """The usual rate is read low by this many standard errors (`usual_rate`)."""
 _POPCOUNT = np.array([bin(i).count("1") for i in range(1 << WINDOW)], dtype=np.float64)
@@ -82,10 +100,11 @@ class SparseCounters:
             self.n[i] = 0.0
             self.before[i] = 0.0
 
-    def step(self, k: FloatArray, alpha: float, warm_n: float, gated: BoolArray | None = None
-             ) -> tuple[FloatArray, BoolArray]:
+    def step(self, k: FloatArray, alpha: float, warm_n: float, gated: BoolArray | None = None,
+             chance: float = RECUR_CHANCE) -> tuple[FloatArray, BoolArray]:
         """Feed one block of event counts `k` (NaN = not a counter / no data). `gated` (per
-        first-axis row; default all): the rows whose recurrence must be beyond chance.
+        first-axis row; default all): the rows whose recurrence must be beyond `chance`
+        (`recur_chance` of the block length).
 
         Returns (z, sparse): the deviation and where it applies (sparse and warm).
         """
@@ -107,7 +126,7 @@ class SparseCounters:
             ask &= gated.reshape(-1, *[1] * (k.ndim - 1))
         if ask.any():
             seen = np.minimum(np.maximum(self.n[ask] - WINDOW, 1.0), 1.0 / alpha)
-            recur[ask] = at_least(count[ask], usual_rate(self.before[ask], seen)) <= RECUR_CHANCE
+            recur[ask] = at_least(count[ask], usual_rate(self.before[ask], seen)) <= chance
         excess = 2.0 * (np.sqrt(kk + 0.375) - np.sqrt(self.normal + 0.375))
         z = np.where(recur, 2.5 * count, 0.0) + np.maximum(excess, 0.0)
         # Learn the normal count slowly; increases are capped so a precursor is not absorbed.
@@ -119,16 +138,16 @@ class SparseCounters:
 
 
 def step_rows(counters: SparseCounters, rows: npt.NDArray[np.intp], k: FloatArray,
-              alpha: float, warm_n: float, gated: BoolArray | None = None
-              ) -> tuple[FloatArray, BoolArray]:
+              alpha: float, warm_n: float, gated: BoolArray | None = None,
+              chance: float = RECUR_CHANCE) -> tuple[FloatArray, BoolArray]:
     """`counters.step` for the metric rows `rows` only (`k` holds just those rows); the other
     rows are left as a step with no data would leave them. Returns (z, sparse) of those rows.
     A block's counters are few of its metrics: gauges need not pass through here at all."""
     if rows.size == counters.mask.shape[0]:
-        return counters.step(k, alpha, warm_n, gated)
+        return counters.step(k, alpha, warm_n, gated, chance)
     part = SparseCounters(counters.mask[rows], counters.normal[rows], counters.n[rows],
                           counters.before[rows])
-    z, sparse = part.step(k, alpha, warm_n, gated)
+    z, sparse = part.step(k, alpha, warm_n, gated, chance)
     counters.mask[rows] = part.mask
     counters.normal[rows] = part.normal
     counters.n[rows] = part.n

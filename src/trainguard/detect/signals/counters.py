@@ -17,7 +17,7 @@ import numpy as np
 from trainguard.detect.config import DetectorConfig
 from trainguard.detect.hard import BoolArray
 from trainguard.detect.signals.common import learning_rates, rows
-from trainguard.detect.sparse import SparseCounters, step_rows
+from trainguard.detect.sparse import SparseCounters, recur_chance, step_rows
 from trainguard.telemetry.frame import FloatArray
 
 __all__ = ["RARE_EVENT_FRACTION", "CounterConfig", "CounterDeviation", "events"]
@@ -32,10 +32,12 @@ class CounterConfig:
 
     warm_n: float
     alpha: float
+    chance: float
+    """Per look, how unlikely a recurrence must be at the series' own rate (`recur_chance`)."""
 
     @classmethod
     def of(cls, cfg: DetectorConfig) -> CounterConfig:
-        return cls(*learning_rates(cfg))
+        return cls(*learning_rates(cfg), recur_chance(cfg.block_s))
 
 
 @dataclass(eq=False)
@@ -95,8 +97,10 @@ class CounterDeviation:
         rare = self.busy_frac <= RARE_EVENT_FRACTION
         rare &= ~volume[: rare.size]
         gated = ~repair if repair is not None else np.ones(mg + xn.shape[0], dtype=bool)
-        zs1, sp1 = step_rows(self.sparse1, cum_g, k1, cfg.alpha, cfg.warm_n, gated[:mg][cum_g])
-        zs2, sp2 = step_rows(self.sparse2, cum_n, k2, cfg.alpha, cfg.warm_n, gated[mg:][cum_n])
+        zs1, sp1 = step_rows(self.sparse1, cum_g, k1, cfg.alpha, cfg.warm_n, gated[:mg][cum_g],
+                             cfg.chance)
+        zs2, sp2 = step_rows(self.sparse2, cum_n, k2, cfg.alpha, cfg.warm_n, gated[mg:][cum_n],
+                             cfg.chance)
         sp1 = sp1 & rare[:mg][cum_g, None, None]
         sp2 = sp2 & rare[mg:][cum_n, None]
         z1[cum_g] = np.where(sp1, zs1, z1[cum_g])
