@@ -47,8 +47,7 @@ def run(tmp_path: Path, *opts: str) -> tuple[int, str, str]:
 
 
 def test_peer_tracebacks_are_folded_on_the_terminal_and_kept_in_the_logs(tmp_path: Path) -> None:
-    where, code, out, err, raised = run_until_a_peer_raises(tmp_path)
-    assert code == 0, err[-3000:]
+    where, out, err, raised = run_until_a_peer_raises(tmp_path)
     assert "Traceback" not in out, out
     folded = [line for line in out.splitlines()
               if "traceback after rank 1 failed not shown" in line]
@@ -65,15 +64,15 @@ def test_peer_tracebacks_are_folded_on_the_terminal_and_kept_in_the_logs(tmp_pat
 
 
 def test_all_output_echoes_every_line(tmp_path: Path) -> None:
-    _, code, out, err, raised = run_until_a_peer_raises(tmp_path, "--all-output")
-    assert code == 0, err[-3000:]
+    _, out, _, raised = run_until_a_peer_raises(tmp_path, "--all-output")
     assert out.count("Traceback (most recent call last)") >= len(raised)
     assert "not shown" not in out
 
 
 def run_until_a_peer_raises(tmp_path: Path, *opts: str,
-                            tries: int = 3) -> tuple[Path, int, str, str, set[str]]:
-    """The scenario, run again in a fresh directory while no peer raised.
+                            tries: int = 3) -> tuple[Path, str, str, set[str]]:
+    """The scenario, run again in a fresh directory while no peer raised: where it ran, its
+    stdout and stderr, the peers that raised. Every run must succeed.
 
     Whether a peer raises before it is stopped is a race: on a loaded machine the supervisor may
     stop both first (CI stop 54 saw it once). A run where none raised proves nothing about the
@@ -86,7 +85,7 @@ def run_until_a_peer_raises(tmp_path: Path, *opts: str,
         assert code == 0, err[-3000:]
         raised = raised_peers(where)
         if raised:
-            return where, code, out, err, raised
+            return where, out, err, raised
     raise AssertionError(f"no peer raised ({tries} runs): the test proves nothing")
 
 

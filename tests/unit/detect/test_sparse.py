@@ -7,7 +7,9 @@ import math
 import numpy as np
 import pytest
 
+from trainguard.detect.config import DetectorConfig
 from trainguard.detect.knowledge import is_repair_counter
+from trainguard.detect.signals.counters import CounterConfig
 from trainguard.detect.sparse import (
     RATE_Z,
     RECUR_CHANCE,
@@ -83,13 +85,13 @@ def test_a_trickle_passes_the_gate_by_chance_every_few_weeks_not_every_day(p: fl
     chance recurrence (3+ active blocks in the window, scored 7.5+) about once a day (0.9-1.1
     per series-day measured); at `recur_chance(120)`, 0.02-0.05."""
     rng = np.random.default_rng(1)
-    alpha = 1.0 - 0.5 ** (120 / (6 * 3600))     # the default 6-hour half-life
+    cfg = CounterConfig.of(DetectorConfig())     # 2-minute blocks, 6-hour half-life
     c = SparseCounters()
     c.grow((64,))
     opened, was = 0, np.zeros(64, dtype=bool)
     for b in range(14 * 720):
-        z, _ = c.step((rng.random(64) < p).astype(np.float64), alpha, 30.0,
-                      chance=recur_chance(120))
+        z, _ = c.step((rng.random(64) < p).astype(np.float64), cfg.alpha, cfg.warm_n,
+                      chance=cfg.chance)
         high = z >= 2.5 * 3
         if b >= 2 * 720:                        # 2 days to learn each series' own rate
             opened += int(np.count_nonzero(high & ~was))
