@@ -42,33 +42,23 @@ from trainguard.detect.knowledge import (
     is_xid_metric,
 )
 from trainguard.detect.layout import DenseChunk, Layout
+from trainguard.detect.memory import check_detector_memory
 from trainguard.detect.numeric import (
     block_means,
+    carried,
     last_valid,
     nanmedian_axis,
-    previous_valid,
     previous_valid_and_time,
 )
 from trainguard.detect.precursors import PrecursorRules
 from trainguard.detect.scoring import BlockScorer
 from trainguard.detect.signals.hard_evidence import HardEvidence
+from trainguard.detect.verdicts import VERDICT_EVERY_S, CumulativeVerdicts
 from trainguard.errors import TelemetryError
 from trainguard.telemetry.frame import FloatArray, Telemetry
-from trainguard.telemetry.limits import check_memory
-from trainguard.telemetry.rates import cumulative_verdict, monotone_counts
 
-__all__ = ["Detector", "check_detector_memory", "detect", "run_detector"]
+__all__ = ["Detector", "detect", "run_detector"]
 
-_DENSE_COPIES = 6
-"""Live copies of a chunk's dense tensor while it is scored (densify, align, rates, blocks...)."""
-_PEER_BYTES_PER_PAIR = 40
-"""Peer-group inference holds node x node matrices: correlation, distances, adjacency, labels."""
-SETTLED_DECREASES = 100
-SETTLED_INCREASES = 5000
-VERDICT_EVERY_S = 3600
-"""Which metrics are cumulative is decided again at every multiple of this (epoch-aligned, in
-whole blocks) from everything seen before it, so the decision, and every score after it, does
-not depend on how the input was cut into chunks (a live service's rounds, a file's chunks)."""
 
 log = logging.getLogger(__name__)
 
@@ -97,14 +87,7 @@ class Detector:
         self.samples = 0
         self._steps: dict[str, FloatArray] = {}
         self._flags_cache: tuple[tuple[int, int, int], _MetricFlags] | None = None
-        self._verdicts: dict[str, bool] = {}
-        self._verdict_version = 0
-        self._mono: dict[str, list[int]] = {}
-        """Per metric: increases, resets, other decreases, negative values seen (0/1)."""
-        self._decided_once = False
-        self._settled: dict[str, bool] = {}
-        """Metrics whose verdict can no longer change in practice (a gauge with many decreases,
-        negative values; a counter with thousands of increases and no decrease): not counted."""
+        self.verdicts = CumulativeVerdicts(cumulative)
 
     # --- input ---------------------------------------------------------------------------------
 
@@ -171,13 +154,7 @@ class Detector:
     # --- per chunk -----------------------------------------------------------------------------
 
     def _carry_for(self, key: str, shape: tuple[int, ...], fill: float) -> FloatArray:
-        c = self._carry.get(key)
-        if c is None or c.shape != shape:
-            new = np.full(shape, fill)
-            if c is not None:
-                new[tuple(slice(0, k) for k in c.shape)] = c
-            self._carry[key] = c = new
-        return c
+        return carried(self._carry, key, shape, fill)
 
     def _process_aligned(self, d: DenseChunk, tel: Telemetry | None) -> None:
         """Score whole blocks, cut at multiples of the verdict period: at each, which metrics
@@ -189,58 +166,20 @@ class Detector:
         bounds = sorted({0, *cuts, int(t.size)})
         for a, b in itertools.pairwise(bounds):
             piece = DenseChunk(t[a:b], d.gpu[..., a:b], d.node[..., a:b])
-            if not self._decided_once or int(t[a]) % every == 0:
+            if not self.verdicts.decided_once or int(t[a]) % every == 0:
                 self._decide()
             self._process(piece, tel)
-            self._observe(piece)
-
-    def _observe(self, d: DenseChunk) -> None:
-        """Count each metric's increases, resets and other decreases (raw values)."""
-        lay = self.layout
-        for names, raw, key in ((lay.gpu_metrics, d.gpu, "mono:gpu"),
-                                (lay.node_metrics, d.node, "mono:node")):
-            idx = [i for i, name in enumerate(names) if name not in self._settled]
-            if not idx or raw.shape[0] == 0:
-                continue
-            carry = self._carry_for(key, raw.shape[:-1], np.nan)
-            if len(idx) == raw.shape[0]:
-                prev, self._carry[key] = previous_valid(raw, carry)
-            else:
-                names = [names[i] for i in idx]
-                raw = raw[idx]
-                prev, last = previous_valid(raw, carry[idx])
-                carry[idx] = last
-            m = raw.shape[0]
-            counts = monotone_counts(raw.reshape(m, -1), prev.reshape(m, -1))
-            for name, row in zip(names, counts.tolist(), strict=True):
-                seen = self._mono.setdefault(name, [0, 0, 0, 0])
-                seen[0] += row[0]
-                seen[1] += row[1]
-                seen[2] += row[2]
-                seen[3] |= row[3]
+            self.verdicts.observe(piece, self.layout)
 
     def _decide(self) -> None:
         """Re-decide which metrics are cumulative; a metric that changes side is learned
         afresh (its values changed meaning)."""
-        self._decided_once = True
         lay = self.layout
         names = [*lay.gpu_metrics, *lay.node_metrics]
-        flipped: list[int] = []
-        for i, name in enumerate(names):
-            c = self._mono.get(name)
-            if name in self.cumulative or c is None:
-                continue
-            now = cumulative_verdict(name, c[0], c[1], c[2], bool(c[3]))
-            if c[3] or (c[2] >= SETTLED_DECREASES and 10 * c[2] > c[0]) \
-                    or (c[0] >= SETTLED_INCREASES and c[2] == 0):
-                self._settled[name] = True  # decided for good: no need to keep counting
-            if now != self._is_cumulative(name):
-                self._verdicts[name] = now
-                flipped.append(i)
+        flipped = self.verdicts.decide(names)
         if not flipped:
             return
         log.debug("detector: cumulative verdict changed for %s", [names[i] for i in flipped])
-        self._verdict_version += 1
         self.scorer.reset_metrics(flipped)
         mg = len(lay.gpu_metrics)
         # The next rate of a flipped metric starts from its next sample, as for a new series.
@@ -317,16 +256,6 @@ class Detector:
         self._carry[tkey][idx] = last_t
         return idx, rate
 
-    def _is_cumulative(self, name: str) -> bool:
-        """A metric's current verdict; a metric seen for the first time is judged by its
-        name (declared types are not used: a Prometheus without metadata, e.g. backfilled
-        history, must score exactly like the files that declared them)."""
-        v = self._verdicts.get(name)
-        if v is None:
-            v = self._verdicts[name] = name in self.cumulative or cumulative_verdict(
-                name, 0, 0, 0, False)
-        return v
-
     def _unit_blocks(self, raw_gpu: FloatArray, raw_node: FloatArray, nb: int) -> FloatArray:
         """Per metric and block: a counter's typical increment per block (as a rate) or a
         gauge's resolution (its typical non-zero change: 1 C, 1 %...). It floors every scale:
@@ -377,7 +306,7 @@ class Detector:
         """Per-metric facts, recomputed only when metrics are added (names only ever grow, so
         their counts identify the layout) or a cumulative verdict changes."""
         lay = self.layout
-        key = (len(lay.gpu_metrics), len(lay.node_metrics), self._verdict_version)
+        key = (len(lay.gpu_metrics), len(lay.node_metrics), self.verdicts.version)
         if self._flags_cache is not None and self._flags_cache[0] == key:
             return self._flags_cache[1]
         names = [*lay.gpu_metrics, *lay.node_metrics]
@@ -392,7 +321,7 @@ class Detector:
         host_w = self.cfg.host_metric_weight if lay.gpu_metrics else 1.0
         node_w = [w if is_known_precursor(m) else host_w for m in lay.node_metrics]
         flags = _MetricFlags(
-            cumulative=np.array([self._is_cumulative(m) for m in names], dtype=bool),
+            cumulative=np.array([self.verdicts.is_cumulative(m) for m in names], dtype=bool),
             # 0 for metrics handled as hard evidence only
             soft=np.array([0.0 if is_xid_metric(m) or is_hard_counter(m) else 1.0
                            for m in names]),
@@ -449,34 +378,6 @@ def _concat(a: DenseChunk, b: DenseChunk, lay: Layout) -> DenseChunk:
     return DenseChunk(np.concatenate([a.times, b.times]),
                       np.concatenate([fit(a.gpu, b.gpu.shape[:-1]), b.gpu], axis=-1),
                       np.concatenate([fit(a.node, b.node.shape[:-1]), b.node], axis=-1))
-
-
-def check_detector_memory(tel: Telemetry, cfg: DetectorConfig, chunk_s: int) -> None:
-    """Estimate the detector's largest arrays for `tel` and raise `MemoryLimitError` (before any
-    is allocated) when they exceed `cfg.max_memory_bytes`."""
-    limit = cfg.max_memory_bytes or None
-    gpus: dict[str, set[str]] = {}
-    n_gpu_metrics = 0
-    for m in tel.metrics:
-        if m.per_gpu:
-            n_gpu_metrics += 1
-            for e in m.entities:
-                if e.gpu is not None:
-                    gpus.setdefault(e.node, set()).add(e.gpu)
-    n = len(tel.nodes)
-    slots = max((len(v) for v in gpus.values()), default=1)
-    steps = chunk_s // tel.step_s + max(1, round(cfg.block_s / tel.step_s))
-    cells = n_gpu_metrics * n * slots + (len(tel.metrics) - n_gpu_metrics) * n
-    check_memory(8.0 * _DENSE_COPIES * cells * steps, limit,
-                 f"scoring {len(tel.metrics)} metrics x {n:,} nodes x {slots} GPUs",
-                 "detect on fewer nodes or metrics at a time; ")
-    check_memory(float(_PEER_BYTES_PER_PAIR) * n * n, limit,
-                 f"comparing {n:,} nodes with each other (peer groups)",
-                 "detect on fewer nodes at a time (e.g. one partition or rack per run); ")
-    check_memory(cfg.peer_history_bytes(n), limit,
-                 f"{n:,} nodes x detect.peer_window_blocks = {cfg.peer_window_blocks:,} blocks "
-                 "of activity history", "lower detect.peer_window_blocks or detect on fewer "
-                 "nodes at a time; ")
 
 
 def detect(tel: Telemetry, cfg: DetectorConfig | None = None, *,

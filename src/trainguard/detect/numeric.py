@@ -18,6 +18,7 @@ __all__ = [
     "block_means",
     "block_minima",
     "busy_level",
+    "carried",
     "ffill",
     "last_valid",
     "nanmedian_axis",
@@ -27,6 +28,19 @@ __all__ = [
 
 _BLOCK_ROWS_BYTES = 1 << 20
 """Input rows summed together by `block_means`: their partial sums stay in cache."""
+
+
+def carried(store: dict[str, FloatArray], key: str, shape: tuple[int, ...],
+            fill: float) -> FloatArray:
+    """`store[key]`, made `shape` first if it is not (kept where it was, `fill` where it grew):
+    a value carried from one chunk to the next over a layout that only grows."""
+    c = store.get(key)
+    if c is None or c.shape != shape:
+        new = np.full(shape, fill)
+        if c is not None:
+            new[tuple(slice(0, k) for k in c.shape)] = c
+        store[key] = c = new
+    return c
 
 
 def nanmedian_axis(x: FloatArray, axis: int) -> tuple[FloatArray, FloatArray]:

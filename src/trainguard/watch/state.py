@@ -40,8 +40,9 @@ __all__ = ["FULL_NAME", "JSON_NAME", "STATE_VERSION", "LiveAlert", "LoadedState"
 
 log = logging.getLogger(__name__)
 
-STATE_VERSION = 3
-"""2: the scorer's state is held by its signal units (`detect/signals/`)."""
+STATE_VERSION = 4
+"""2: the scorer's state is held by its signal units (`detect/signals/`); 4: the detector's
+cumulative verdicts are held by `CumulativeVerdicts` (`detect/verdicts.py`)."""
 FULL_NAME = "state.full.json"
 JSON_NAME = "state.json"
 LEGACY_PICKLE_NAME = "state.pkl"

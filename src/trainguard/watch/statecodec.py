@@ -56,6 +56,7 @@ from trainguard.detect.signals import (
 )
 from trainguard.detect.sparse import SparseCounters
 from trainguard.detect.trend import TrendRule, _Series
+from trainguard.detect.verdicts import CumulativeVerdicts
 from trainguard.errors import TrainguardError
 from trainguard.telemetry.frame import Entity, MetricKind
 
@@ -81,6 +82,7 @@ CLASSES: dict[str, type] = {
     "CounterConfig": CounterConfig, "Fusion": Fusion, "FusionConfig": FusionConfig,
     "PrecursorConfig": PrecursorConfig, "HardEvidence": HardEvidence, "HardConfig": HardConfig,
     "TrendRule": TrendRule, "TrendSeries": _Series, "ExplainedActivity": ExplainedActivity,
+    "CumulativeVerdicts": CumulativeVerdicts,
 }
 """Every class a state file may contain, by the name the file uses for it."""
 ENUMS: dict[str, type[Enum]] = {"AlertKind": AlertKind, "MetricKind": MetricKind}

@@ -37,7 +37,7 @@ def test_absurd_peer_window_is_one_error_naming_the_key(tmp_path: Path, blocks: 
 
 def test_peer_window_history_is_counted_by_the_memory_guard() -> None:
     # 1,000 nodes x 50,000 blocks of 8-byte history (x3 copies) is 1.2 GB: over a 1 GiB limit
-    from trainguard.detect.detector import check_detector_memory
+    from trainguard.detect.memory import check_detector_memory
     from trainguard.telemetry.limits import MemoryLimitError
 
     cfg = DetectorConfig(peer_window_blocks=50_000, max_memory_bytes=1 << 30)

@@ -8,7 +8,7 @@ import pytest
 from bounded import deadline
 
 from trainguard.detect import DetectorConfig, detect
-from trainguard.detect.detector import check_detector_memory
+from trainguard.detect.memory import check_detector_memory
 from trainguard.telemetry.frame import Entity, MetricKind, MetricSeries, Telemetry
 from trainguard.telemetry.limits import MemoryLimitError
 
