@@ -21,6 +21,7 @@ __all__ = [
     "carried",
     "ffill",
     "last_valid",
+    "learn",
     "nanmedian_axis",
     "previous_valid",
     "previous_valid_and_time",
@@ -41,6 +42,21 @@ def carried(store: dict[str, FloatArray], key: str, shape: tuple[int, ...],
             new[tuple(slice(0, k) for k in c.shape)] = c
         store[key] = c = new
     return c
+
+
+def learn(mean: FloatArray, x: FloatArray, seen: FloatArray, alpha: float,
+          where: npt.NDArray[np.bool_]) -> FloatArray:
+    """`mean` moved towards `x` where `where`: a plain mean of the first values (`seen` before
+    this one), then an exponential one with weight `alpha`. An exponential mean started at 0
+    reads a series' usual level low for its first half-lives (at 12-hour memory, a third of it
+    after 6 hours), and a rule that asks "more than usual" then fires on the usual.
+
+        >>> learn(np.zeros(2), np.ones(2), np.array([0.0, 1000.0]), 0.01,
+        ...       np.array([True, True])).tolist()
+        [1.0, 0.01]
+    """
+    a = np.maximum(alpha, 1.0 / np.maximum(seen + 1.0, 1.0))
+    return np.asarray(np.where(where, mean + a * (x - mean), mean), dtype=np.float64)
 
 
 def nanmedian_axis(x: FloatArray, axis: int) -> tuple[FloatArray, FloatArray]:

@@ -59,6 +59,7 @@ from trainguard.detect.numeric import (
     block_means,
     block_minima,
     busy_level,
+    learn,
     nanmedian_axis,
     previous_valid,
 )
@@ -241,7 +242,7 @@ class PrecursorRules:
                     f"{what} recurring: {int(count[ni, gi])} of the last {w} blocks "
                     f"(usually {float(st.rate[ni, gi]) * w:.1f})")))
                 st.mask[ni, gi] = 0  # one hit per burst; the episode carries it on
-            st.rate = np.where(ok, st.rate + alpha * (e - st.rate), st.rate)
+            st.rate = learn(st.rate, e, st.blocks, alpha, ok)
             st.blocks = st.blocks + ok
             if counter and is_wear_counter(name):
                 for ni, gi, c, detail in self.trend.step(name, self.clock + b, e & ok, ok):
@@ -299,7 +300,7 @@ class PrecursorRules:
                     f"blocks it fell below {cfg.stall_fraction:.0%} of theirs")))
                 st.mask[ni, gi] = 0
                 back[ni, gi] = 0
-            st.rate = np.where(ok, st.rate + alpha * (stalled - st.rate), st.rate)
+            st.rate = learn(st.rate, stalled, st.blocks, alpha, ok)
             st.blocks = st.blocks + ok
         self.stall_back[name] = back
 
@@ -354,7 +355,7 @@ class PrecursorRules:
                 hits.setdefault(b, []).append((ni, Signal(
                     name, lay.gpu_label(ni, gi), float(np.exp(st.short[ni, gi])),
                     f"jitter {float(np.exp(st.short[ni, gi])):.1f}x the node's other GPUs {when}")))
-            st.long = np.where(ok, st.long + a_l * (lr - st.long), st.long)
+            st.long = learn(st.long, lr, st.blocks, a_l, ok)
             st.blocks = st.blocks + ok
 
     # -- rule 4: host collapse ---------------------------------------------------------------

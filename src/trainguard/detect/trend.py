@@ -11,7 +11,11 @@ the last `trend_window_s`:
 * unlikely under the series' own usual rate (at least `trend_warmup_s` of its history before
   the first of those events, and never less than one event per `trend_floor_s`): the
   confidence is 1 - P(at least that many | usual rate), Poisson, and it must reach
-  `trend_confidence`. A series that has always counted like this has no quiet history.
+  `trend_confidence`. A series that has always counted like this has no quiet history. When
+  that history holds events, the rate they give is uncertain as well: the confidence is also
+  at most the negative-binomial one (`predictive_confidence`), so 2-3 events in the first 7 h
+  do not make 17 in the next 24 h a degradation (a GPU whose correctable errors come in uneven
+  spells does that all its life).
 
 It fires once per degradation, again only when the count has doubled. The finding says how long
 the degradation has been seen (the alert's lead over a failure is measured afterwards, from the
@@ -28,7 +32,7 @@ import numpy as np
 from trainguard.detect.config import DetectorConfig
 from trainguard.telemetry.frame import FloatArray
 
-__all__ = ["TrendRule", "poisson_confidence"]
+__all__ = ["TrendRule", "poisson_confidence", "predictive_confidence"]
 
 SLOTS = 32
 """Event times kept per series (the most recent ones)."""
@@ -43,6 +47,26 @@ def poisson_confidence(count: int, expected: float) -> float:
     below = term
     for k in range(1, count):
         term *= lam / k
+        below += term
+    return min(1.0, max(0.0, below))
+
+
+def predictive_confidence(count: int, events: float, p: float) -> float:
+    """1 - P(X >= count) for X ~ NegativeBinomial(`events`, `p`): the number of events in the
+    next stretch of time, for a series that logged `events` in a history that is the fraction
+    `p` of history and stretch together (a Poisson rate known only from those events, with a
+    scale-free prior). A short history with a few events is no proof of a low rate.
+
+        >>> round(poisson_confidence(17, 2.5 / 210 * 720), 3), round(
+        ...     predictive_confidence(17, 2.5, 210 / (210 + 720)), 3)
+        (0.993, 0.894)
+    """
+    if count <= 0:
+        return 0.0
+    term = p ** events
+    below = term
+    for k in range(count - 1):
+        term *= (k + events) / (k + 1) * (1.0 - p)
         below += term
     return min(1.0, max(0.0, below))
 
@@ -109,6 +133,11 @@ class TrendRule:
             before = max(float(st.events[ni, gi]) - (c - 1), 0.0)
             rate = max(before / hist, cfg.block_s / cfg.trend_floor_s)
             conf = poisson_confidence(c, rate * w)
+            if before > 0:
+                # The usual rate is known only as well as its history tells it: a few events in
+                # a few hours fit a rate several times higher (the predictive count is
+                # negative binomial, not Poisson at the point estimate).
+                conf = min(conf, predictive_confidence(c, before, hist / (hist + w)))
             if conf < cfg.trend_confidence:
                 continue
             st.fired[ni, gi] = c

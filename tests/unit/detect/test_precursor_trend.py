@@ -12,7 +12,7 @@ from trainguard.detect.alerts import AlertEpisode
 from trainguard.detect.config import ConfigError, DetectorConfig
 from trainguard.detect.detector import detect
 from trainguard.detect.explained import application_xid_mask
-from trainguard.detect.trend import poisson_confidence
+from trainguard.detect.trend import poisson_confidence, predictive_confidence
 from trainguard.telemetry.frame import Entity, MetricKind, MetricSeries, Telemetry
 
 STEP = 30
@@ -113,3 +113,33 @@ def test_application_xid_mask() -> None:
 def test_bad_trend_settings_are_refused(kw: dict[str, float]) -> None:
     with pytest.raises(ConfigError):
         DetectorConfig(**kw)  # type: ignore[arg-type]
+
+
+def _spells() -> Shape:
+    """n1's GPU 2 remaps 3 rows in its first 7 h, then one every 80 minutes: uneven spells of a
+    GPU that remaps now and then, no faster and faster."""
+    def shape(a: dict[str, np.ndarray], _rng: np.random.Generator) -> None:
+        t = a["DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS"].shape[-1]
+        inc = np.zeros(t)
+        inc[[1 * PER_H, 3 * PER_H, 5 * PER_H]] = 1.0
+        inc[7 * PER_H::80 * 60 // STEP] = 1.0
+        a["DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS"][1, 2] = np.cumsum(inc)
+    return shape
+
+
+def test_a_few_events_in_a_short_history_prove_no_low_rate() -> None:
+    """The rule sees the last two of the first 7 h's remaps (the first one tells it the field is a
+    counter): a usual rate of 7 a day. 18 in the next day is 1 in 3,000 at that rate (Poisson),
+    but that rate, known from two events, could as well be three times higher: 1 in 20
+    (`predictive_confidence`). No degradation."""
+    assert not [d for d in _details(detect(_cluster(_spells(), hours=32), CFG))
+                if "degradation" in d[2]]
+
+
+def test_predictive_confidence() -> None:
+    assert predictive_confidence(0, 3.0, 0.5) == 0.0
+    # Many events in a long history: close to Poisson at the rate they give.
+    assert predictive_confidence(30, 2000.0, 2000 / 2020) == pytest.approx(
+        poisson_confidence(30, 20.0), abs=2e-3)
+    # Few: a heavier tail than Poisson at the same rate.
+    assert predictive_confidence(17, 2.0, 210 / 930) < poisson_confidence(17, 2 / 210 * 720)
