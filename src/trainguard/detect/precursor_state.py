@@ -11,20 +11,24 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from trainguard.detect.numeric import learn
 from trainguard.telemetry.frame import FloatArray
 
 __all__ = ["HostState", "JitterState", "RecurState", "grow_host", "grow_jitter", "grow_recur",
-           "pad", "popcount"]
+           "learn_before", "pad", "popcount"]
 
 
 @dataclass
 class RecurState:
-    """Per series: the recent blocks with events (bit mask), the long-run event rate."""
+    """Per series: the recent blocks with events (bit mask; cleared when a rule fires), the
+    same blocks never cleared (`seen`), and the usual event rate, learnt from the blocks that
+    leave the window."""
 
     mask: np.ndarray
     rate: FloatArray
     blocks: FloatArray
     prev: FloatArray
+    seen: np.ndarray
 
 
 @dataclass
@@ -75,9 +79,10 @@ def pad(x: np.ndarray, shape: tuple[int, ...], fill: float) -> np.ndarray:
 def grow_recur(st: RecurState | None, shape: tuple[int, int]) -> RecurState:
     if st is None:
         return RecurState(np.zeros(shape, dtype=np.int64), np.zeros(shape), np.zeros(shape),
-                      np.full(shape, np.nan))
+                      np.full(shape, np.nan), np.zeros(shape, dtype=np.int64))
     return RecurState(pad(st.mask, shape, 0), pad(st.rate, shape, 0.0),
-                  pad(st.blocks, shape, 0.0), pad(st.prev, shape, np.nan))
+                  pad(st.blocks, shape, 0.0), pad(st.prev, shape, np.nan),
+                  pad(st.seen, shape, 0))
 
 
 def grow_jitter(st: JitterState | None, shape: tuple[int, int]) -> JitterState:
@@ -95,3 +100,13 @@ def grow_host(st: HostState | None, n: int) -> HostState:
         return HostState(np.zeros(n), np.zeros(n), np.full(n, np.nan))
     return HostState(pad(st.level, (n,), 0.0), pad(st.run, (n,), 0.0),
                  pad(st.prev, (n,), np.nan))
+
+
+def learn_before(st: RecurState, now: np.ndarray, ok: np.ndarray, alpha: float, w: int) -> None:
+    """Shift this block's events `now` into `st.seen` and learn `st.rate` from the block that
+    leaves the window (observed blocks only; a plain mean at first, `numeric.learn`): the rate a
+    burst is judged against never holds that burst, and a burst a rule fired on (and cleared
+    from `st.mask`) still counts in it once it is history."""
+    left = ((st.seen >> (w - 1)) & 1).astype(np.float64)
+    st.rate = learn(st.rate, left, st.blocks - w, alpha, ok & (st.blocks >= w))
+    st.seen = ((st.seen << 1) | now.astype(np.int64)) & ((1 << w) - 1)

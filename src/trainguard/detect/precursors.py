@@ -70,6 +70,7 @@ from trainguard.detect.precursor_state import (
     grow_host,
     grow_jitter,
     grow_recur,
+    learn_before,
     pad,
     popcount,
 )
@@ -225,6 +226,7 @@ class PrecursorRules:
         for b in range(nb):
             e = ev_b[..., b]
             ok = seen_b[..., b]
+            learn_before(st, e & ok, ok, alpha, w)
             # The window is the last w blocks of time: a block without samples counts as quiet.
             st.mask = ((st.mask << 1) | (e & ok).astype(np.int64)) & full
             count = popcount(st.mask)
@@ -242,7 +244,6 @@ class PrecursorRules:
                     f"{what} recurring: {int(count[ni, gi])} of the last {w} blocks "
                     f"(usually {float(st.rate[ni, gi]) * w:.1f})")))
                 st.mask[ni, gi] = 0  # one hit per burst; the episode carries it on
-            st.rate = learn(st.rate, e, st.blocks, alpha, ok)
             st.blocks = st.blocks + ok
             if counter and is_wear_counter(name):
                 for ni, gi, c, detail in self.trend.step(name, self.clock + b, e & ok, ok):
@@ -286,6 +287,7 @@ class PrecursorRules:
             stalled &= ok
             was = (st.mask & 1).astype(bool)
             came_back = ok & ~stalled & was
+            learn_before(st, stalled, ok, alpha, w)
             # The window is the last w blocks of time: idle or missing blocks count as quiet.
             st.mask = ((st.mask << 1) | stalled.astype(np.int64)) & full
             back = ((back << 1) | came_back.astype(np.int64)) & full
@@ -300,7 +302,6 @@ class PrecursorRules:
                     f"blocks it fell below {cfg.stall_fraction:.0%} of theirs")))
                 st.mask[ni, gi] = 0
                 back[ni, gi] = 0
-            st.rate = learn(st.rate, stalled, st.blocks, alpha, ok)
             st.blocks = st.blocks + ok
         self.stall_back[name] = back
 

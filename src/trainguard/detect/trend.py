@@ -63,7 +63,7 @@ def predictive_confidence(count: int, events: float, p: float) -> float:
     """
     if count <= 0:
         return 0.0
-    term = p ** events
+    term = math.pow(p, events)
     below = term
     for k in range(count - 1):
         term *= (k + events) / (k + 1) * (1.0 - p)

@@ -99,8 +99,9 @@ def test_a_gpu_that_has_counted_now_and_then_since_the_start_is_read_at_its_own_
     mean started at zero, which after these 6 h (of a 12-h memory) read 0.3 and made 4 of 15 a
     1-in-3,700 chance: a precursor at the default confidence. At its own rate 4 of 15 is a
     1-in-40 chance. Five such links, each its own random trickle, raise no precursor even at a
-    confidence of 0.9. A GPU quiet before its burst is one at 0.9999 (at its fifth block with
-    replays: its usual count, 0.4, has taken in the burst's first four)."""
+    confidence of 0.9. A GPU quiet before its burst is one at 0.9999, and at its fourth block
+    with replays: the usual rate is learnt from the blocks that left the window
+    (`precursor_state.learn_before`), so the burst being judged is not in it."""
     lax = replace(CFG, precursor_confidence=0.9)
     for seed in range(3, 8):
         noisy = _cluster(_replays_at_random(1 / 14, seed=seed))
@@ -108,7 +109,7 @@ def test_a_gpu_that_has_counted_now_and_then_since_the_start_is_read_at_its_own_
     quiet = _early(detect(_cluster(_replays(every=8, start=AT)),
                           replace(CFG, precursor_confidence=0.9999)))
     assert quiet and quiet[0][:2] == ("n1", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER")
-    assert quiet[0][2].endswith("5 of the last 15 blocks (usually 0.4)")
+    assert quiet[0][2].endswith("4 of the last 15 blocks (usually 0.0)")
 
 
 @pytest.mark.parametrize("kw", [{"precursor_confidence": 1.0}, {"precursor_confidence": 0.0}])
