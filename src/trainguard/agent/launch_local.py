@@ -56,34 +56,39 @@ class SubprocessAgents:
         ``ssh`` only the client is here, and the remote agent dies with its session), then
         wait until each is gone or a zombie. ``PR_SET_PDEATHSIG`` alone would kill the ranks
         only some time after their agent."""
-        from trainguard.recover.reaper import Tree, kill_tree, start_time
-
         for node in nodes:
             proc = self._procs.get(node)
-            if proc is None or proc.poll() is not None:
-                continue
-            tree = Tree()
-            start = start_time(proc.pid)
-            if start is not None:
-                tree.add(proc.pid, start)
-            left = kill_tree(tree, grace_s=0.0)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)  # whatever the scan could not see
-            proc.wait()
-            if left:
-                log.warning("fencing %s: %d process(es) still alive after SIGKILL (pids %s; "
-                            "uninterruptible I/O?)", node, len(left),
-                            ", ".join(str(pid) for pid, _ in sorted(left)))
+            if proc is not None and proc.poll() is None:
+                _kill_now(node, proc)
 
     def reap(self, wait_s: float) -> None:
+        """Wait up to ``wait_s`` for every agent to exit, then kill those left as `fence`
+        does: each launcher's session and every descendant of it on this machine (a rank that
+        left the launcher's process group dies too)."""
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline and any(p.poll() is None for p in self._procs.values()):
             time.sleep(0.02)
-        for proc in self._procs.values():
+        for node, proc in self._procs.items():
             if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+                _kill_now(node, proc)
+
+
+def _kill_now(node: str, proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL to ``proc``'s process tree and its session, then wait for it."""
+    from trainguard.recover.reaper import Tree, kill_tree, start_time
+
+    tree = Tree()
+    start = start_time(proc.pid)
+    if start is not None:
+        tree.add(proc.pid, start)
+    left = kill_tree(tree, grace_s=0.0)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)  # whatever the scan could not see
+    proc.wait()
+    if left:
+        log.warning("killing %s's agent: %d process(es) still alive after SIGKILL (pids %s; "
+                    "uninterruptible I/O?)", node, len(left),
+                    ", ".join(str(pid) for pid, _ in sorted(left)))
 
 
 class LocalLauncher:

@@ -180,3 +180,29 @@ def test_fencing_a_lost_host_kills_its_launcher_and_what_it_started(tmp_path: Pa
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+def test_reaping_after_the_grace_kills_a_rank_that_left_its_agents_session() -> None:
+    """An agent that does not exit within the grace is killed with everything it started: a
+    rank in a session of its own (outside the launcher's process group) too, not only the
+    group; an agent that exited in time is left alone."""
+    agent = ("import subprocess,sys,time; r = subprocess.Popen([sys.executable,'-c',"
+             "'import time; time.sleep(60)'], start_new_session=True); print(r.pid, flush=True);"
+             " time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-c", agent], start_new_session=True,
+                            stdout=subprocess.PIPE, text=True)
+    done = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
+    assert proc.stdout is not None
+    rank_pid = int(proc.stdout.readline())
+    try:
+        done.wait()
+        SubprocessAgents({"slow": proc, "done": done}).reap(0.2)
+        assert proc.poll() is not None
+        assert not _alive(rank_pid)
+        assert done.returncode == 0
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(rank_pid, 9)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
