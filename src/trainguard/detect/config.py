@@ -58,7 +58,8 @@ class DetectorConfig:
     precursor_min_events: int = 4
     """... how many of them must have events ..."""
     precursor_background_ratio: float = 4.0
-    """... at least this many times as often as the series' own long-run rate ..."""
+    """... at least this many times as often as the series' own long-run rate (learnt from the
+    blocks that have left the window) ..."""
     precursor_confidence: float = 0.999
     """... and more than that rate explains at this Poisson confidence: a GPU that counts now
     and then (a link with a few replays an hour) reaches 4 of 15 blocks by chance every few

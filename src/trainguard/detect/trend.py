@@ -53,9 +53,9 @@ def poisson_confidence(count: int, expected: float) -> float:
 
 def predictive_confidence(count: int, events: float, p: float) -> float:
     """1 - P(X >= count) for X ~ NegativeBinomial(`events`, `p`): the number of events in the
-    next stretch of time, for a series that logged `events` in a history that is the fraction
-    `p` of history and stretch together (a Poisson rate known only from those events, with a
-    scale-free prior). A short history with a few events is no proof of a low rate.
+    next stretch of time, for a series that logged `events` in its history, where `p` is the
+    history's share of history and stretch together (a Poisson rate known only from those
+    events, with a scale-free prior). A few events in a short history prove no low rate.
 
         >>> round(poisson_confidence(17, 2.5 / 210 * 720), 3), round(
         ...     predictive_confidence(17, 2.5, 210 / (210 + 720)), 3)
