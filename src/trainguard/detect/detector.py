@@ -74,7 +74,6 @@ class Detector:
         batch run over the same samples score alike."""
         self.cfg = cfg or DetectorConfig()
         self.layout = Layout()
-        self.cumulative = cumulative
         self.tracker = EpisodeTracker(self.cfg, self.layout.nodes)
         self.scorer = BlockScorer(self.cfg, self.layout)
         self.precursors = PrecursorRules(self.cfg)

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from trainguard.detect.numeric import learn
 from trainguard.telemetry.frame import FloatArray
 
 __all__ = ["RATE_Z", "RECUR_CHANCE", "RECUR_QUIET_DAYS", "SPARSE_MAX_NORMAL", "WINDOW",
@@ -114,8 +115,7 @@ class SparseCounters:
         # The block leaving the window (a real one once `WINDOW` blocks were seen).
         leaves = valid & (self.n >= WINDOW)
         left = ((self.mask >> (WINDOW - 1)) & 1).astype(np.float64)
-        b = np.maximum(alpha, 1.0 / np.maximum(self.n - WINDOW + 1.0, 1.0))
-        self.before = np.where(leaves, self.before + b * (left - self.before), self.before)
+        self.before = learn(self.before, left, self.n - WINDOW, alpha, leaves)
         self.mask = np.where(valid, ((self.mask << 1) | active) & ((1 << WINDOW) - 1), self.mask)
         count = _POPCOUNT[self.mask]
         recur = (self.mask & _RECENT) != 0
