@@ -75,9 +75,11 @@ class DetectorConfig:
     jitter_blocks: int = 5
     """... for this many blocks in a row is a precursor."""
     precursor_confirm_s: float = 6 * 3600.0
-    """A jitter hit warns only when the same GPU confirms it: another precursor hit on it
-    within this long, or another of its series in the same block (`confirm.py`); until then it
-    is a watch. 0: every hit warns at once."""
+    """A jitter hit, or a row remapped (XID 63), warns only when the same GPU confirms it:
+    another precursor hit on it within this long, or another of its series in the same block;
+    for a remap, also more memory wear (a correctable error, another row remapped) within this
+    long before or after it (`confirm.py`). Until then it is a watch. 0: every hit warns at
+    once."""
     host_collapse_fraction: float = 0.25
     """A busy node whose interrupts/context switches/runnable processes fall below this
     fraction of its own level and of the other nodes' ..."""

@@ -52,7 +52,7 @@ from trainguard.detect.numeric import (
 )
 from trainguard.detect.precursors import PrecursorRules
 from trainguard.detect.scoring import BlockScorer
-from trainguard.detect.signals.hard_evidence import HardEvidence
+from trainguard.detect.signals.hard_evidence import HardEvidence, repairs
 from trainguard.detect.verdicts import VERDICT_EVERY_S, CumulativeVerdicts
 from trainguard.errors import TelemetryError
 from trainguard.telemetry.frame import FloatArray, Telemetry
@@ -207,7 +207,8 @@ class Detector:
         bg = self._block_means(d.gpu, flags.cumulative[:mg_], "rate_gpu", d.times)
         bn = self._block_means(d.node, flags.cumulative[mg_:], "rate_node", d.times)
         jobs = _jobs_per_block(tel, lay.nodes, d.times, self.steps_per_block) if tel else None
-        early, app_recent = self.precursors.scan(d, lay, flags.cumulative, s)
+        early, app_recent = self.precursors.scan(d, lay, flags.cumulative, s,
+                                                 repairs(warnings, lay, s))
         self.scorer.run(d.times, bg, bn, present, hits, self.tracker,
                         flags.soft, flags.weights, flags.activity, jobs,
                         self.steps_per_block,

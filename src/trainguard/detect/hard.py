@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from trainguard.detect.knowledge import is_fatal_hardware_xid, is_hardware_xid
+from trainguard.detect.knowledge import is_fatal_hardware_xid, is_hardware_xid, is_repair_xid
 from trainguard.detect.numeric import previous_valid
 from trainguard.evidence.xid import xid_info
 from trainguard.telemetry.frame import FloatArray, IntArray
@@ -34,6 +34,9 @@ class HardHit:
     detail: str
     fatal: bool = True
     """False: a hardware event that asks no action now (a non-fatal XID): an early warning."""
+    repair: bool = False
+    """A non-fatal XID that records a repair (a row remapped): a watch until its GPU confirms
+    it (`knowledge.is_repair_xid`, `confirm.py`)."""
 
 
 def changes(x: FloatArray, carry: FloatArray, *, increase_only: bool
@@ -56,7 +59,8 @@ def xid_hits(metric: str, x: FloatArray, carry: FloatArray) -> tuple[list[HardHi
 
     Application XIDs (13, 31, 43, ...) are the job's fault, not the node's: never hard evidence.
     A hardware XID that NVIDIA's catalog does not call fatal is a hit with ``fatal`` False: an
-    early warning, not hard evidence (`knowledge.is_fatal_hardware_xid`).
+    early warning, not hard evidence (`knowledge.is_fatal_hardware_xid`); one that records a
+    repair is marked so (`HardHit.repair`).
     """
     where, values, new_carry = changes(x, carry, increase_only=False)
     hits = []
@@ -66,7 +70,8 @@ def xid_hits(metric: str, x: FloatArray, carry: FloatArray) -> tuple[list[HardHi
                 hits.append(HardHit(t, n, g, metric, v, f"XID {int(v)}"))
             else:
                 hits.append(HardHit(t, n, g, metric, v, f"XID {int(v)}, non-fatal "
-                                    f"({xid_info(int(v)).name}): a warning", fatal=False))
+                                    f"({xid_info(int(v)).name}): a warning", fatal=False,
+                                    repair=is_repair_xid(int(v))))
     return hits, new_carry
 
 

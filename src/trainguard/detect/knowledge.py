@@ -207,6 +207,21 @@ def is_hardware_xid(xid: int) -> bool:
     return xid > 0 and xid_info(xid).category in _HW_CATEGORIES
 
 
+REPAIR_XIDS = frozenset({63})
+"""XIDs that record a repair the GPU made for good: 63, a row marked for remapping to a spare
+(on GPUs before Ampere, a page retired). NVIDIA's catalog asks no action for them."""
+
+
+def is_repair_xid(xid: int) -> bool:
+    """A hardware XID that records a repair (`REPAIR_XIDS`): one spare spent, which a healthy
+    GPU does now and then in its life. On its own it is a watch, not a warning (`confirm.py`).
+
+    >>> is_repair_xid(63), is_repair_xid(64), is_repair_xid(92)
+    (True, False, False)
+    """
+    return xid in REPAIR_XIDS
+
+
 def is_fatal_hardware_xid(xid: int) -> bool:
     """A hardware XID that NVIDIA's catalog calls fatal: hard evidence. The others (a row
     remapping recorded, XID 63; excessive single-bit interrupts, 92; an error contained to one

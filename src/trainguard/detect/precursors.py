@@ -29,7 +29,8 @@ siblings, never against a fixed level:
    one that stays idle, or whose job ended, is not stalling), beyond its own usual rate.
 4. **Host collapse**: a busy node whose interrupt rate, context switches or runnable processes
    fall below `host_collapse_fraction` of both their own recent level and the other nodes',
-   for `host_collapse_blocks` blocks in a row (a host that stopped feeding its GPUs).
+   for `host_collapse_blocks` blocks in a row (a host that stopped feeding its GPUs;
+   `collapse.py`).
 
 A jitter hit is one run of a gauge a job moves on its own, so it is watched first: it warns
 only when the same GPU confirms it (another precursor hit within `precursor_confirm_s`, or
@@ -50,10 +51,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trainguard.detect.alerts import Signal
+from trainguard.detect.collapse import host_collapse
 from trainguard.detect.config import DetectorConfig
-from trainguard.detect.confirm import PrecursorConfirm
+from trainguard.detect.confirm import Errors, PrecursorConfirm
 from trainguard.detect.explained import ExplainedActivity
-from trainguard.detect.knowledge import ACTIVITY_METRICS, is_hard_counter, is_wear_counter
+from trainguard.detect.knowledge import (
+    ACTIVITY_METRICS,
+    is_hard_counter,
+    is_wear_counter,
+)
 from trainguard.detect.layout import DenseChunk, Layout
 from trainguard.detect.numeric import (
     block_means,
@@ -67,7 +73,6 @@ from trainguard.detect.precursor_state import (
     HostState,
     JitterState,
     RecurState,
-    grow_host,
     grow_jitter,
     grow_recur,
     learn_before,
@@ -139,9 +144,10 @@ class PrecursorRules:
         self.trend = TrendRule(self.cfg)
         self.confirm = PrecursorConfirm(self.cfg)
 
-    def scan(self, d: DenseChunk, lay: Layout, cumulative: np.ndarray, s: int
-             ) -> tuple[PrecursorHits, np.ndarray]:
-        """Hits per block of chunk `d` (whole blocks of `s` samples), and [node, block] where
+    def scan(self, d: DenseChunk, lay: Layout, cumulative: np.ndarray, s: int,
+             repairs: PrecursorHits | None = None) -> tuple[PrecursorHits, np.ndarray]:
+        """Hits per block of chunk `d` (whole blocks of `s` samples), with the `repairs` (row-
+        remap XIDs, per block) that their GPU confirmed (`confirm.py`), and [node, block] where
         an application XID began on the node within `precursor_app_xid_quiet_s` (what scoring
         mutes)."""
         nb = d.times.size // s
@@ -153,12 +159,17 @@ class PrecursorRules:
         free, app_recent = self.explained.scan(d, lay, s, nb, active)
         warm = self.cfg.precursor_warmup_s / self.cfg.block_s
         watched: PrecursorHits = {}
+        errors: Errors = {}
         governed = _governed(d, lay, s, nb)
         for mi, name in enumerate(lay.gpu_metrics):
             counter = bool(cumulative[mi]) and is_error_counter(name)
             if counter or is_reasons(name):
-                self._recurring(name, d.gpu[mi], s, nb, counter, warm, hits,
-                                lambda ni, gi: lay.gpu_label(ni, gi))
+                events = self._recurring(name, d.gpu[mi], s, nb, counter, warm, hits,
+                                         lambda ni, gi: lay.gpu_label(ni, gi))
+                if counter and is_wear_counter(name):
+                    for ni, gi, b in zip(*np.nonzero(events), strict=True):
+                        errors.setdefault(int(b), set()).add(
+                            (int(ni), lay.gpu_label(int(ni), int(gi))))
             elif _JITTER.search(_base(name)) and not cumulative[mi]:
                 read = (busy & free)[:, None, :]
                 if governed is not None and _CLOCK.search(_base(name)):
@@ -172,8 +183,9 @@ class PrecursorRules:
             if bool(cumulative[mg + k]) and is_error_counter(name):
                 self._recurring(name, x, s, nb, True, warm, hits, lambda _ni, _gi: None)
             elif _HOST.search(_base(name)):
-                self._collapse(name, d.node[k], s, nb, bool(cumulative[mg + k]), busy, hits)
-        hits = self.confirm.merge(hits, watched, self.clock, nb)
+                host_collapse(self.cfg, self.host, name, d.node[k], s, nb,
+                              bool(cumulative[mg + k]), busy, hits)
+        hits = self.confirm.merge(hits, watched, self.clock, nb, repairs, errors)
         self.clock += nb
         return hits, app_recent
 
@@ -204,7 +216,10 @@ class PrecursorRules:
     # -- rule 1: recurring error counts ------------------------------------------------------
     def _recurring(self, name: str, x: FloatArray, s: int, nb: int, counter: bool,
                    warm: float, hits: PrecursorHits,
-                   label: Callable[[int, int], str | None]) -> None:
+                   label: Callable[[int, int], str | None]) -> np.ndarray:
+        """Rule 1 on one series [node, gpu, time]; returns [node, gpu, block]: the blocks with
+        an event (a count, not the value a counter is first seen at; or a hardware throttle
+        reason)."""
         cfg = self.cfg
         n, g, _t = x.shape
         st = self.recur.get(name)
@@ -215,8 +230,9 @@ class PrecursorRules:
             with np.errstate(invalid="ignore"):
                 inc = np.where(x >= prev, x - prev, x)      # a reset counts from zero
             ev = np.nan_to_num(inc, nan=0.0) > 0
+            grew = ev & ~np.isnan(prev)     # not the first value a series is seen at
         else:
-            ev = (bits_of(x) & HW_BITS) != 0
+            ev = grew = (bits_of(x) & HW_BITS) != 0
         seen = ~np.isnan(x)
         ev_b = np.asarray(ev[..., : nb * s].reshape(n, g, nb, s).any(axis=-1), dtype=bool)
         seen_b = np.asarray(seen[..., : nb * s].reshape(n, g, nb, s).any(axis=-1), dtype=bool)
@@ -248,6 +264,7 @@ class PrecursorRules:
             if counter and is_wear_counter(name):
                 for ni, gi, c, detail in self.trend.step(name, self.clock + b, e & ok, ok):
                     hits.setdefault(b, []).append((ni, Signal(name, label(ni, gi), c, detail)))
+        return np.asarray(grew[..., : nb * s].reshape(n, g, nb, s).any(axis=-1), dtype=bool)
 
     # -- rule 3: stalls ----------------------------------------------------------------------
     def _stalls(self, name: str, x: FloatArray, s: int, nb: int, busy: np.ndarray,
@@ -358,42 +375,6 @@ class PrecursorRules:
                     f"jitter {float(np.exp(st.short[ni, gi])):.1f}x the node's other GPUs {when}")))
             st.long = learn(st.long, lr, st.blocks, a_l, ok)
             st.blocks = st.blocks + ok
-
-    # -- rule 4: host collapse ---------------------------------------------------------------
-    def _collapse(self, name: str, x: FloatArray, s: int, nb: int, counter: bool,
-                  busy: np.ndarray, hits: PrecursorHits) -> None:
-        cfg = self.cfg
-        n = x.shape[0]
-        st = self.host.get(name)
-        if st is None or st.level.shape != (n,):
-            st = self.host[name] = grow_host(st, n)
-        if counter:
-            prev, st.prev = previous_valid(x, st.prev)
-            with np.errstate(invalid="ignore"):
-                v = np.where(x >= prev, x - prev, np.nan)
-        else:
-            v = x
-        vb = block_means(v, s)                              # node, block
-        alpha = 1.0 - 0.5 ** (1.0 / 60.0)
-        f = cfg.host_collapse_fraction
-        for b in range(nb):
-            val = vb[:, b]
-            ok = np.isfinite(val) & busy[:, b]
-            peers = val[ok]
-            if peers.size < cfg.min_peers:
-                continue
-            peer = float(np.median(peers))
-            low = ok & (val < f * st.level) & (val < f * peer) & (st.level > 0)
-            st.run = np.where(low, st.run + 1, np.where(ok, 0, st.run))
-            warm_ok = st.level > 0
-            for ni in np.flatnonzero((st.run == cfg.host_collapse_blocks) & warm_ok).tolist():
-                hits.setdefault(b, []).append((ni, Signal(
-                    name, None, float(val[ni]),
-                    f"host collapse: {float(val[ni]):.3g} against its usual "
-                    f"{float(st.level[ni]):.3g} and the other busy nodes' {peer:.3g}")))
-            learn = ok & ~low
-            st.level = np.where(learn & (st.level == 0), val,
-                                np.where(learn, st.level + alpha * (val - st.level), st.level))
 
 
 def _activity_metric(lay: Layout) -> int | None:

@@ -5,8 +5,10 @@ vectorised finders), and carried across chunks per series (last valid value, mis
 length, whether a GPU ever reported), so the hits do not depend on how the input was chunked.
 Each hit goes to the episode tracker at the start of its block, with `HARD_SCORE`: it opens (or
 joins) a hard episode and quiets predictive alerts on that node for a while. A hardware XID that
-NVIDIA's catalog does not call fatal (a row remapping recorded, XID 63) is not hard evidence: it
-warns at once, as an early-warning rule does, or joins the node's open hard alert (`warn`).
+NVIDIA's catalog does not call fatal (excessive single-bit interrupts, XID 92) is not hard
+evidence: it warns at once, as an early-warning rule does, or joins the node's open hard alert
+(`warn`). One that records a repair (a row remapped, XID 63) joins an open hard alert too, and
+otherwise waits for its GPU to confirm it (`repairs`, `confirm.py`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from trainguard.detect.knowledge import is_hard_counter, is_xid_metric
 from trainguard.detect.layout import DenseChunk, Layout
 from trainguard.telemetry.frame import FloatArray, IntArray
 
-__all__ = ["HARD_SCORE", "VANISH_AFTER_S", "HardConfig", "HardEvidence", "emit", "warn"]
+__all__ = ["HARD_SCORE", "VANISH_AFTER_S", "HardConfig", "HardEvidence", "emit", "repairs",
+           "warn"]
 
 HARD_SCORE = 100.0
 """The score a hard hit hands the tracker."""
@@ -97,19 +100,32 @@ def warn(tracker: EpisodeTracker, hits: list[HardHit], times: IntArray, lay: Lay
          ) -> list[tuple[int, Signal]]:
     """The non-fatal `hits` of one block as early warnings (node, signal), after `emit` handed
     the tracker the block's hard evidence: on a node whose hard episode is open (a failure
-    seen, maybe in this very block), the hit joins that alert instead, so it names it."""
+    seen, maybe in this very block), the hit joins that alert instead, so it names it. A repair
+    that joins nothing is not returned: it waits for its confirmation (`repairs`)."""
     out = []
     for h in hits:
-        label = lay.gpu_label(h.node, h.gpu) if h.gpu is not None else None
-        sig = Signal(h.metric, label, h.value, h.detail)
-        if not tracker.join_hard(h.node, float(times[h.t_index]), sig):
+        sig = _signal(h, lay)
+        if not tracker.join_hard(h.node, float(times[h.t_index]), sig) and not h.repair:
             out.append((h.node, sig))
     return out
+
+
+def repairs(hits: list[HardHit], lay: Layout, s: int) -> dict[int, list[tuple[int, Signal]]]:
+    """The repair XIDs among `hits`, per block of `s` samples, as (node, evidence): what the
+    precursor rules watch until the GPU confirms them (`confirm.py`)."""
+    out: dict[int, list[tuple[int, Signal]]] = {}
+    for h in hits:
+        if h.repair:
+            out.setdefault(h.t_index // s, []).append((h.node, _signal(h, lay)))
+    return out
+
+
+def _signal(h: HardHit, lay: Layout) -> Signal:
+    label = lay.gpu_label(h.node, h.gpu) if h.gpu is not None else None
+    return Signal(h.metric, label, h.value, h.detail)
 
 
 def emit(tracker: EpisodeTracker, hits: list[HardHit], times: IntArray, lay: Layout) -> None:
     """Hand `hits` (indexes into the chunk whose sample times are `times`) to the tracker."""
     for h in hits:
-        label = lay.gpu_label(h.node, h.gpu) if h.gpu is not None else None
-        tracker.hard_event(h.node, float(times[h.t_index]),
-                           Signal(h.metric, label, h.value, h.detail), HARD_SCORE)
+        tracker.hard_event(h.node, float(times[h.t_index]), _signal(h, lay), HARD_SCORE)
