@@ -103,14 +103,14 @@ class PrecursorConfirm:
                 if off:
                     kept.append((ni, sig))
                 elif (note := self._confirmation(ni, sig, block, now)) is not None:
-                    kept.append((ni, replace(sig, detail=f"{sig.detail}; confirmed: {note}")))
+                    kept.append((ni, _confirmed(sig, note)))
             kept += self._confirm_waiting(block, err, now)
             for ni, sig in rep:
                 if off:
                     kept.append((ni, sig))
                 elif (note := self._confirmation(ni, sig, block, now)
                       or self._error_before(ni, sig.gpu, now)) is not None:
-                    kept.append((ni, replace(sig, detail=f"{sig.detail}; confirmed: {note}")))
+                    kept.append((ni, _confirmed(sig, note)))
                 else:
                     self.waiting.append((now, ni, sig))
             for ni, sig in block:
@@ -127,8 +127,7 @@ class PrecursorConfirm:
         """Memory wear on this GPU within the window before `now`, and not beside it."""
         for t in self.errors.get((ni, gpu), ()):
             if REPAIR_APART_BLOCKS <= now - t <= self.window_blocks:
-                return (f"more memory wear on this GPU "
-                        f"{(now - t) * self.cfg.block_s / 3600:.1f} h earlier")
+                return f"more memory wear on this GPU {self._hours(now - t):.1f} h earlier"
         return None
 
     def _confirm_waiting(self, block: list[tuple[int, Signal]], err: set[Gpu], now: float
@@ -141,7 +140,7 @@ class PrecursorConfirm:
         out, still = [], []
         for t, ni, sig in self.waiting:
             key = (ni, sig.gpu)
-            h = (now - t) * self.cfg.block_s / 3600
+            h = self._hours(now - t)
             if now - t > self.window_blocks:
                 continue
             if key in hit and now > t:
@@ -151,7 +150,7 @@ class PrecursorConfirm:
             else:
                 still.append((t, ni, sig))
                 continue
-            out.append((ni, replace(sig, detail=f"{sig.detail}; confirmed: {note}")))
+            out.append((ni, _confirmed(sig, note)))
         self.waiting = still
         return out
 
@@ -164,9 +163,11 @@ class PrecursorConfirm:
             return f"{beside[0]} of this GPU in the same block"
         last = self.seen.get((ni, sig.gpu))
         if last is not None and 0 < now - last <= self.window_blocks:
-            return (f"another precursor on this GPU {(now - last) * self.cfg.block_s / 3600:.1f} "
-                    "h earlier")
+            return f"another precursor on this GPU {self._hours(now - last):.1f} h earlier"
         return None
+
+    def _hours(self, blocks: float) -> float:
+        return blocks * self.cfg.block_s / 3600
 
     def _forget(self, now: float) -> None:
         """Drop GPUs whose last hit or error is older than the window, and remaps that waited
@@ -176,3 +177,8 @@ class PrecursorConfirm:
         for k in [k for k, (t, _) in self.errors.items() if now - t > self.window_blocks]:
             del self.errors[k]
         self.waiting = [w for w in self.waiting if now - w[0] <= self.window_blocks]
+
+
+def _confirmed(sig: Signal, note: str) -> Signal:
+    """`sig` as a warning, its finding saying what confirmed it."""
+    return replace(sig, detail=f"{sig.detail}; confirmed: {note}")

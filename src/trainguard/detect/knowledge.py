@@ -226,7 +226,8 @@ def is_fatal_hardware_xid(xid: int) -> bool:
     """A hardware XID that NVIDIA's catalog calls fatal: hard evidence. The others (a row
     remapping recorded, XID 63; excessive single-bit interrupts, 92; an error contained to one
     application, 94; an XID the catalog does not list) ask no action of the node now; they are
-    early warnings, as the same XID in a kernel log stops no job.
+    early warnings (63 once its GPU confirms it, `is_repair_xid`), as the same XID in a kernel
+    log stops no job.
 
     >>> is_fatal_hardware_xid(79), is_fatal_hardware_xid(63), is_fatal_hardware_xid(13)
     (True, False, False)
