@@ -139,6 +139,8 @@ class SnapshotCoordinator:
         self._closed = False
         self._seen = 0
         self._world = spec.world_size
+        self._reached: dict[int, int] = {}
+        """Attempt -> the newest step a snapshot of it was complete at."""
         self.path = spec.run_dir / "snapshots.json"
 
     def memory(self, choice: RestoreChoice) -> MemoryTier:
@@ -285,18 +287,36 @@ class SnapshotCoordinator:
         except (TrainguardError, OSError) as exc:
             self._status(f"snapshots: could not remove the run's snapshot directories: {exc}")
 
+    def reached_before(self, attempt: int) -> int | None:
+        """The newest step a complete snapshot of an attempt before ``attempt`` proved
+        reached; a rank's last report can lag it."""
+        steps = [step for a, step in self._reached.items() if a < attempt]
+        return max(steps) if steps else None
+
     def _write(self) -> None:
+        manifest = self.manifest.to_json(self._world)
         doc = {"format": "trainguard-snapshots/1", "fenced": sorted(self.fenced),
-               "manifest": self.manifest.to_json(self._world)}
+               "manifest": manifest}
+        for snap in manifest["complete"]:
+            attempt, step = snap["attempt"], snap["step"]
+            self._reached[attempt] = max(step, self._reached.get(attempt, step))
         try:
             write_json_atomic(self.path, doc)
         except TrainguardError as exc:
             self._status(f"snapshots: {exc}")
 
 
-def best_step(attempts: Iterable[AttemptResult]) -> int | None:
-    """The highest step any attempt reached (before the next one's fault)."""
+def best_step(attempts: Iterable[AttemptResult], proved: int | None = None) -> int | None:
+    """The highest step any attempt reached (before the next one's fault): the steps they
+    reported, and ``proved``, a complete snapshot's step
+    (:meth:`SnapshotCoordinator.reached_before`).
+
+    >>> best_step([], 24), best_step([], None)
+    (24, None)
+    """
     steps = [a.last_step for a in attempts if a.last_step is not None]
+    if proved is not None:
+        steps.append(proved)
     return max(steps) if steps else None
 
 

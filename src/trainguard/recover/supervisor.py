@@ -251,8 +251,9 @@ class Supervisor:
         attempt = self._current()
         outcome = attempt.outcome()
         self._attempt = None
-        result = replace(outcome.result,
-                         restore=self._choice.record(outcome.result, best_step(chain.attempts)))
+        proved = None if self._snap is None else self._snap.reached_before(len(chain.attempts))
+        best = best_step(chain.attempts, proved)
+        result = replace(outcome.result, restore=self._choice.record(outcome.result, best))
         outcome = replace(outcome, result=result)
         if self._snap is not None:
             self._snap.after(attempt.plan, result, self._choice)

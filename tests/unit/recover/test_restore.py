@@ -210,3 +210,20 @@ def test_a_newer_disk_checkpoint_wins_over_an_older_snapshot(setup) -> None:  # 
     assert later.source == "disk" and "step 30" in later.why
     # The rollback limit bounds the disk checkpoint too: 20 is above it, the snapshot is not.
     assert coord.choose(("n1", "n2"), ("n3",), 25, {10, 30}).source == "memory"  # 30 > 25
+
+
+def test_a_complete_snapshot_proves_a_step_the_ranks_never_reported(setup) -> None:  # type: ignore[no-untyped-def]
+    """The ranks' last report can lag the controller: a snapshot complete at step 24 counts
+    as reached even when the attempt's record says 23, and only for later attempts."""
+    coord, plane, _, _ = setup
+    plane.queued = _replicated(20)
+    coord.poll(force=True)
+    plane.queued = [_copy(0, 24, "n1"), _copy(1, 24, "n2")]
+    coord.poll(force=True)
+    assert coord.reached_before(1) == 20  # step 24 has one copy per rank: not complete
+    plane.queued = [_copy(0, 24, "n2", "replica"), _copy(1, 24, "n1", "replica")]
+    coord.poll(force=True)
+    coord.lose(["n1", "n2"])  # every copy gone: still proved
+    assert (coord.reached_before(0), coord.reached_before(1)) == (None, 24)
+    assert best_step([_result({0: 1}, last_step=23)], coord.reached_before(1)) == 24
+    assert best_step([_result({0: 1}, last_step=30)], coord.reached_before(1)) == 30
