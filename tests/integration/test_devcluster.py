@@ -265,6 +265,7 @@ def test_processes_lists_a_sleep_and_kill_host_ends_them_all(cluster: HostCluste
         assert cluster.host("host2").pid not in cluster.processes("host2")
         assert _sleeps(cluster, "host1") == {}
         pids = [*cluster.processes("host2"), cluster.host("host2").pid]
+        link = ns_link(cluster.host("host2").pid)
         cluster.kill_host("host2")
         assert cluster.processes("host2") == []
         assert [p for p in pids if Path(f"/proc/{p}").exists()] == []
@@ -275,10 +276,28 @@ def test_processes_lists_a_sleep_and_kill_host_ends_them_all(cluster: HostCluste
                               text=True, check=False)
         assert (dead.returncode, dead.stderr.strip()) == (2, "enter: host 'host2' was killed")
         assert cluster.run("host1", ["true"]).returncode == 0
+        assert spawner.wait(10) == -signal.SIGKILL  # reaped: nothing else holds host2's
+        # The kernel hands a freed namespace's number to the next new one (the lowest free);
+        # the cluster holds host2's until it stops, so no host started meanwhile (another
+        # test's, holding namespaces of its own) passes for host2's survivors.
+        assert _new_namespaces(32).isdisjoint({link})
     finally:
         for proc in (sleeper, spawner):
             proc.kill()
             proc.wait(10)
+
+
+def _new_namespaces(count: int) -> set[str]:
+    """The links of ``count`` new PID namespaces, alive at the same time."""
+    holders = [subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", "sh", "-c",
+                                 "readlink /proc/self/ns/pid; exec sleep 60"],
+                                stdout=subprocess.PIPE, text=True) for _ in range(count)]
+    try:
+        return {_read_line(p) for p in holders}
+    finally:
+        for p in holders:
+            p.kill()
+            p.wait(10)
 
 
 def _sleeps(cluster: HostCluster, node: str) -> dict[int, str]:

@@ -58,6 +58,10 @@ class _Running:
     pidns: str
     outer: subprocess.Popen[bytes]
     """The ``unshare`` process, parent of the host's PID 1."""
+    ns_fd: int
+    """An open handle on the PID namespace, held until :meth:`HostCluster.stop`: the kernel
+    reuses a freed namespace's number, and a host started meanwhile (another test's) would
+    then pass for this one's survivors."""
     killed: bool = False
 
 
@@ -138,6 +142,9 @@ class HostCluster:
         alive = [f"{r.host.name}: {pids}" for r in self._running.values()
                  if (pids := pids_in_namespace(r.pidns, live_only=True))]
         problems += [f"processes still alive: {'; '.join(alive)}"] if alive else []
+        for running in self._running.values():
+            with contextlib.suppress(OSError):
+                os.close(running.ns_fd)
         self.enter_script.unlink(missing_ok=True)
         self.stop_s = time.monotonic() - t0
         if problems:
@@ -269,8 +276,11 @@ class HostCluster:
                 raise DevClusterError(f"host {h.name}: cannot find its PID 1 (children {kids})")
             pidns = links[0]
             assert pidns is not None  # checked just above
+            ns_fd = _hold_namespace(kids[0], pidns)
+            if ns_fd is None:
+                raise DevClusterError(f"host {h.name}: its PID 1 ({kids[0]}) exited at start")
             host = VirtualHost(name=h.name, addr=h.addr, pid=kids[0])
-            self._running[h.name] = _Running(host=host, pidns=pidns, outer=outer)
+            self._running[h.name] = _Running(host=host, pidns=pidns, outer=outer, ns_fd=ns_fd)
             self._procs.remove(outer)
 
     def _kill(self, running: _Running) -> None:
@@ -296,6 +306,19 @@ class HostCluster:
         tmp.write_text(hostproc.enter_script(live, dead))
         tmp.chmod(0o755)
         tmp.replace(self.enter_script)
+
+
+def _hold_namespace(pid: int, link: str) -> int | None:
+    """An open handle on ``pid``'s PID namespace when it is still ``link`` (None: the process
+    is gone, or its pid was reused)."""
+    try:
+        fd = os.open(f"/proc/{pid}/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    if f"pid:[{os.fstat(fd).st_ino}]" != link:
+        os.close(fd)
+        return None
+    return fd
 
 
 __all__ = ["HostCluster", "VirtualHost"]
