@@ -53,6 +53,7 @@ from trainguard.detect.numeric import (
 from trainguard.detect.precursors import PrecursorRules
 from trainguard.detect.scoring import BlockScorer
 from trainguard.detect.signals.hard_evidence import HardEvidence, repairs
+from trainguard.detect.throttle import board_share, is_reasons
 from trainguard.detect.verdicts import VERDICT_EVERY_S, CumulativeVerdicts
 from trainguard.errors import TelemetryError
 from trainguard.telemetry.frame import FloatArray, Telemetry
@@ -205,6 +206,8 @@ class Detector:
         mg_ = len(lay.gpu_metrics)
         s = self.steps_per_block
         bg = self._block_means(d.gpu, flags.cumulative[:mg_], "rate_gpu", d.times)
+        for mi in flags.reasons:  # a bit mask: scored by what its bits say (throttle.py)
+            bg[mi] = board_share(d.gpu[mi], s)
         bn = self._block_means(d.node, flags.cumulative[mg_:], "rate_node", d.times)
         jobs = _jobs_per_block(tel, lay.nodes, d.times, self.steps_per_block) if tel else None
         early, app_recent = self.precursors.scan(d, lay, flags.cumulative, s,
@@ -326,7 +329,8 @@ class Detector:
             soft=np.array([0.0 if is_xid_metric(m) or is_hard_counter(m) else 1.0
                            for m in names]),
             weights=np.array([*gpu_w, *node_w]),
-            activity=_activity_index(lay))
+            activity=_activity_index(lay),
+            reasons=tuple(mi for mi, m in enumerate(lay.gpu_metrics) if is_reasons(m)))
         self._flags_cache = (key, flags)
         return flags
 
@@ -339,6 +343,8 @@ class _MetricFlags:
     soft: FloatArray
     weights: FloatArray
     activity: int | None
+    reasons: tuple[int, ...]
+    """GPU clock-event reasons gauges (bit masks)."""
 
 
 def _activity_index(lay: Layout) -> int | None:

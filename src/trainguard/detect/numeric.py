@@ -23,6 +23,7 @@ __all__ = [
     "last_valid",
     "learn",
     "nanmedian_axis",
+    "peer_median",
     "previous_valid",
     "previous_valid_and_time",
 ]
@@ -83,6 +84,24 @@ def nanmedian_axis(x: FloatArray, axis: int) -> tuple[FloatArray, FloatArray]:
     med = 0.5 * (lo + hi)
     med = np.where(k > 0, med, np.nan)
     return med.reshape(out_shape), k.astype(np.float64).reshape(out_shape)
+
+
+def peer_median(j: FloatArray, state: np.ndarray | None) -> tuple[FloatArray, FloatArray]:
+    """[node, gpu] twice: the median of `j` [node, gpu] over the node's GPUs in the same
+    `state` as each (all of them without one), and how many there are.
+
+    >>> med, cnt = peer_median(np.array([[1.0, 2.0, 9.0, 30.0]]),
+    ...                         np.array([[True, True, True, False]]))
+    >>> med.tolist(), cnt.tolist()
+    ([[2.0, 2.0, 2.0, 30.0]], [[3.0, 3.0, 3.0, 1.0]])
+    """
+    if state is None:
+        med, cnt = nanmedian_axis(j, axis=1)
+        return np.broadcast_to(med[:, None], j.shape), np.broadcast_to(cnt[:, None], j.shape)
+    m1, c1 = nanmedian_axis(np.where(state, j, np.nan), axis=1)
+    m0, c0 = nanmedian_axis(np.where(state, np.nan, j), axis=1)
+    return (np.where(state, m1[:, None], m0[:, None]),
+            np.where(state, c1[:, None], c0[:, None]))
 
 
 def _gap_positions(full: FloatArray) -> tuple[IntArray, IntArray]:

@@ -67,6 +67,7 @@ from trainguard.detect.numeric import (
     busy_level,
     learn,
     nanmedian_axis,
+    peer_median,
     previous_valid,
 )
 from trainguard.detect.precursor_state import (
@@ -79,7 +80,7 @@ from trainguard.detect.precursor_state import (
     pad,
     popcount,
 )
-from trainguard.detect.throttle import HW_BITS, bits_of, governed_blocks, is_reasons
+from trainguard.detect.throttle import board_events, cap_blocks, is_reasons
 from trainguard.detect.trend import TrendRule, poisson_confidence
 from trainguard.telemetry.frame import FloatArray
 
@@ -108,11 +109,13 @@ def _base(name: str) -> str:
     return name.split("{", 1)[0]
 
 
-def _governed(d: DenseChunk, lay: Layout, s: int, nb: int) -> np.ndarray | None:
-    """[node, gpu, block] where a GPU's clock moved with the power governor (`throttle.py`,
-    every reasons gauge read together); None without a reasons gauge."""
+def _power_cap(d: DenseChunk, lay: Layout, s: int, nb: int
+               ) -> tuple[np.ndarray, np.ndarray] | None:
+    """[node, gpu, block] twice: where a GPU reported the power cap, and where its clock moved
+    with the power governor alone (`throttle.cap_blocks`, every reasons gauge read
+    together); None without a reasons gauge."""
     gauges = [d.gpu[mi] for mi, name in enumerate(lay.gpu_metrics) if is_reasons(name)]
-    return governed_blocks(gauges, s, nb) if gauges else None
+    return cap_blocks(gauges, s, nb) if gauges else None
 
 
 def is_error_counter(name: str) -> bool:
@@ -160,7 +163,7 @@ class PrecursorRules:
         warm = self.cfg.precursor_warmup_s / self.cfg.block_s
         watched: PrecursorHits = {}
         errors: Errors = {}
-        governed = _governed(d, lay, s, nb)
+        cap = _power_cap(d, lay, s, nb)
         for mi, name in enumerate(lay.gpu_metrics):
             counter = bool(cumulative[mi]) and is_error_counter(name)
             if counter or is_reasons(name):
@@ -172,9 +175,11 @@ class PrecursorRules:
                             (int(ni), lay.gpu_label(int(ni), int(gi))))
             elif _JITTER.search(_base(name)) and not cumulative[mi]:
                 read = (busy & free)[:, None, :]
-                if governed is not None and _CLOCK.search(_base(name)):
-                    read = read & ~governed     # the power governor moves it (throttle.py)
-                self._jittery(name, d.gpu[mi], s, nb, read, warm, watched, lay)
+                clock = bool(_CLOCK.search(_base(name)))
+                if cap is not None and clock:
+                    read = read & ~cap[1]       # the power governor moves it (throttle.py)
+                state = None if cap is None or clock else cap[0]
+                self._jittery(name, d.gpu[mi], s, nb, read, warm, watched, lay, state)
         act = _activity_metric(lay)
         if act is not None:
             self._stalls(lay.gpu_metrics[act], d.gpu[act], s, nb, busy & free, warm, hits, lay)
@@ -232,7 +237,7 @@ class PrecursorRules:
             ev = np.nan_to_num(inc, nan=0.0) > 0
             grew = ev & ~np.isnan(prev)     # not the first value a series is seen at
         else:
-            ev = grew = (bits_of(x) & HW_BITS) != 0
+            ev = grew = board_events(x)
         seen = ~np.isnan(x)
         ev_b = np.asarray(ev[..., : nb * s].reshape(n, g, nb, s).any(axis=-1), dtype=bool)
         seen_b = np.asarray(seen[..., : nb * s].reshape(n, g, nb, s).any(axis=-1), dtype=bool)
@@ -324,9 +329,12 @@ class PrecursorRules:
 
     # -- rule 2: jitter ----------------------------------------------------------------------
     def _jittery(self, name: str, x: FloatArray, s: int, nb: int, read: np.ndarray,
-                 warm: float, hits: PrecursorHits, lay: Layout) -> None:
+                 warm: float, hits: PrecursorHits, lay: Layout,
+                 state: np.ndarray | None = None) -> None:
         """`read`: [node, gpu, block] where the rule reads the GPU (its node busy and not
-        settling; for a clock, not held by the power governor)."""
+        settling; for a clock, not held by the power governor). `state` (power: held at the
+        cap or not, [node, gpu, block]): a GPU is compared with the siblings in its own state,
+        and not read without `min_gpus` of them (a held GPU's power sits at the limit)."""
         cfg = self.cfg
         n, g, _t = x.shape
         st = self.jitter.get(name)
@@ -343,15 +351,17 @@ class PrecursorRules:
         episodic = bool(_CLOCK.search(_base(name)))
         for b in range(nb):
             j = jit[..., b]
-            med, cnt = nanmedian_axis(j, axis=1)
+            med, cnt = peer_median(j, None if state is None else state[..., b])
             lvl, _ = nanmedian_axis(level[..., b], axis=1)
             floor = np.maximum(0.01 * np.nan_to_num(lvl, nan=0.0), 1e-9)
-            ratio = j / np.maximum(med, floor)[:, None]
-            ok = np.isfinite(ratio) & (cnt >= self.cfg.min_gpus)[:, None] & read[..., b]
+            ratio = j / np.maximum(med, floor[:, None])
+            # A GPU with too few siblings in its power state is not read (its run ends).
+            rd = read[..., b] if state is None else read[..., b] & (cnt >= self.cfg.min_gpus)
+            ok = np.isfinite(ratio) & (cnt >= self.cfg.min_gpus) & rd
             lr = np.log(np.clip(np.nan_to_num(ratio, nan=1.0), 1e-3, 1e3))
             st.short = np.where(ok, st.short + a_s * (lr - st.short), st.short)
             high = ok & (st.short >= bar)
-            st.run = np.where(high, st.run + 1, np.where(ok | ~read[..., b], 0, st.run))
+            st.run = np.where(high, st.run + 1, np.where(ok | ~rd, 0, st.run))
             # Again at every further `jitter_blocks` in a row: a jitter that goes on is seen again.
             new = (st.blocks >= warm) & (st.long < bar / 2)
             fire = (st.run > 0) & (st.run % cfg.jitter_blocks == 0) & new

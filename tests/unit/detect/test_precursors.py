@@ -245,6 +245,62 @@ def test_a_clock_moved_by_the_power_governor_is_no_precursor(bits: int, first: s
     assert [f[1] for f in found if f[0] == "n1"][:1] == ([first] if first else []), found
 
 
+def _reason_episodes(bits: int) -> Shape:
+    """n1's GPU 2 reports `bits` for 2 minutes every 6 from AT; every other sample, no reason."""
+    def shape(a: dict[str, np.ndarray], _rng: np.random.Generator) -> None:
+        reasons = np.zeros_like(a["DCGM_FI_DEV_POWER_USAGE"])
+        for s in range(AT, T - 8, 12):
+            reasons[1, 2, s:s + 4] = bits
+        a["DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"] = reasons
+    return shape
+
+
+@pytest.mark.parametrize(("bits", "warns"), [
+    (0x8, True),                # HW slowdown: the board forces the clock down
+    (0x80, True),               # the power brake
+    (0x8 | 0x40, False),        # HW slowdown for heat (HW thermal): the cooling's doing
+    (0x20, False),              # SW thermal
+], ids=["hw slowdown", "power brake", "hw thermal slowdown", "sw thermal"])
+def test_recurring_throttling_warns_unless_heat_explains_it(bits: int, warns: bool) -> None:
+    """A node whose fan slows throttles its nearest GPUs for hours: a cooling fault, not a
+    GPU about to fail."""
+    found = [f for f in _early(detect(_cluster(_reason_episodes(bits)), CFG))
+             if f[1] == "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"]
+    assert bool(found) is warns, found
+    if warns:
+        assert found[0][0] == "n1" and "hardware throttling recurring" in found[0][2]
+
+
+def _capped_node(jitter_sd: float) -> Shape:
+    """n2's GPUs 1-3 draw over the power limit, so their governor holds them just under it
+    (the power-cap reason set); GPU 0 draws less, under the limit, and moves with its work
+    (`jitter_sd` W from sample to sample) from AT. Every other node draws under its limit."""
+    def shape(a: dict[str, np.ndarray], rng: np.random.Generator) -> None:
+        power = a["DCGM_FI_DEV_POWER_USAGE"]
+        reasons = np.zeros_like(power)
+        power[2, 1:] = 700.0 - np.abs(rng.normal(0, 3, power[2, 1:].shape))
+        reasons[2, 1:] = 0x4
+        power[2, 0, AT:] = 640.0 + rng.normal(0, jitter_sd, T - AT)
+        a["DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"] = reasons
+    return shape
+
+
+def test_a_gpu_under_the_power_limit_beside_capped_siblings_is_not_jittering() -> None:
+    """Its power moves several times as much as theirs, which the governor holds flat: it is
+    compared only with GPUs in its own state, and it is alone in it."""
+    found = _early(detect(_cluster(_capped_node(25.0)), CFG))
+    assert not [f for f in found if "jitter" in f[2]], found
+    # The comparison is skipped, not the GPU: jitter among uncapped siblings still counts
+    # (one_gpu_jitter above), and a capped GPU that jitters among capped ones too.
+    def capped_jitter(a: dict[str, np.ndarray], rng: np.random.Generator) -> None:
+        _capped_node(4.0)(a, rng)
+        a["DCGM_FI_DEV_POWER_USAGE"][2, 0, :AT] = a["DCGM_FI_DEV_POWER_USAGE"][2, 1, :AT]
+        a["DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"][2, 0] = 0x4
+        a["DCGM_FI_DEV_POWER_USAGE"][2, 1, AT:] += rng.normal(0, 40, T - AT)
+    found = [f for f in _early(detect(_cluster(capped_jitter), CFG)) if "jitter" in f[2]]
+    assert found and found[0][:2] == ("n2", "DCGM_FI_DEV_POWER_USAGE"), found
+
+
 def _stalls_every_6_min(a: dict[str, np.ndarray]) -> None:
     for start in range(AT, T - 8, 12):  # n3's GPU 1: a 2-min stall every 6 minutes
         a["DCGM_FI_DEV_GPU_UTIL"][3, 1, start:start + 4] = 20.0

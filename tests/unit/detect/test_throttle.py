@@ -1,10 +1,11 @@
-"""Clock-event reasons (detect/throttle.py): which blocks the power governor explains."""
+"""Clock-event reasons (detect/throttle.py): which blocks the power governor explains, which
+samples are the board's doing, and what the fused score reads of the gauge."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from trainguard.detect.throttle import governed_blocks, is_reasons
+from trainguard.detect.throttle import board_share, cap_blocks, governed_blocks, is_reasons
 
 
 def test_power_cap_alone_governs_a_block_and_a_hardware_reason_overrides_it() -> None:
@@ -33,3 +34,23 @@ def test_both_names_of_the_reasons_gauge_are_known() -> None:
     assert is_reasons('DCGM_FI_DEV_CLOCK_THROTTLE_REASONS{gpu="0"}')
     assert is_reasons("DCGM_FI_DEV_CLOCKS_EVENT_REASONS")
     assert not is_reasons("DCGM_FI_DEV_SM_CLOCK")
+
+
+def test_a_gpu_is_held_at_its_power_limit_when_half_its_samples_report_the_cap() -> None:
+    """A GPU drawing about its limit touches it now and then: it is not held there, and its
+    power moves as an uncapped GPU's does (the jitter rule's power state)."""
+    x = np.array([[[4, 4, 4, 0,   4, 4, 0, 0,   4, 0, 0, 0,   4 | 8, 4 | 8, 0, 0]]], dtype=float)
+    held, governed = cap_blocks([x], 4, 4)
+    assert held.tolist() == [[[True, True, False, True]]]
+    assert governed.tolist() == [[[True, True, True, False]]]
+
+
+def test_the_score_reads_the_share_of_board_events_not_the_mask() -> None:
+    """HW slowdown or the brake counts; heat (a thermal reason, with or without HW slowdown),
+    the power cap and idle do not; a block with no sample is missing, not quiet."""
+    nan = float("nan")
+    x = np.array([[[8, 0x80, 0, 0,   0x40, 8 | 0x40, 0x20, 4,   nan, nan, nan, nan,
+                    1, 8, nan, 0]]])
+    assert board_share(x, 4).tolist()[0][0][:2] == [0.5, 0.0]
+    assert np.isnan(board_share(x, 4)[0, 0, 2])
+    assert board_share(x, 4)[0, 0, 3] == 1 / 3
