@@ -72,9 +72,10 @@ _TEMPERATURE = re.compile(r"TEMP", re.IGNORECASE)
 # Fields the job drives on every GPU it runs on: activity, occupancy, power draw, plus the
 # workload-shaped ones. All of a node's GPUs moving together there is the node's job.
 _WORKLOAD_FOLLOWING = re.compile(
-    r"UTIL|_ACTIVE|OCCUPANCY|POWER_USAGE|POWER_DRAW|FB_USED|FB_FREE|FB_RESERVED|_BYTES|"
+    r"UTIL|_ACTIVE|OCCUPANCY|POWER_USAGE|POWER_DRAW|ENERGY|FB_USED|FB_FREE|FB_RESERVED|_BYTES|"
     r"BANDWIDTH", re.IGNORECASE)
-_POWER = re.compile(r"POWER_USAGE|POWER_DRAW", re.IGNORECASE)
+# Power drawn: the gauge, and the energy counter (scored by its rate, which is the power).
+_POWER = re.compile(r"POWER_USAGE|POWER_DRAW|ENERGY", re.IGNORECASE)
 _FREE_MEMORY = re.compile(r"FB_FREE", re.IGNORECASE)
 _WORK_CLOCK = re.compile(r"SM_CLOCK|MEM_CLOCK", re.IGNORECASE)
 # Counters that accumulate whenever the device works (energy drawn, bytes moved, time spent):
@@ -128,7 +129,8 @@ def is_temperature(name: str) -> bool:
 
 
 def is_workload_following(name: str) -> bool:
-    """A GPU field the job drives (activity, occupancy, power draw, memory, bytes moved)."""
+    """A GPU field the job drives (activity, occupancy, power draw and energy, memory, bytes
+    moved)."""
     return bool(_WORKLOAD_FOLLOWING.search(_base(name)))
 
 
@@ -150,7 +152,11 @@ def is_load(name: str) -> bool:
 
 
 def is_power(name: str) -> bool:
-    """A GPU power-draw gauge."""
+    """A GPU power-draw gauge, or its energy counter (scored by its rate: the power drawn).
+
+        >>> is_power("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"), is_power("DCGM_FI_DEV_GPU_UTIL")
+        (True, False)
+    """
     return bool(_POWER.search(_base(name)))
 
 

@@ -23,6 +23,8 @@ class Cluster:
     days: float = 1.0
     seed: int = 0
     with_fan: bool = False
+    with_energy: bool = False
+    host: dict[str, np.ndarray] | None = None
 
     def __post_init__(self) -> None:
         rng = np.random.default_rng(self.seed)
@@ -52,6 +54,13 @@ class Cluster:
             return MetricSeries(name, kind, ents, a.reshape(self.n * self.g, self.t).copy())
 
         fan = (series("DCGM_FI_DEV_FAN_SPEED", self.fan),) if self.with_fan else ()
+        if self.with_energy:  # mJ since boot: its rate is the power drawn
+            energy = 1000.0 * STEP * np.cumsum(np.nan_to_num(self.power), axis=2)
+            fan += (series("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", energy, MetricKind.COUNTER),)
+        if self.host is not None:  # the node's host memory and load
+            nodes = tuple(Entity(f"node{i:02d}") for i in range(self.n))
+            fan += tuple(MetricSeries(name, MetricKind.GAUGE, nodes, a.copy())
+                         for name, a in self.host.items())
         return Telemetry(self.times, STEP, (
             series("DCGM_FI_DEV_GPU_UTIL", self.util),
             series("DCGM_FI_DEV_GPU_TEMP", self.temp),
@@ -173,17 +182,26 @@ def test_a_gpu_idling_after_an_application_xid_is_the_application(app_xid: bool)
     assert (alerts == []) is app_xid
 
 
+@pytest.mark.parametrize("energy", [False, True], ids=["", "with its energy counter"])
 @pytest.mark.parametrize("minutes", [20, 90])
-def test_a_gpu_given_work_its_idle_siblings_do_not_have_is_not_failing(minutes: int) -> None:
+def test_a_gpu_given_work_its_idle_siblings_do_not_have_is_not_failing(minutes: int,
+                                                                       energy: bool) -> None:
     """A one-GPU job on an idle node: that GPU's utilisation, power and temperature rise far
     above its siblings' and its own normal. More work is not a fault (a stalling GPU, the
-    other way round, still warns: test_a_gpu_idling_after_an_application_xid_...)."""
-    c = Cluster(seed=14)
+    other way round, still warns: test_a_gpu_idling_after_an_application_xid_...). Its energy
+    counter's rate is its power, and is explained with it."""
+    c = Cluster(seed=14, with_energy=energy)
     start, end = c.at(3), c.at(3) + c.at(minutes / 60)  # node08 idles for the first 8 h
     rng = np.random.default_rng(5)
     c.util[8, 5, start:end] = np.clip(95 + rng.normal(0, 2, end - start), 0, 100)
     c.power[8, 5, start:end] = 80 + 5 * c.util[8, 5, start:end]
     c.temp[8, 5, start:end] += 0.35 * c.util[8, 5, start:end]
+    if energy:  # ... and its data loader takes host memory and CPU
+        mem = 1.9e12 + rng.normal(0, 2e9, (c.n, c.t))
+        load = 4.0 + rng.normal(0, 0.4, (c.n, c.t))
+        mem[8, start:end] -= 1.5e11
+        load[8, start:end] += 3.0
+        c.host = {"node_memory_MemAvailable_bytes": mem, "node_load1": load}
     assert [a for a in detect(c.telemetry()) if a.node == "node08"] == []
 
 
