@@ -10,19 +10,17 @@ mask of why the clock is below its maximum. Two groups matter to the early-warni
   cooling's owner fixes and which does not foretell the GPU's failure (a node whose fan slows
   throttles the GPUs nearest it for hours). HW slowdown or the power brake alone is the
   board's doing.
-* the software power cap: the power governor holds the GPU at its power limit. Its power
-  reading then sits just under the limit, so a GPU of the same node drawing below the limit
-  moves its power far more than its capped siblings do (the jitter rule compares power only
-  among GPUs in the same state, `cap_blocks`).
+* the software power cap: the power governor holds the GPU at its power limit by moving its
+  clock from sample to sample. A GPU of a heavy job whose silicon draws more than its
+  siblings' does so while they hold their top clock, so its clock jitters against theirs for
+  as long as the job runs. That is the governor at work, not an unstable supply: the jitter
+  rule does not read the SM clock of a GPU in a block where it reported the power cap and no
+  hardware reason. The governor also holds that GPU's power reading just under the limit, so
+  a sibling drawing below the limit moves its power far more than the capped GPUs do: the
+  jitter rule compares power only among GPUs in the same state (`cap_blocks`).
 
 The fused score reads a reasons gauge as the share of each block's samples with a hardware
 reason that heat does not explain (`board_share`), not as the number the mask makes.
-* the software power cap alone: the power governor holds the GPU at its power limit by moving
-  its clock from sample to sample. A GPU of a heavy job whose silicon draws more than its
-  siblings' does so while they hold their top clock, so its clock jitters against theirs
-  for as long as the job runs. That is the governor at work, not an unstable supply: the jitter
-  rule does not read the SM clock of a GPU in a block where it reported the power cap and no
-  hardware reason.
 """
 
 from __future__ import annotations
