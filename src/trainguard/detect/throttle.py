@@ -101,7 +101,3 @@ def cap_blocks(gauges: Sequence[FloatArray], s: int, nb: int) -> tuple[np.ndarra
     return (np.asarray(2 * cap.sum(axis=-1) >= s, dtype=bool),
             np.asarray(cap.any(axis=-1) & ~hardware, dtype=bool))
 
-
-def governed_blocks(gauges: Sequence[FloatArray], s: int, nb: int) -> np.ndarray:
-    """The governed blocks of :func:`cap_blocks`."""
-    return cap_blocks(gauges, s, nb)[1]

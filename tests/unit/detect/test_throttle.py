@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from trainguard.detect.throttle import board_share, cap_blocks, governed_blocks, is_reasons
+from trainguard.detect.throttle import board_share, cap_blocks, is_reasons
+
+
+def governed_blocks(gauges: list[np.ndarray], s: int, nb: int) -> np.ndarray:
+    """The governed blocks of `cap_blocks` (where the governor alone moved the clock)."""
+    return cap_blocks(gauges, s, nb)[1]
 
 
 def test_power_cap_alone_governs_a_block_and_a_hardware_reason_overrides_it() -> None:
