@@ -15,7 +15,7 @@ from trainguard.detect.numeric import learn
 from trainguard.telemetry.frame import FloatArray
 
 __all__ = ["HostState", "JitterState", "RecurState", "grow_host", "grow_jitter", "grow_recur",
-           "learn_before", "pad", "popcount"]
+           "learn_before", "pad", "popcount", "recur_state"]
 
 
 @dataclass
@@ -83,6 +83,15 @@ def grow_recur(st: RecurState | None, shape: tuple[int, int]) -> RecurState:
     return RecurState(pad(st.mask, shape, 0), pad(st.rate, shape, 0.0),
                   pad(st.blocks, shape, 0.0), pad(st.prev, shape, np.nan),
                   pad(st.seen, shape, 0))
+
+
+def recur_state(states: dict[str, RecurState], name: str, shape: tuple[int, int]
+                ) -> RecurState:
+    """`states[name]`, made or grown to `shape` [node, GPU] first."""
+    st = states.get(name)
+    if st is None or st.rate.shape != shape:
+        st = states[name] = grow_recur(st, shape)
+    return st
 
 
 def grow_jitter(st: JitterState | None, shape: tuple[int, int]) -> JitterState:

@@ -8,10 +8,11 @@ siblings, never against a fixed level:
 1. **Recurring error counts**: an error counter (correctable ECC / SBE, remapped rows, PCIe
    replays, NVLink CRC, thermal violation time, InfiniBand symbol errors...) or a hardware
    throttle reason (HW slowdown, HW/SW thermal, power brake) that fires in at least
-   `precursor_min_events` of the last `precursor_window_blocks` blocks, at least
+   `precursor_min_events` of the last `precursor_window_blocks` blocks, or in bursts, at least
+   `precursor_burst_events` of the last `precursor_burst_window_blocks`, at least
    `precursor_background_ratio` times as often as that series did over its own history, and
-   more than that history explains at Poisson confidence `precursor_confidence`. A single
-   blip, a GPU that ticks now and then, or one that always counts, does not.
+   more than that history explains at Poisson confidence (`recurring.py`). A single blip, a
+   GPU that ticks now and then, or one that always counts, does not.
 2. **Jitter**: a GPU whose power or SM clock moves from sample to sample `jitter_ratio` times as
    much as its node's other GPUs do, for `jitter_blocks` blocks in a row, while the node is busy
    and that GPU was not like that before (its own long-run ratio is below half the bar). A job
@@ -45,7 +46,6 @@ do not depend on how the input was chunked.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -75,13 +75,13 @@ from trainguard.detect.precursor_state import (
     JitterState,
     RecurState,
     grow_jitter,
-    grow_recur,
     learn_before,
     pad,
     popcount,
+    recur_state,
 )
-from trainguard.detect.throttle import board_events, cap_blocks, is_reasons
-from trainguard.detect.trend import TrendRule, poisson_confidence
+from trainguard.detect.recurring import LONG_HALFLIFE_BLOCKS, RecurringCounts
+from trainguard.detect.throttle import cap_blocks, is_reasons
 from trainguard.telemetry.frame import FloatArray
 
 __all__ = ["PrecursorHits", "PrecursorRules"]
@@ -93,8 +93,6 @@ _ERROR_COUNTER = re.compile(
 _JITTER = re.compile(r"POWER_USAGE|SM_CLOCK", re.IGNORECASE)
 _CLOCK = re.compile(r"SM_CLOCK", re.IGNORECASE)
 _HOST = re.compile(r"node_intr|context_switches|procs_running", re.IGNORECASE)
-LONG_HALFLIFE_BLOCKS = 360.0
-"""Own history: 12 h of 2-min blocks."""
 SHORT_HALFLIFE_BLOCKS = 3.0
 STEADY_FRACTION = 0.5
 """The stall rule reads a block only when the siblings' lowest activity sample is at least this
@@ -128,7 +126,7 @@ class PrecursorRules:
     """Mutable per-series state of the early-warning rules (see the module docstring)."""
 
     cfg: DetectorConfig
-    recur: dict[str, RecurState] = field(default_factory=dict)
+    recurring: RecurringCounts = field(init=False)
     jitter: dict[str, JitterState] = field(default_factory=dict)
     host: dict[str, HostState] = field(default_factory=dict)
     stall: dict[str, RecurState] = field(default_factory=dict)
@@ -136,7 +134,6 @@ class PrecursorRules:
     """Per activity metric: blocks (bit mask) in which a stalled GPU came back."""
     level: float = float("nan")
     explained: ExplainedActivity = field(init=False)
-    trend: TrendRule = field(init=False)
     clock: float = 0.0
     """Blocks scanned so far (the trend test's time axis)."""
     confirm: PrecursorConfirm = field(init=False)
@@ -144,7 +141,7 @@ class PrecursorRules:
 
     def __post_init__(self) -> None:
         self.explained = ExplainedActivity(self.cfg)
-        self.trend = TrendRule(self.cfg)
+        self.recurring = RecurringCounts(self.cfg)
         self.confirm = PrecursorConfirm(self.cfg)
 
     def scan(self, d: DenseChunk, lay: Layout, cumulative: np.ndarray, s: int,
@@ -167,8 +164,8 @@ class PrecursorRules:
         for mi, name in enumerate(lay.gpu_metrics):
             counter = bool(cumulative[mi]) and is_error_counter(name)
             if counter or is_reasons(name):
-                events = self._recurring(name, d.gpu[mi], s, nb, counter, warm, hits,
-                                         lambda ni, gi: lay.gpu_label(ni, gi))
+                events = self.recurring.scan(name, d.gpu[mi], s, nb, counter, warm, self.clock,
+                                             hits, lambda ni, gi: lay.gpu_label(ni, gi))
                 if counter and is_wear_counter(name):
                     for ni, gi, b in zip(*np.nonzero(events), strict=True):
                         errors.setdefault(int(b), set()).add(
@@ -186,7 +183,8 @@ class PrecursorRules:
         for k, name in enumerate(lay.node_metrics):
             x = d.node[k][:, None, :]
             if bool(cumulative[mg + k]) and is_error_counter(name):
-                self._recurring(name, x, s, nb, True, warm, hits, lambda _ni, _gi: None)
+                self.recurring.scan(name, x, s, nb, True, warm, self.clock, hits,
+                                    lambda _ni, _gi: None)
             elif _HOST.search(_base(name)):
                 host_collapse(self.cfg, self.host, name, d.node[k], s, nb,
                               bool(cumulative[mg + k]), busy, hits)
@@ -218,71 +216,16 @@ class PrecursorRules:
             active[:, b] = col >= self.cfg.idle_fraction * level
         return out, active
 
-    # -- rule 1: recurring error counts ------------------------------------------------------
-    def _recurring(self, name: str, x: FloatArray, s: int, nb: int, counter: bool,
-                   warm: float, hits: PrecursorHits,
-                   label: Callable[[int, int], str | None]) -> np.ndarray:
-        """Rule 1 on one series [node, gpu, time]; returns [node, gpu, block]: the blocks with
-        an event (a count, not the value a counter is first seen at; or a hardware throttle
-        reason)."""
-        cfg = self.cfg
-        n, g, _t = x.shape
-        st = self.recur.get(name)
-        if st is None or st.rate.shape != (n, g):
-            st = self.recur[name] = grow_recur(st, (n, g))
-        if counter:
-            prev, st.prev = previous_valid(x, st.prev)
-            with np.errstate(invalid="ignore"):
-                inc = np.where(x >= prev, x - prev, x)      # a reset counts from zero
-            ev = np.nan_to_num(inc, nan=0.0) > 0
-            grew = ev & ~np.isnan(prev)     # not the first value a series is seen at
-        else:
-            ev = grew = board_events(x)
-        seen = ~np.isnan(x)
-        ev_b = np.asarray(ev[..., : nb * s].reshape(n, g, nb, s).any(axis=-1), dtype=bool)
-        seen_b = np.asarray(seen[..., : nb * s].reshape(n, g, nb, s).any(axis=-1), dtype=bool)
-        w = cfg.precursor_window_blocks
-        full = (1 << w) - 1
-        alpha = 1.0 - 0.5 ** (1.0 / LONG_HALFLIFE_BLOCKS)
-        for b in range(nb):
-            e = ev_b[..., b]
-            ok = seen_b[..., b]
-            learn_before(st, e & ok, ok, alpha, w)
-            # The window is the last w blocks of time: a block without samples counts as quiet.
-            st.mask = ((st.mask << 1) | (e & ok).astype(np.int64)) & full
-            count = popcount(st.mask)
-            recent = count / w
-            fire = (ok & e & (count >= cfg.precursor_min_events) & (st.blocks >= warm)
-                    & (recent >= cfg.precursor_background_ratio * st.rate + 0.05))
-            for ni, gi in zip(*np.nonzero(fire), strict=True):
-                if poisson_confidence(int(count[ni, gi]), float(st.rate[ni, gi]) * w) \
-                        < cfg.precursor_confidence:
-                    continue  # as many as its own rate gives by chance
-                what = "error count" if counter else "hardware throttling"
-                lab = label(int(ni), int(gi))
-                hits.setdefault(b, []).append((int(ni), Signal(
-                    name, lab, float(count[ni, gi]),
-                    f"{what} recurring: {int(count[ni, gi])} of the last {w} blocks "
-                    f"(usually {float(st.rate[ni, gi]) * w:.1f})")))
-                st.mask[ni, gi] = 0  # one hit per burst; the episode carries it on
-            st.blocks = st.blocks + ok
-            if counter and is_wear_counter(name):
-                for ni, gi, c, detail in self.trend.step(name, self.clock + b, e & ok, ok):
-                    hits.setdefault(b, []).append((ni, Signal(name, label(ni, gi), c, detail)))
-        return np.asarray(grew[..., : nb * s].reshape(n, g, nb, s).any(axis=-1), dtype=bool)
-
     # -- rule 3: stalls ----------------------------------------------------------------------
     def _stalls(self, name: str, x: FloatArray, s: int, nb: int, busy: np.ndarray,
                 warm: float, hits: PrecursorHits, lay: Layout) -> None:
         cfg = self.cfg
         n, g, _t = x.shape
-        st = self.stall.get(name)
-        if st is None or st.rate.shape != (n, g):
-            st = self.stall[name] = grow_recur(st, (n, g))
-            back = self.stall_back.get(name)
-            self.stall_back[name] = (np.zeros((n, g), dtype=np.int64) if back is None
-                                     else pad(back, (n, g), 0))
-        back = self.stall_back[name]
+        st = recur_state(self.stall, name, (n, g))
+        back = self.stall_back.get(name)
+        if back is None or back.shape != (n, g):
+            back = self.stall_back[name] = (np.zeros((n, g), dtype=np.int64) if back is None
+                                            else pad(back, (n, g), 0))
         act = block_minima(x, s)                            # node, gpu, block
         mean = block_means(x, s)
         w = cfg.precursor_window_blocks

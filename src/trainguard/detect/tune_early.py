@@ -53,7 +53,8 @@ __all__ = ["EARLY_GROUPS", "EARLY_KNOBS", "EARLY_RUNS", "EarlyChoice", "Move", "
            "level", "pick", "plan", "search"]
 
 EARLY_GROUPS: dict[str, tuple[str, ...]] = {
-    "precursor": ("precursor_min_events", "precursor_background_ratio", "precursor_confidence"),
+    "precursor": ("precursor_min_events", "precursor_background_ratio", "precursor_confidence",
+                  "precursor_burst_events", "precursor_burst_confidence"),
     "stall": ("stall_fraction", "stall_min_events"),
     "jitter": ("jitter_ratio", "jitter_blocks"),
     "trend": ("trend_min_events", "trend_confidence", "trend_min_span_s"),
@@ -93,7 +94,11 @@ def level(base: DetectorConfig, group: str, step: int) -> dict[str, Any]:
                 "precursor_background_ratio": _num(_within(
                     b.precursor_background_ratio * 1.5 ** step, b.precursor_background_ratio,
                     1.0, 100.0)),
-                "precursor_confidence": _confidence(b.precursor_confidence, step, 0.99999)}
+                "precursor_confidence": _confidence(b.precursor_confidence, step, 0.99999),
+                "precursor_burst_events": int(_within(
+                    b.precursor_burst_events + step, b.precursor_burst_events, 1,
+                    max(b.precursor_burst_window_blocks, 1))),
+                "precursor_burst_confidence": _near_one(b.precursor_burst_confidence, step)}
     if group == "stall":
         # a stricter stall is a deeper one: a lower fraction of the siblings' activity
         return {"stall_fraction": _num(_within(b.stall_fraction - 0.1 * step, b.stall_fraction,
@@ -125,6 +130,13 @@ def _confidence(base: float, step: int, hi: float) -> float:
     """A confidence `step` levels stricter: its complement (the chance of a miss) divided by 3
     per level, within [0.5, hi]."""
     return _num(_within(1.0 - (1.0 - base) * 3.0 ** -step, base, 0.5, hi))
+
+
+def _near_one(base: float, step: int) -> float:
+    """`_confidence` for one a millionth from 1 or closer: its complement keeps six significant
+    digits (the confidence's own would round it to 1), within [0.5, 1 - 1e-12]."""
+    chance = _within((1.0 - base) * 3.0 ** -step, 1.0 - base, 1e-12, 0.5)
+    return 1.0 - _num(chance)
 
 
 def _confirm_level(base_s: float, step: int) -> float:

@@ -40,11 +40,12 @@ __all__ = ["FULL_NAME", "JSON_NAME", "STATE_VERSION", "LiveAlert", "LoadedState"
 
 log = logging.getLogger(__name__)
 
-STATE_VERSION = 5
+STATE_VERSION = 6
 """2: the scorer's state is held by its signal units (`detect/signals/`); 4: the detector's
 cumulative verdicts are held by `CumulativeVerdicts` (`detect/verdicts.py`); 5: the precursor
 confirmation keeps each GPU's recent memory wear and the row remaps that wait
-(`detect/confirm.py`)."""
+(`detect/confirm.py`); 6: the recurring-count rule is its own unit, with a burst window
+(`detect/recurring.py`)."""
 FULL_NAME = "state.full.json"
 JSON_NAME = "state.json"
 LEGACY_PICKLE_NAME = "state.pkl"

@@ -38,6 +38,7 @@ from trainguard.detect.explained import ExplainedActivity
 from trainguard.detect.layout import DenseChunk, IndexArrays, Layout
 from trainguard.detect.precursor_state import HostState, JitterState, RecurState
 from trainguard.detect.precursors import PrecursorRules
+from trainguard.detect.recurring import RecurringCounts
 from trainguard.detect.scoring import BlockScorer
 from trainguard.detect.signals import (
     BaselineConfig,
@@ -74,6 +75,7 @@ CLASSES: dict[str, type] = {
     "AlertEpisode": AlertEpisode, "Signal": Signal, "Entity": Entity,
     "IndexArrays": IndexArrays, "MetricFlags": _MetricFlags, "DenseChunk": DenseChunk,
     "PrecursorRules": PrecursorRules, "PrecursorRecur": RecurState,
+    "PrecursorRecurring": RecurringCounts,
     "PrecursorJitter": JitterState,
     "PrecursorHost": HostState, "PrecursorConfirm": PrecursorConfirm,
     "Regime": Regime, "RegimeConfig": RegimeConfig, "PeerDeviation": PeerDeviation,

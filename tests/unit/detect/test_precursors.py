@@ -100,16 +100,55 @@ def test_a_gpu_that_has_counted_now_and_then_since_the_start_is_read_at_its_own_
     1-in-3,700 chance: a precursor at the default confidence. At its own rate 4 of 15 is a
     1-in-40 chance. Five such links, each its own random trickle, raise no precursor even at a
     confidence of 0.9. A GPU quiet before its burst is one at 0.9999, and at its fourth block
-    with replays: the usual rate is learnt from the blocks that left the window
-    (`precursor_state.learn_before`), so the burst being judged is not in it."""
+    with replays (the burst window, off here, warns at its third: `recurring.py`): the usual
+    rate is learnt from the blocks that left the window (`precursor_state.learn_before`), so
+    the burst being judged is not in it."""
     lax = replace(CFG, precursor_confidence=0.9)
     for seed in range(3, 8):
         noisy = _cluster(_replays_at_random(1 / 14, seed=seed))
         assert not [f for f in _early(detect(noisy, lax)) if "recurring" in f[2]]
     quiet = _early(detect(_cluster(_replays(every=8, start=AT)),
-                          replace(CFG, precursor_confidence=0.9999)))
+                          replace(CFG, precursor_confidence=0.9999,
+                                  precursor_burst_window_blocks=0)))
     assert quiet and quiet[0][:2] == ("n1", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER")
     assert quiet[0][2].endswith("4 of the last 15 blocks (usually 0.0)")
+
+
+def _bursts(*at: int, size: float = 20.0) -> Shape:
+    """n1's GPU 2 replays `size` times in one sample at each of `at` (samples; 4 a block)."""
+    def shape(a: dict[str, np.ndarray], _rng: np.random.Generator) -> None:
+        inc = np.zeros(T)
+        inc[list(at)] = size
+        a["DCGM_FI_DEV_PCIE_REPLAY_COUNTER"][1, 2] = np.cumsum(inc)
+    return shape
+
+
+def test_bursts_minutes_apart_on_a_quiet_link_warn() -> None:
+    """Three bursts of replays 20 minutes apart: never more than two in the 30-min window, three
+    in the 90-min burst window of a link that had none (`recurring.py`). Without the burst
+    window (its width at most the window's) nothing warns."""
+    shape = _bursts(AT, AT + 40, AT + 80)
+    found = _early(detect(_cluster(shape), CFG))
+    assert found and found[0][:2] == ("n1", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER")
+    assert "recurring in bursts: 3 of the last 45 blocks (usually 0.0)" in found[0][2]
+    assert _early(detect(_cluster(shape), replace(CFG, precursor_burst_window_blocks=15))) == []
+
+
+@pytest.mark.parametrize("shape", [
+    _bursts(AT - 200, AT - 100, AT),   # three bursts over 100 minutes: never three in 90
+    _bursts(AT, AT + 40),              # two bursts
+    _bursts(*range(0, T, 40)),         # a burst every 20 minutes since the start: its usual
+], ids=["spread out", "two bursts", "its usual rate"])
+def test_bursts_too_far_apart_too_few_or_usual_do_not_warn(shape: Shape) -> None:
+    assert _early(detect(_cluster(shape), CFG)) == []
+
+
+@pytest.mark.parametrize("kw", [{"precursor_burst_window_blocks": 61},
+                                {"precursor_burst_window_blocks": -1},
+                                {"precursor_burst_events": 0}])
+def test_bad_burst_window_settings_are_refused(kw: dict[str, int]) -> None:
+    with pytest.raises(ConfigError, match="precursor_burst"):
+        DetectorConfig(**kw)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("kw", [{"precursor_confidence": 1.0}, {"precursor_confidence": 0.0}])

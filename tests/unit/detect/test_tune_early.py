@@ -36,6 +36,8 @@ from trainguard.telemetry.frame import Entity, MetricKind, MetricSeries, Telemet
 BASE = DetectorConfig()
 EDGE = DetectorConfig(precursor_window_blocks=1, precursor_min_events=1,
                       precursor_background_ratio=0.5, precursor_confidence=0.4,
+                      precursor_burst_window_blocks=1, precursor_burst_events=1,
+                      precursor_burst_confidence=0.4,
                       stall_fraction=0.99, stall_min_events=1,
                       jitter_ratio=1.0, jitter_blocks=1, trend_min_events=2,
                       trend_confidence=0.4, trend_min_span_s=0.0, known_precursor_weight=1.0,
@@ -43,7 +45,8 @@ EDGE = DetectorConfig(precursor_window_blocks=1, precursor_min_events=1,
 """Knobs at or past the ends of the ranges the levels keep to."""
 
 STRICTER_IS_HIGHER = {"precursor_min_events", "precursor_background_ratio",
-                      "precursor_confidence", "stall_min_events",
+                      "precursor_confidence", "precursor_burst_events",
+                      "precursor_burst_confidence", "stall_min_events",
                       "jitter_ratio", "jitter_blocks", "trend_min_events", "trend_confidence",
                       "trend_min_span_s", "host_collapse_blocks"}
 STRICTER_IS_LOWER = {"stall_fraction", "known_precursor_weight", "host_collapse_fraction",
