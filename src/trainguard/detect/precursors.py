@@ -80,7 +80,7 @@ from trainguard.detect.precursor_state import (
     popcount,
     recur_state,
 )
-from trainguard.detect.recurring import LONG_HALFLIFE_BLOCKS, RecurringCounts
+from trainguard.detect.recurring import LONG_HALFLIFE_BLOCKS, Hits, RecurringCounts
 from trainguard.detect.throttle import cap_blocks, is_reasons
 from trainguard.telemetry.frame import FloatArray
 
@@ -99,7 +99,7 @@ STEADY_FRACTION = 0.5
 fraction of their mean: a whole node pausing (a checkpoint) leaves every GPU's lowest sample
 near zero, while a job changing phase moves them less (a quarter down keeps the block)."""
 
-PrecursorHits = dict[int, list[tuple[int, Signal]]]
+PrecursorHits = Hits
 """Block index (in the chunk) -> (node index, evidence) completed in that block."""
 
 

@@ -47,7 +47,8 @@ from trainguard.detect.throttle import board_events
 from trainguard.detect.trend import TrendRule, poisson_confidence
 from trainguard.telemetry.frame import FloatArray
 
-__all__ = ["FLOOR_RATE", "LONG_HALFLIFE_BLOCKS", "RecurringCounts", "Window", "window_hits"]
+__all__ = ["FLOOR_RATE", "LONG_HALFLIFE_BLOCKS", "Hits", "RecurringCounts", "Window",
+           "window_hits"]
 
 LONG_HALFLIFE_BLOCKS = 360.0
 """Own history: 12 h of 2-min blocks."""
@@ -117,10 +118,9 @@ class RecurringCounts:
         (a count, not the value a counter is first seen at; or a hardware throttle reason)."""
         cfg = self.cfg
         n, g, _t = x.shape
-        st = recur_state(self.series, name, (n, g))
-        bst = recur_state(self.bursts, name, (n, g))
         wins = self.windows()
-        states = (st, bst)[: len(wins)]
+        st = recur_state(self.series, name, (n, g))
+        states = (st,) if len(wins) == 1 else (st, recur_state(self.bursts, name, (n, g)))
         # The burst window's usual rate is learnt over as many of its widths as the window's
         # over the warm-up before it may fire (3 h by default): a link that counts every hour
         # is not quiet for having been seen for one.
