@@ -4,6 +4,7 @@ look-alike of that shape."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -12,9 +13,10 @@ import pytest
 
 from trainguard.detect.alerts import AlertEpisode
 from trainguard.detect.config import DetectorConfig
-from trainguard.detect.detector import detect
+from trainguard.detect.detector import Detector, detect
 from trainguard.errors import ConfigError
 from trainguard.telemetry.frame import Entity, MetricKind, MetricSeries, Telemetry
+from trainguard.watch.statecodec import decode, encode
 
 STEP = 30
 HOURS = 6
@@ -132,6 +134,24 @@ def test_bursts_minutes_apart_on_a_quiet_link_warn() -> None:
     assert found and found[0][:2] == ("n1", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER")
     assert "recurring in bursts: 3 of the last 45 blocks (usually 0.0)" in found[0][2]
     assert _early(detect(_cluster(shape), replace(CFG, precursor_burst_window_blocks=15))) == []
+
+
+@pytest.mark.parametrize("chunk_s", [1800, 3600 + 90])
+def test_bursts_warn_the_same_in_chunks_and_after_a_saved_state(chunk_s: int) -> None:
+    """Chunk edges between the bursts, and the detector written out and read back (the
+    watch's state, JSON) between chunks: the burst window's masks and rates carry over."""
+    tel = _cluster(_bursts(AT, AT + 40, AT + 80))
+    whole = Detector(CFG)
+    whole.feed(tel)
+    expected = whole.finish()
+    assert [a for a in expected if "in bursts" in a.signals[0].detail]
+    det = Detector(CFG)
+    start = int(tel.times[0])
+    while start <= int(tel.times[-1]):
+        det.feed(tel.slice_time(start, start + chunk_s))
+        det = decode(json.loads(json.dumps(encode(det))))
+        start += chunk_s
+    assert det.finish() == expected
 
 
 @pytest.mark.parametrize("shape", [
