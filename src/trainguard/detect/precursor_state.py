@@ -14,8 +14,11 @@ import numpy as np
 from trainguard.detect.numeric import learn
 from trainguard.telemetry.frame import FloatArray
 
-__all__ = ["HostState", "JitterState", "RecurState", "grow_host", "grow_jitter", "grow_recur",
-           "learn_before", "pad", "popcount", "recur_state"]
+__all__ = ["LONG_HALFLIFE_BLOCKS", "HostState", "JitterState", "RecurState", "grow_host",
+           "grow_jitter", "grow_recur", "learn_before", "pad", "popcount", "recur_state"]
+
+LONG_HALFLIFE_BLOCKS = 360.0
+"""Own history, as every rule learns it: 12 h of 2-min blocks."""
 
 
 @dataclass

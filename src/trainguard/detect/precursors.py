@@ -53,7 +53,7 @@ import numpy as np
 from trainguard.detect.alerts import Signal
 from trainguard.detect.collapse import host_collapse
 from trainguard.detect.config import DetectorConfig
-from trainguard.detect.confirm import Errors, PrecursorConfirm
+from trainguard.detect.confirm import Errors, Hits, PrecursorConfirm
 from trainguard.detect.explained import ExplainedActivity
 from trainguard.detect.knowledge import (
     ACTIVITY_METRICS,
@@ -71,6 +71,7 @@ from trainguard.detect.numeric import (
     previous_valid,
 )
 from trainguard.detect.precursor_state import (
+    LONG_HALFLIFE_BLOCKS,
     HostState,
     JitterState,
     RecurState,
@@ -80,7 +81,7 @@ from trainguard.detect.precursor_state import (
     popcount,
     recur_state,
 )
-from trainguard.detect.recurring import LONG_HALFLIFE_BLOCKS, Hits, RecurringCounts
+from trainguard.detect.recurring import RecurringCounts
 from trainguard.detect.throttle import cap_blocks, is_reasons
 from trainguard.telemetry.frame import FloatArray
 

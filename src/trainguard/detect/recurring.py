@@ -13,11 +13,11 @@ own history explains, in either of two windows of recent blocks:
 
 In both, the count must be at least `precursor_background_ratio` times the series' usual rate
 (learnt from the blocks that have left that window, half-life 12 h: the burst being judged is
-never in it) plus `FLOOR_RATE` of the
-window's blocks (the burst window: the same number of events, three quarters of one), and
-more than that rate explains at Poisson confidence: `precursor_confidence` for the window,
-`precursor_burst_confidence` (one in a million) for the burst window, which asks fewer events
-of more blocks and so is reached by chance far more often. Three bursts in 90 minutes pass
+never in it) plus `FLOOR_RATE` of the window's blocks (the burst window: the same number of
+events, three quarters of one), and more than that rate explains at Poisson confidence:
+`precursor_confidence` for the window, `precursor_burst_confidence` (one in a million) for the
+burst window, which asks fewer events of more blocks and so is reached by chance far more
+often. Three bursts in 90 minutes pass
 only on a series quiet for days (a GPU that counts 1.4 times a day reaches them once in 12
 days by chance). A single blip, a GPU that ticks now and then, or one that always counts, does
 not warn.
@@ -35,9 +35,11 @@ import numpy as np
 
 from trainguard.detect.alerts import Signal
 from trainguard.detect.config import DetectorConfig
+from trainguard.detect.confirm import Hits
 from trainguard.detect.knowledge import is_wear_counter
 from trainguard.detect.numeric import previous_valid
 from trainguard.detect.precursor_state import (
+    LONG_HALFLIFE_BLOCKS,
     RecurState,
     learn_before,
     popcount,
@@ -47,18 +49,11 @@ from trainguard.detect.throttle import board_events
 from trainguard.detect.trend import TrendRule, poisson_confidence
 from trainguard.telemetry.frame import FloatArray
 
-__all__ = ["FLOOR_RATE", "LONG_HALFLIFE_BLOCKS", "Hits", "RecurringCounts", "Window",
-           "window_hits"]
+__all__ = ["FLOOR_RATE", "RecurringCounts", "Window", "window_hits"]
 
-LONG_HALFLIFE_BLOCKS = 360.0
-"""Own history: 12 h of 2-min blocks."""
 FLOOR_RATE = 0.05
 """The window's share of blocks with events must exceed the ratio times the usual rate by this
 much: a series that never counted is not a precursor on one event."""
-
-Hits = dict[int, list[tuple[int, Signal]]]
-"""Block index (in the chunk) -> (node index, evidence) completed in that block."""
-
 
 @dataclass(frozen=True)
 class Window:
